@@ -1,0 +1,170 @@
+"""The ``taskret`` command line: a thin layer over the Python API."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .data import FORMAT_FIELDS, DataError, load_task, sample
+from .models import ModelNotInstalled
+
+app = typer.Typer(help="taskret: learned, task-aware retrieval (EPR prompt retrieval, TART instruction retrieval).",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # taskret never fetches from a model hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+def _load_task_from_options(task: Optional[str], train: Optional[Path], test: Optional[Path], input_field, output_field,
+                            id_field, fmt: Optional[str], data_dir: Optional[Path]):
+    if fmt is not None:
+        if fmt not in FORMAT_FIELDS:
+            _fail(f"unknown format '{fmt}'; known: {', '.join(FORMAT_FIELDS)}")
+        fi, fo, fid = FORMAT_FIELDS[fmt]
+        input_field, output_field, id_field = input_field or fi, output_field or fo, id_field or fid
+    return load_task(task, train=train, test=test, input_field=input_field, output_field=output_field,
+                     id_field=id_field, data_dir=data_dir)
+
+
+@app.command()
+def evaluate(
+    task: Optional[str] = typer.Option(None, "--task", help="mtop, break, smcalflow or demo (built-in); or use --train/--test"),
+    train: Optional[Path] = typer.Option(None, help="training pool file (.jsonl/.csv/.tsv)"),
+    test: Optional[Path] = typer.Option(None, help="test file (.jsonl/.csv/.tsv)"),
+    input_field: Optional[str] = typer.Option(None, help="field holding the input"),
+    output_field: Optional[str] = typer.Option(None, help="field holding the output"),
+    id_field: Optional[str] = typer.Option(None, help="field holding a unique id (default: line number)"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="field names of a known layout: mtop, break, smcalflow"),
+    data_dir: Optional[Path] = typer.Option(None, help="folder of built-in task files (default $TASKRET_DATA_DIR or ../shared/data)"),
+    retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, or an index dir"),
+    lm: str = typer.Option("smollm2-135m", help="inference LM: a registered name or a local folder"),
+    limit: Optional[int] = typer.Option(None, help="evaluate a fixed seeded sample of N test examples"),
+    seed: int = typer.Option(0, help="seed of the test sample and of the random retriever"),
+    k: Optional[int] = typer.Option(None, help="at most k demonstrations (k=1: one-shot); default: fill the budget"),
+    context_window: int = typer.Option(2048, help="LM context in tokens; the prompt gets this minus --max-new-tokens"),
+    max_new_tokens: int = typer.Option(128, help="room left for the answer"),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+    dtype: str = typer.Option("auto", help="auto, float32 or bfloat16"),
+    out: Path = typer.Option(Path("runs/evaluate"), help="output folder: predictions.jsonl and summary.json"),
+):
+    """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
+    from .evaluation import evaluate as run_evaluation
+    from .lm import CausalLM
+    from .progress import progress_bar
+    from .retrieval import make_retriever
+
+    try:
+        loaded = _load_task_from_options(task, train, test, input_field, output_field, id_field, fmt, data_dir)
+        examples = sample(loaded.test, limit, seed=seed)
+        ret = make_retriever(retriever, seed=seed, device=device)
+        if not ret.ids:
+            with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
+                ret.index(loaded.train)
+        with console.status(f"loading {lm}"):
+            model = CausalLM.load(lm, device=device, dtype=dtype)
+        with progress_bar(len(examples), f"{loaded.name} / {retriever}") as advance:
+            summary = run_evaluation(loaded, ret, model, examples, out, retriever_name=retriever,
+                                     context_window=context_window, max_new_tokens=max_new_tokens, max_demos=k,
+                                     progress=advance)
+    except (DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
+        _fail(str(err))
+    metrics = ", ".join(f"{name} {value:.1f}" for name, value in summary["metrics"].items())
+    console.print(f"{loaded.name} / {retriever}: {metrics} (N={summary['n']}, {summary['wall_time_s']:.0f}s) -> {out}")
+
+
+@app.command()
+def index(
+    task: Optional[str] = typer.Option(None, "--task", help="built-in task whose training set to index"),
+    train: Optional[Path] = typer.Option(None, help="training pool file, instead of --task"),
+    input_field: Optional[str] = typer.Option(None),
+    output_field: Optional[str] = typer.Option(None),
+    id_field: Optional[str] = typer.Option(None),
+    data_dir: Optional[Path] = typer.Option(None),
+    retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER"),
+    out: Path = typer.Option(..., help="index directory to write"),
+):
+    """Index a training pool and save the index to a directory."""
+    from .data import read_examples
+    from .retrieval import make_retriever
+
+    try:
+        if train is not None:
+            examples = read_examples(train, input_field or "input", output_field or "output", id_field)
+        else:
+            examples = load_task(task, data_dir=data_dir).train
+        ret = make_retriever(retriever)
+        ret.index(examples)
+        ret.save(out)
+    except (DataError, ModelNotInstalled, ValueError) as err:
+        _fail(str(err))
+    console.print(f"indexed {len(examples)} examples with {retriever} -> {out}")
+
+
+@app.command()
+def retrieve(
+    index_dir: Path = typer.Option(..., "--index", help="an index directory written by `taskret index`"),
+    query: list[str] = typer.Argument(..., help="one or more query texts"),
+    k: int = typer.Option(5, help="how many results"),
+):
+    """Print the top-k example ids and scores for queries, as JSONL on stdout."""
+    import json
+
+    from .retrieval import Retriever
+
+    try:
+        ret = Retriever.load(index_dir)
+        result = ret.retrieve(query, k=k)
+    except (DataError, ValueError, FileNotFoundError) as err:
+        _fail(str(err))
+    for q, ids, scores in zip(query, result.ids, result.scores):
+        sys.stdout.write(json.dumps({"query": q, "ids": ids, "scores": [round(float(s), 4) for s in scores[: len(ids)]]}) + "\n")
+
+
+@app.command()
+def models():
+    """List the models taskret knows by name and whether their packages are installed."""
+    from rich.table import Table
+
+    from .models import MODELS, is_installed
+
+    table = Table("name", "kind", "installed", "install with", "description")
+    for entry in MODELS.values():
+        table.add_row(entry.name, entry.kind, "yes" if is_installed(entry.name) else "no", entry.install,
+                      entry.description)
+    Console().print(table)
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("runs/demo"), help="output folder"),
+    lm: str = typer.Option("smollm2-135m", help="inference LM"),
+    methods: str = typer.Option("random,bm25,sbert", help="comma-separated retrievers to compare"),
+):
+    """Compare retrievers on the MTOP slice shipped with taskret; prints EM and time per method."""
+    from .demo import run_demo
+
+    try:
+        run_demo(out, lm=lm, methods=[m.strip() for m in methods.split(",") if m.strip()], console=Console())
+    except (ModelNotInstalled, ValueError) as err:
+        _fail(str(err))
+
+
+def main() -> None:  # pragma: no cover
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,52 @@
+"""In-context learning: retrieve demonstrations, assemble prompts, decode greedily."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .data import Example, Task
+from .lm import CausalLM
+from .prompt import Prompt, PromptBuilder
+from .retrieval import Retriever
+
+DEFAULT_CONTEXT_WINDOW = 2048  # the paper's LM context (GPT-Neo); SmolLM2 allows 8192
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class Prediction:
+    example: Example
+    retrieved_ids: list[str]
+    retrieved_scores: list[float]
+    prompt: Prompt
+    prediction: str  # in the task's own notation (e.g. Break's "step ;step")
+    raw_generation: str
+
+
+def build_prompts(task: Task, retriever: Retriever, examples: Sequence[Example], builder: PromptBuilder,
+                  n_candidates: int = 100, exclude_self: bool = False) -> tuple[list[Prompt], list[list[str]], list[list[float]]]:
+    """Retrieve ``n_candidates`` per example (enough to fill the budget) and assemble the prompts."""
+    pool = {e.id: e for e in task.train}
+    result = retriever.retrieve([e.input for e in examples], k=n_candidates,
+                                exclude=[e.id for e in examples] if exclude_self else None)
+    prompts = []
+    for example, ids in zip(examples, result.ids):
+        demos = [(i, pool[i].input, task.prompt_output(pool[i])) for i in ids]
+        prompts.append(builder.build(example.input, demos))
+    return prompts, result.ids, [[float(s) for s in row[: len(ids)]] for row, ids in zip(result.scores, result.ids)]
+
+
+def predict(task: Task, retriever: Retriever, lm: CausalLM, examples: Sequence[Example], *,
+            context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+            max_demos: int | None = None, n_candidates: int = 100,
+            progress: Callable[[int], None] | None = None) -> list[Prediction]:
+    window = min(context_window, lm.context_length)
+    builder = PromptBuilder(lm.count_tokens, budget=window - max_new_tokens, max_demos=max_demos)
+    prompts, ids, scores = build_prompts(task, retriever, examples, builder, n_candidates=n_candidates)
+    generations = lm.generate([p.text for p in prompts], max_new_tokens=max_new_tokens, progress=progress)
+    return [
+        Prediction(example=e, retrieved_ids=i, retrieved_scores=s, prompt=p,
+                   prediction=task.output_format.from_prompt(g), raw_generation=g)
+        for e, i, s, p, g in zip(examples, ids, scores, prompts, generations)
+    ]

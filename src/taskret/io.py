@@ -1,0 +1,56 @@
+"""Artifact files: JSON and JSONL written to a temporary name and renamed, so a crash never leaves
+half a file behind under the final name."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is renamed onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    from .data import DataError
+
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise DataError(path, None, None, f"cannot read file ({err.strerror or err})") from err
+    except json.JSONDecodeError as err:
+        raise DataError(path, err.lineno, None, f"malformed JSON ({err.msg})") from err
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    from .data import iter_records
+
+    return [record for _, record in iter_records(Path(path))]

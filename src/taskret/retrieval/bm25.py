@@ -1,0 +1,56 @@
+"""BM25 over example inputs, outputs or both, with bm25s (sparse scores, stemmed, English stop words)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..data import Example
+from .base import Retriever, example_text
+
+
+def _tokenize(texts: Sequence[str], return_ids: bool = True):
+    import bm25s
+    import Stemmer
+
+    return bm25s.tokenize(list(texts), stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False,
+                          return_ids=return_ids)
+
+
+class BM25Retriever(Retriever):
+    name = "bm25"
+
+    def __init__(self, field: str = "input", k1: float = 1.5, b: float = 0.75):
+        super().__init__()
+        example_text(Example("", "", ""), field)  # validates the field name
+        self.field = field
+        self.k1 = k1
+        self.b = b
+        self._bm25 = None
+
+    def index(self, examples: Sequence[Example]) -> "BM25Retriever":
+        import bm25s
+
+        self.ids = [e.id for e in examples]
+        self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
+        self._bm25.index(_tokenize([example_text(e, self.field) for e in examples]), show_progress=False)
+        return self
+
+    def _search(self, queries: Sequence[str], k: int):
+        tokens = _tokenize(queries, return_ids=False)
+        # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
+        rows, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        return rows.tolist(), np.asarray(scores, dtype=np.float32)
+
+    def config(self) -> dict:
+        return {"field": self.field, "k1": self.k1, "b": self.b}
+
+    def _save_index(self, directory: Path) -> None:
+        self._bm25.save(directory / "bm25s")
+
+    def _load_index(self, directory: Path) -> None:
+        import bm25s
+
+        self._bm25 = bm25s.BM25.load(directory / "bm25s")
