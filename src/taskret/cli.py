@@ -18,12 +18,21 @@ app = typer.Typer(help="taskret: learned, task-aware retrieval (EPR prompt retri
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
 
+
+def _register_subcommands() -> None:
+    from .epr.cli import app as epr_app
+
+    app.add_typer(epr_app, name="epr")
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # taskret never fetches from a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    from rich.markup import escape
+
+    # escape: paths, ids and outputs hold square brackets that rich would read as markup.
+    console.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(2)
 
 
@@ -159,6 +168,9 @@ def demo(
         run_demo(out, lm=lm, methods=[m.strip() for m in methods.split(",") if m.strip()], console=Console())
     except (ModelNotInstalled, ValueError) as err:
         _fail(str(err))
+
+
+_register_subcommands()
 
 
 def main() -> None:  # pragma: no cover

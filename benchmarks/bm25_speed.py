@@ -1,0 +1,66 @@
+"""Candidate search speed: bm25s against rank_bm25, top-50 for every Break training example
+against the Break training set (by output, as EPR mines candidates), same tokens for both.
+
+    python benchmarks/bm25_speed.py --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+
+from taskret.data import load_task
+from taskret.io import write_json
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
+    parser.add_argument("--k", type=int, default=50)
+    parser.add_argument("--out", default="benchmarks/results/bm25_speed.json")
+    args = parser.parse_args()
+
+    import bm25s
+    import Stemmer
+    from rank_bm25 import BM25Okapi
+
+    train = load_task("break", data_dir=args.data_dir).train
+    texts = [e.output for e in train]
+    stemmer = Stemmer.Stemmer("english")
+    # One tokenisation for both libraries, so only indexing and search are timed.
+    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+
+    start = time.perf_counter()
+    fast = bm25s.BM25(k1=1.5, b=0.75)
+    fast.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    fast_ids, _ = fast.retrieve(tokens, k=args.k, show_progress=False, n_threads=1)
+    bm25s_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    slow = BM25Okapi(tokens, k1=1.5, b=0.75)
+    slow_ids = [np.argsort(-slow.get_scores(q), kind="stable")[: args.k] for q in tokens]
+    rank_bm25_s = time.perf_counter() - start
+
+    # The two libraries differ slightly in IDF (rank_bm25 floors negative IDF with epsilon), so report overlap.
+    overlap = float(np.mean([len(set(a) & set(b)) / args.k for a, b in zip(fast_ids.tolist(), slow_ids)]))
+    result = {
+        "benchmark": "bm25_speed",
+        "command": f"python benchmarks/bm25_speed.py --k {args.k}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, 1 thread",
+        "n_queries": len(texts), "n_docs": len(texts), "k": args.k,
+        "bm25s_s": round(bm25s_s, 2), "rank_bm25_s": round(rank_bm25_s, 2),
+        "speedup": round(rank_bm25_s / bm25s_s, 1),
+        "bm25s_queries_per_s": round(len(texts) / bm25s_s, 1),
+        "rank_bm25_queries_per_s": round(len(texts) / rank_bm25_s, 1),
+        "top50_overlap": round(overlap, 3),
+    }
+    write_json(args.out, result)
+    print(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Candidates: the top-L BM25 neighbours of every training example within the training set."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from pathlib import Path
+
+from ..data import DataError, Example, iter_records
+from ..io import write_jsonl
+from ..retrieval import BM25Retriever
+from ..retrieval.base import example_text
+
+
+def mine_candidates(examples: Sequence[Example], n: int = 50, field: str = "output") -> list[dict]:
+    """For each example, ``n`` neighbours by BM25 over ``field`` (output, input or both), itself excluded.
+
+    Rows: ``{"id", "candidates": [ids, best first], "bm25": [scores]}``.
+    """
+    retriever = BM25Retriever(field=field).index(examples)
+    result = retriever.retrieve([example_text(e, field) for e in examples], k=n, exclude=[e.id for e in examples])
+    return [{"id": e.id, "candidates": ids, "bm25": [round(float(s), 4) for s in scores[: len(ids)]]}
+            for e, ids, scores in zip(examples, result.ids, result.scores)]
+
+
+def write_candidates(path: str | os.PathLike, rows: list[dict]) -> None:
+    write_jsonl(path, rows)
+
+
+def read_candidates(path: str | os.PathLike, known_ids: set[str] | None = None) -> list[dict]:
+    """Read and check a candidates file: every row has an id and a list of candidate ids."""
+    rows = []
+    for line, row in iter_records(Path(path)):
+        rows.append(row)
+        for key in ("id", "candidates"):
+            if key not in row:
+                raise DataError(path, line, key, "missing field")
+        if not isinstance(row["candidates"], list):
+            raise DataError(path, line, "candidates", "expected a list of example ids")
+        if known_ids is not None:
+            unknown = [c for c in [row["id"], *row["candidates"]] if c not in known_ids]
+            if unknown:
+                raise DataError(path, line, "candidates", f"unknown example id '{unknown[0]}'")
+    return rows

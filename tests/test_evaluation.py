@@ -1,0 +1,177 @@
+"""Metrics, prompts built from retrieval, and evaluation runs (tiny LM) writing their artifacts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from taskret.data import BREAK_FORMAT, Example, Task, break_to_prompt
+from taskret.evaluation import (
+    break_normalized_match,
+    evaluate,
+    exact_match,
+    metrics_for,
+    prediction_rows,
+    score_predictions,
+)
+from taskret.inference import Prediction, build_prompts, predict
+from taskret.prompt import Prompt, PromptBuilder
+from taskret.retrieval import BM25Retriever
+
+from .conftest import read_jsonl_rows
+
+# --- metrics --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prediction,gold,expected", [
+    ("[IN:GET_WEATHER ]", "[IN:GET_WEATHER ]", True),
+    ("[IN:GET_WEATHER  [SL:DATE_TIME today ] ]", "[IN:GET_WEATHER [SL:DATE_TIME today ] ]", True),
+    (" return flights ;return #1 from washington\t", "return flights ;return #1 from  washington", True),
+    ("a\n b", "a b", True),
+    ("[IN:GET_WEATHER ]", "[IN:GET_WEATHER]", False),  # a missing space is not a whitespace run
+    ("[in:get_weather ]", "[IN:GET_WEATHER ]", False),
+    ("[IN:GET_WEATHER ]", "[IN:GET_ALARM ]", False),
+    ("", "x", False),
+])
+def test_exact_match(prediction, gold, expected):
+    assert exact_match(prediction, gold) is expected
+
+
+@pytest.mark.parametrize("prediction,gold,expected", [
+    ("Return the flights ;return #1 from Washington.", "return flights ;return #1 from  washington", True),
+    ("return flights; return #1 from washington", "return flights ;return #1 from washington", True),
+    ("return an apple ;return #1 that is red?", "return apple ;return #1 that is red", True),
+    ("return flights ;return #1 from boston", "return flights ;return #1 from washington", False),
+    ("return flights", "return flights ;return #1 from washington", False),
+    ("return #1 from washington ;return flights", "return flights ;return #1 from washington", False),
+    ("return flights ;return #2 from washington", "return flights ;return #1 from washington", False),
+])
+def test_break_normalized_match(prediction, gold, expected):
+    assert break_normalized_match(prediction, gold) is expected
+
+
+def _prediction(example: Example, text: str) -> Prediction:
+    return Prediction(example=example, retrieved_ids=["r1", "r2"], retrieved_scores=[2.0, 1.0],
+                      prompt=Prompt(text=f"demo\tx\n{example.input}\t", demo_ids=["r1"], n_tokens=7),
+                      prediction=text, raw_generation=text)
+
+
+def test_score_predictions_exact_match():
+    task = Task("mtop", train=[], test=[])
+    examples = [Example(str(i), f"q{i}", f"[IN:X{i} ]") for i in range(4)]
+    predictions = [_prediction(examples[0], "[IN:X0 ]"), _prediction(examples[1], "[IN:X1  ]"),
+                   _prediction(examples[2], "[IN:X2 ]"), _prediction(examples[3], "[IN:Y ]")]
+    assert score_predictions(task, predictions) == {"em": 75.0}
+    assert score_predictions(task, []) == {"em": 0.0}
+
+
+def test_score_predictions_break_has_both_metrics():
+    task = Task("break", train=[], test=[], output_format=BREAK_FORMAT)
+    gold = "return flights ;return #1 from  washington"
+    examples = [Example("a", "q", gold), Example("b", "q", gold)]
+    predictions = [_prediction(examples[0], "return flights ;return #1 from washington"),
+                   _prediction(examples[1], "return the flights ;return #1 from Washington")]
+    assert score_predictions(task, predictions) == {"em": 50.0, "normalized_match": 100.0}
+    assert set(metrics_for(Task("mtop", [], []))) == {"em"}
+
+
+def test_prediction_rows():
+    task = Task("break", train=[], test=[], output_format=BREAK_FORMAT)
+    example = Example("b1", "flights from DC?", "return flights ;return #1 from  DC")
+    rows = prediction_rows(task, [_prediction(example, "return flights ;return #1 from dc")])
+    assert rows == [{
+        "id": "b1", "input": "flights from DC?", "retrieved_ids": ["r1", "r2"], "retrieved_scores": [2.0, 1.0],
+        "prompt_ids": ["r1"], "prompt_tokens": 7, "prompt": "demo\tx\nflights from DC?\t",
+        "generation": "return flights ;return #1 from dc", "prediction": "return flights ;return #1 from dc",
+        "gold": "return flights ;return #1 from  DC", "correct": False, "normalized_match": True,
+    }]
+
+
+# --- prompts from retrieval -----------------------------------------------------------------------
+
+
+def test_build_prompts_in_retrieval_order_and_exclude_self(pool_examples, tiny_lm):
+    task = Task("pool", train=pool_examples, test=[])
+    retriever = BM25Retriever().index(pool_examples)
+    builder = PromptBuilder(tiny_lm.count_tokens, budget=10_000)
+    queries = pool_examples[:3]
+    prompts, ids, scores = build_prompts(task, retriever, queries, builder, n_candidates=4)
+    for example, prompt, row, row_scores in zip(queries, prompts, ids, scores):
+        assert row[0] == example.id  # without exclude_self, each training example finds itself
+        assert prompt.demo_ids == row[::-1]
+        assert prompt.text.endswith(f"{example.input}\t{example.output}\n{example.input}\t")
+        assert len(row_scores) == len(row) == 4 and row_scores == sorted(row_scores, reverse=True)
+    _, ids, _ = build_prompts(task, retriever, queries, builder, n_candidates=4, exclude_self=True)
+    for example, row in zip(queries, ids):
+        assert example.id not in row and len(row) == 4
+
+
+def test_build_prompts_show_outputs_in_the_task_format(tiny_lm):
+    train = [Example("b1", "flights from DC to Boston", "return flights ;return #1 from  DC ;return #2 to  Boston")]
+    task = Task("break", train=train, test=[], output_format=BREAK_FORMAT)
+    builder = PromptBuilder(tiny_lm.count_tokens, budget=1000)
+    prompts, _, _ = build_prompts(task, BM25Retriever().index(train), [Example("t", "flights from DC", "x")], builder)
+    assert prompts[0].text == f"flights from DC to Boston\t{break_to_prompt(train[0].output)}\nflights from DC\t"
+
+
+def test_predict_respects_the_window_and_max_demos(demo_task, tiny_lm):
+    retriever = BM25Retriever().index(demo_task.train)
+    examples = demo_task.test[:3]
+    predictions = predict(demo_task, retriever, tiny_lm, examples, context_window=200, max_new_tokens=8)
+    assert [p.example for p in predictions] == examples
+    for p in predictions:
+        assert 0 < len(p.prompt.demo_ids) and p.prompt.n_tokens <= 200 - 8
+        assert tiny_lm.count_tokens(p.prompt.text) == p.prompt.n_tokens
+        assert p.prompt.demo_ids[-1] == p.retrieved_ids[0]
+        assert p.prediction == p.raw_generation and "\n" not in p.prediction
+    one_shot = predict(demo_task, retriever, tiny_lm, examples, context_window=200, max_new_tokens=8, max_demos=1)
+    assert [p.prompt.demo_ids for p in one_shot] == [[p.retrieved_ids[0]] for p in predictions]
+
+
+def test_predict_maps_break_generations_back(tiny_lm):
+    train = [Example(f"b{i}", f"question number {i}", f"return thing {i} ;return #1 that is red") for i in range(3)]
+    task = Task("break", train=train, test=train, output_format=BREAK_FORMAT)
+    predictions = predict(task, BM25Retriever().index(train), tiny_lm, train[:2], context_window=256, max_new_tokens=6)
+    for p in predictions:
+        assert p.prediction == BREAK_FORMAT.from_prompt(p.raw_generation)
+        assert "1#) return thing" in p.prompt.text
+
+
+# --- evaluation runs ------------------------------------------------------------------------------
+
+
+def test_evaluate_writes_predictions_and_summary(tmp_path, demo_task, tiny_lm):
+    retriever = BM25Retriever().index(demo_task.train)
+    examples = demo_task.test[:3]
+    progressed = []
+    summary = evaluate(demo_task, retriever, tiny_lm, examples, tmp_path / "run", retriever_name="bm25",
+                       context_window=256, max_new_tokens=8, progress=progressed.append, extra={"note": "unit"})
+    assert sum(progressed) == 3
+    rows = read_jsonl_rows(tmp_path / "run" / "predictions.jsonl")
+    assert [r["id"] for r in rows] == [e.id for e in examples]
+    assert [r["gold"] for r in rows] == [e.output for e in examples]
+    for row in rows:
+        assert row["correct"] == (" ".join(row["prediction"].split()) == " ".join(row["gold"].split()))
+        assert row["prompt"].endswith(row["input"] + "\t")
+        assert row["prompt_tokens"] <= 256 - 8
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text(encoding="utf-8"))
+    assert saved == summary
+    assert saved["n"] == 3 and saved["task"] == "demo" and saved["retriever"] == "bm25" and saved["lm"] == "tiny"
+    assert saved["metrics"]["em"] == pytest.approx(100.0 * sum(r["correct"] for r in rows) / 3)
+    assert saved["context_window"] == 256 and saved["max_new_tokens"] == 8 and saved["note"] == "unit"
+    assert saved["mean_demos"] == pytest.approx(sum(len(r["prompt_ids"]) for r in rows) / 3)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["predictions.jsonl", "summary.json"]
+
+
+def test_evaluate_counts_a_correct_answer(tmp_path, tiny_lm):
+    """Gold outputs set to what the LM answers: em must be 100, showing predictions reach the metric."""
+    examples = [Example("a", "set an alarm", "placeholder"), Example("b", "call mom", "placeholder")]
+    task = Task("toy", train=[Example("t", "set a timer", "[IN:CREATE_TIMER ]")], test=examples)
+    retriever = BM25Retriever().index(task.train)
+    first = predict(task, retriever, tiny_lm, examples, context_window=128, max_new_tokens=6)
+    gold = [Example(e.id, e.input, p.prediction or "-") for e, p in zip(examples, first)]
+    summary = evaluate(task, retriever, tiny_lm, gold, tmp_path, retriever_name="bm25", context_window=128,
+                       max_new_tokens=6)
+    expected = 100.0 * sum(bool(p.prediction) for p in first) / 2
+    assert summary["metrics"]["em"] == expected
