@@ -26,6 +26,7 @@ def _register_subcommands() -> None:
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # taskret never fetches from a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # our own bars show progress; theirs is noise
 
 
 def _fail(message: str) -> None:
@@ -57,8 +58,10 @@ def evaluate(
     id_field: Optional[str] = typer.Option(None, help="field holding a unique id (default: line number)"),
     fmt: Optional[str] = typer.Option(None, "--format", help="field names of a known layout: mtop, break, smcalflow"),
     data_dir: Optional[Path] = typer.Option(None, help="folder of built-in task files (default $TASKRET_DATA_DIR or ../shared/data)"),
-    retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, or an index dir"),
+    retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, epr:DIR, an "
+                                  "index dir; or a test-time method: bm25-oracle, lm-oracle, bruteforce"),
     lm: str = typer.Option("smollm2-135m", help="inference LM: a registered name or a local folder"),
+    scoring_lm: Optional[str] = typer.Option(None, help="scoring LM of lm-oracle and bruteforce (default: --lm)"),
     limit: Optional[int] = typer.Option(None, help="evaluate a fixed seeded sample of N test examples"),
     seed: int = typer.Option(0, help="seed of the test sample and of the random retriever"),
     k: Optional[int] = typer.Option(None, help="at most k demonstrations (k=1: one-shot); default: fill the budget"),
@@ -69,6 +72,7 @@ def evaluate(
     out: Path = typer.Option(Path("runs/evaluate"), help="output folder: predictions.jsonl and summary.json"),
 ):
     """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
+    from .epr.methods import TEST_TIME_METHODS, rank_test_examples
     from .evaluation import evaluate as run_evaluation
     from .lm import CausalLM
     from .progress import progress_bar
@@ -77,16 +81,24 @@ def evaluate(
     try:
         loaded = _load_task_from_options(task, train, test, input_field, output_field, id_field, fmt, data_dir)
         examples = sample(loaded.test, limit, seed=seed)
-        ret = make_retriever(retriever, seed=seed, device=device)
-        if not ret.ids:
-            with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
-                ret.index(loaded.train)
         with console.status(f"loading {lm}"):
             model = CausalLM.load(lm, device=device, dtype=dtype)
+        ret, retrieved = None, None
+        if retriever in TEST_TIME_METHODS:
+            scorer = model if scoring_lm in (None, lm) or retriever == "bm25-oracle" else CausalLM.load(
+                scoring_lm, device=device, dtype=dtype)
+            with progress_bar(len(examples), f"ranking with {retriever}") as advance:
+                retrieved = rank_test_examples(retriever, loaded, examples, scorer, seed=seed)
+                advance(len(examples))
+        else:
+            ret = make_retriever(retriever, seed=seed, device=device)
+            if not ret.ids:
+                with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
+                    ret.index(loaded.train)
         with progress_bar(len(examples), f"{loaded.name} / {retriever}") as advance:
             summary = run_evaluation(loaded, ret, model, examples, out, retriever_name=retriever,
                                      context_window=context_window, max_new_tokens=max_new_tokens, max_demos=k,
-                                     progress=advance)
+                                     progress=advance, retrieved=retrieved)
     except (DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
         _fail(str(err))
     metrics = ", ".join(f"{name} {value:.1f}" for name, value in summary["metrics"].items())
@@ -159,7 +171,7 @@ def models():
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="output folder"),
     lm: str = typer.Option("smollm2-135m", help="inference LM"),
-    methods: str = typer.Option("random,bm25,sbert", help="comma-separated retrievers to compare"),
+    methods: str = typer.Option("random,bm25,sbert,epr", help="comma-separated methods to compare"),
 ):
     """Compare retrievers on the MTOP slice shipped with taskret; prints EM and time per method."""
     from .demo import run_demo

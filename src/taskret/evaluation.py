@@ -12,7 +12,7 @@ from .data import Example, Task
 from .inference import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, Prediction, predict
 from .io import write_json, write_jsonl
 from .lm import CausalLM
-from .retrieval import Retriever
+from .retrieval import RetrievalResult, Retriever
 
 _SPACES = re.compile(r"\s+")
 
@@ -82,15 +82,16 @@ def prediction_rows(task: Task, predictions: Sequence[Prediction]) -> list[dict]
     } for p in predictions]
 
 
-def evaluate(task: Task, retriever: Retriever, lm: CausalLM, examples: Sequence[Example], out_dir: str | Path, *,
+def evaluate(task: Task, retriever: Retriever | None, lm: CausalLM, examples: Sequence[Example], out_dir: str | Path, *,
              retriever_name: str, context_window: int = DEFAULT_CONTEXT_WINDOW,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, max_demos: int | None = None,
-             progress: Callable[[int], None] | None = None, extra: dict | None = None) -> dict:
+             progress: Callable[[int], None] | None = None, extra: dict | None = None,
+             retrieved: RetrievalResult | None = None) -> dict:
     """Run in-context learning on ``examples`` and write predictions.jsonl and summary.json to ``out_dir``."""
     out_dir = Path(out_dir)
     start = time.perf_counter()
     predictions = predict(task, retriever, lm, examples, context_window=context_window, max_new_tokens=max_new_tokens,
-                          max_demos=max_demos, progress=progress)
+                          max_demos=max_demos, progress=progress, retrieved=retrieved)
     wall = time.perf_counter() - start
     summary = {
         "task": task.name,

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 from .data import Example, Task
 from .lm import CausalLM
 from .prompt import Prompt, PromptBuilder
-from .retrieval import Retriever
+from .retrieval import RetrievalResult, Retriever
 
 DEFAULT_CONTEXT_WINDOW = 2048  # the paper's LM context (GPT-Neo); SmolLM2 allows 8192
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -24,12 +24,16 @@ class Prediction:
     raw_generation: str
 
 
-def build_prompts(task: Task, retriever: Retriever, examples: Sequence[Example], builder: PromptBuilder,
-                  n_candidates: int = 100, exclude_self: bool = False) -> tuple[list[Prompt], list[list[str]], list[list[float]]]:
-    """Retrieve ``n_candidates`` per example (enough to fill the budget) and assemble the prompts."""
+def build_prompts(task: Task, retriever: Retriever | None, examples: Sequence[Example], builder: PromptBuilder,
+                  n_candidates: int = 100, exclude_self: bool = False, retrieved: RetrievalResult | None = None,
+                  ) -> tuple[list[Prompt], list[list[str]], list[list[float]]]:
+    """Retrieve ``n_candidates`` per example (enough to fill the budget) and assemble the prompts.
+
+    ``retrieved`` replaces the retriever with rankings made elsewhere (the oracles, BruteForce).
+    """
     pool = {e.id: e for e in task.train}
-    result = retriever.retrieve([e.input for e in examples], k=n_candidates,
-                                exclude=[e.id for e in examples] if exclude_self else None)
+    result = retrieved if retrieved is not None else retriever.retrieve(
+        [e.input for e in examples], k=n_candidates, exclude=[e.id for e in examples] if exclude_self else None)
     unknown = {i for ids in result.ids for i in ids if i not in pool}
     if unknown:
         raise ValueError(f"the retriever's index holds ids that are not in the training set of '{task.name}' "
@@ -41,13 +45,14 @@ def build_prompts(task: Task, retriever: Retriever, examples: Sequence[Example],
     return prompts, result.ids, [[float(s) for s in row[: len(ids)]] for row, ids in zip(result.scores, result.ids)]
 
 
-def predict(task: Task, retriever: Retriever, lm: CausalLM, examples: Sequence[Example], *,
+def predict(task: Task, retriever: Retriever | None, lm: CausalLM, examples: Sequence[Example], *,
             context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-            max_demos: int | None = None, n_candidates: int = 100,
+            max_demos: int | None = None, n_candidates: int = 100, retrieved: RetrievalResult | None = None,
             progress: Callable[[int], None] | None = None) -> list[Prediction]:
     window = min(context_window, lm.context_length)
     builder = PromptBuilder(lm.count_tokens, budget=window - max_new_tokens, max_demos=max_demos)
-    prompts, ids, scores = build_prompts(task, retriever, examples, builder, n_candidates=n_candidates)
+    prompts, ids, scores = build_prompts(task, retriever, examples, builder, n_candidates=n_candidates,
+                                          retrieved=retrieved)
     generations = lm.generate([p.text for p in prompts], max_new_tokens=max_new_tokens, progress=progress)
     return [
         Prediction(example=e, retrieved_ids=i, retrieved_scores=s, prompt=p,

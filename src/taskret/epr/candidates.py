@@ -39,7 +39,9 @@ def read_candidates(path: str | os.PathLike, known_ids: set[str] | None = None) 
         if not isinstance(row["candidates"], list):
             raise DataError(path, line, "candidates", "expected a list of example ids")
         if known_ids is not None:
-            unknown = [c for c in [row["id"], *row["candidates"]] if c not in known_ids]
+            if row["id"] not in known_ids:
+                raise DataError(path, line, "id", f"unknown example id '{row['id']}'")
+            unknown = [c for c in row["candidates"] if c not in known_ids]
             if unknown:
                 raise DataError(path, line, "candidates", f"unknown example id '{unknown[0]}'")
     return rows

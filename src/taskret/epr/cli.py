@@ -19,7 +19,10 @@ TaskOpt = typer.Option(None, "--task", help="mtop, break, smcalflow, demo; or --
 
 
 def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error:[/] {err}")
+    from rich.markup import escape
+
+    # escape: paths, ids and pydantic's "[type=...]" hold square brackets that rich would read as markup.
+    console.print(f"[bold red]error:[/] {escape(str(err))}")
     raise typer.Exit(2)
 
 
@@ -114,12 +117,19 @@ def label(
         elif method in ("bm25", "cbr"):
             if candidates_file is None:
                 raise ValueError(f"--method {method} needs --candidates")
-            cands = read_candidates(candidates_file)
             if method == "bm25":
+                cands = read_candidates(candidates_file)
+                missing = [r["id"] for r in cands if not isinstance(r.get("bm25"), list)
+                           or len(r["bm25"]) != len(r["candidates"])]
+                if missing:
+                    raise ValueError(f"{candidates_file}: row '{missing[0]}' has no list of bm25 scores, one per "
+                                     f"candidate (as `taskret epr candidates` writes)")
                 rows = bm25_labels(cands, k=k)
             else:
                 loaded = _task(task, train, input_field, output_field, id_field, data_dir)
-                rows = cbr_labels(cands, {e.id: e for e in loaded.train}, k=k)
+                examples = {e.id: e for e in loaded.train}
+                cands = read_candidates(candidates_file, known_ids=set(examples))
+                rows = cbr_labels(cands, examples, k=k)
         else:
             raise ValueError(f"unknown method '{method}'; expected lm, bm25 or cbr")
         write_jsonl(out, rows)

@@ -59,7 +59,9 @@ class EPRConfig(BaseModel):
                          output_field=self.output_field, id_field=self.id_field, data_dir=self.data_dir)
 
 
-def run_pipeline(config: EPRConfig, console=None, progress: bool = True) -> dict:
+def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: dict | None = None) -> dict:
+    """Run every stage whose output is missing. ``lms`` caches loaded LMs by name (the scoring and the
+    inference LM are often the same model, and a caller such as the demo may already hold it)."""
     from ..evaluation import evaluate
     from ..lm import CausalLM
     from ..retrieval import DenseRetriever, Retriever
@@ -68,6 +70,13 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True) -> dict
     from .scoring import score_candidates
     from .training import TrainingConfig, train_dual_encoder
     from ..io import write_jsonl
+
+    lms = {} if lms is None else lms
+
+    def load_lm(name: str) -> CausalLM:
+        if name not in lms:
+            lms[name] = CausalLM.load(name)
+        return lms[name]
 
     say = console.print if console is not None else (lambda *a, **k: None)
     work = Path(config.work_dir)
@@ -92,7 +101,7 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True) -> dict
         say(f"labels: {labels_path} exists, skipped")
     else:
         if config.labels == "lm":
-            lm = CausalLM.load(config.scoring_lm)
+            lm = load_lm(config.scoring_lm)
             n_pairs = sum(len(r["candidates"]) for r in cand_rows)
             with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
                 scores_path = score_candidates(cand_rows, examples, lm, work / "scoring", fmt=task.output_format,
@@ -129,7 +138,7 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True) -> dict
         summary = json.loads((eval_dir / "summary.json").read_text())
         say(f"evaluation: {eval_dir}/summary.json exists, skipped")
     else:
-        lm = CausalLM.load(config.inference_lm)
+        lm = load_lm(config.inference_lm)
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), "evaluating", enabled=progress) as advance:
             summary = evaluate(task, retriever, lm, test, eval_dir, retriever_name=f"epr:{work}",

@@ -68,6 +68,10 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
     out_dir = Path(out_dir)
     shard_dir = out_dir / "shards"
     shard_dir.mkdir(parents=True, exist_ok=True)
+    # A job killed while writing a file leaves its temporary (io.atomic_path: ".NAME.*.tmp") behind.
+    for stale in [*shard_dir.glob(".shard-*.tmp"), *out_dir.glob(f".{SCORES_FILE}.*.tmp"),
+                  *out_dir.glob(f".{META_FILE}.*.tmp")]:
+        stale.unlink(missing_ok=True)
     meta = {"lm": lm.name, "candidates": _fingerprint(candidate_rows), "shard_size": shard_size,
             "n_examples": len(candidate_rows), "n_pairs": sum(len(r["candidates"]) for r in candidate_rows)}
     meta_path = out_dir / META_FILE

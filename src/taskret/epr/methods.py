@@ -1,0 +1,111 @@
+"""The EPR paper's other methods on the same machinery: rankings made with the scoring LM or with the
+gold output at test time. Each returns a :class:`RetrievalResult` for ``evaluate(..., retrieved=...)``.
+
+- BM25-Oracle: BM25 over training outputs, queried with the *gold* test output.
+- LM-Oracle: BM25-by-gold-output candidates re-ranked by the scoring LM's log P(y_test | e, x_test).
+- BruteForce: ``n_random`` random training examples ranked by the scoring LM without the gold output,
+  by log P(x_test | e): how well a candidate demonstration predicts the test input. This is our reading
+  of the paper's description (the gold output is not available at test time).
+- AnyCorrect-Oracle: one-shot; an example counts as solved if *any* of its top-L candidates, used as the
+  single demonstration, makes the inference LM produce the gold output.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..data import Example, Task
+from ..evaluation import exact_match
+from ..lm import CausalLM
+from ..prompt import render_demo
+from ..retrieval import BM25Retriever, RetrievalResult
+from .scoring import scoring_pair
+
+Progress = Callable[[int], None] | None
+
+
+def _ranked(ids_per_query: list[list[str]], scores_per_query: list[list[float]], k: int) -> RetrievalResult:
+    out_ids, out_scores = [], np.full((len(ids_per_query), k), np.nan, dtype=np.float32)
+    for q, (ids, scores) in enumerate(zip(ids_per_query, scores_per_query)):
+        order = sorted(range(len(ids)), key=lambda i: -scores[i])[:k]  # stable on ties
+        out_ids.append([ids[i] for i in order])
+        out_scores[q, : len(order)] = [scores[i] for i in order]
+    return RetrievalResult(out_ids, out_scores)
+
+
+def bm25_oracle(task: Task, examples: Sequence[Example], k: int = 100) -> RetrievalResult:
+    retriever = BM25Retriever(field="output").index(task.train)
+    return retriever.retrieve([e.output for e in examples], k=k)
+
+
+def lm_rank(task: Task, examples: Sequence[Example], candidates: RetrievalResult, lm: CausalLM,
+            gold_output: bool = True, progress: Progress = None) -> RetrievalResult:
+    """Re-rank each example's candidates by the LM: log P(y | e, x) with the gold output, else log P(x | e)."""
+    pool = {e.id: e for e in task.train}
+    prompts, targets = [], []
+    for example, ids in zip(examples, candidates.ids):
+        for cand_id in ids:
+            if gold_output:
+                prompt, target = scoring_pair(pool[cand_id], example, task.output_format)
+            else:
+                cand = pool[cand_id]
+                prompt, target = render_demo(cand.input, task.prompt_output(cand)) + "\n", example.input
+            prompts.append(prompt)
+            targets.append(target)
+    scores = iter(lm.score(prompts, targets, progress=progress))
+    ranked_scores = [[next(scores).logprob for _ in ids] for ids in candidates.ids]
+    return _ranked(candidates.ids, ranked_scores, k=max((len(i) for i in candidates.ids), default=1))
+
+
+def lm_oracle(task: Task, examples: Sequence[Example], lm: CausalLM, n_candidates: int = 50,
+              progress: Progress = None) -> RetrievalResult:
+    return lm_rank(task, examples, bm25_oracle(task, examples, k=n_candidates), lm, gold_output=True,
+                   progress=progress)
+
+
+def brute_force(task: Task, examples: Sequence[Example], lm: CausalLM, n_random: int = 200, seed: int = 0,
+                progress: Progress = None) -> RetrievalResult:
+    rng = random.Random(seed)
+    ids = [e.id for e in task.train]
+    draws = [rng.sample(ids, min(n_random, len(ids))) for _ in examples]
+    candidates = RetrievalResult(draws, np.zeros((len(examples), len(draws[0]) if draws else 0), dtype=np.float32))
+    return lm_rank(task, examples, candidates, lm, gold_output=False, progress=progress)
+
+
+def any_correct_oracle(task: Task, examples: Sequence[Example], lm: CausalLM, candidates: RetrievalResult,
+                       max_new_tokens: int = 128, progress: Progress = None) -> dict:
+    """One-shot with every candidate; returns the share of examples any candidate solves, and per-example hits."""
+    pool = {e.id: e for e in task.train}
+    prompts, owners = [], []
+    for q, (example, ids) in enumerate(zip(examples, candidates.ids)):
+        for cand_id in ids:
+            cand = pool[cand_id]
+            prompts.append(render_demo(cand.input, task.prompt_output(cand)) + "\n" + f"{example.input}\t")
+            owners.append((q, cand_id))
+    generations = lm.generate(prompts, max_new_tokens=max_new_tokens, progress=progress)
+    solved: dict[int, list[str]] = {q: [] for q in range(len(examples))}
+    for (q, cand_id), generation in zip(owners, generations):
+        if exact_match(task.output_format.from_prompt(generation), examples[q].output):
+            solved[q].append(cand_id)
+    rows = [{"id": e.id, "solved_by": solved[q]} for q, e in enumerate(examples)]
+    return {"any_correct": 100.0 * sum(bool(r["solved_by"]) for r in rows) / max(len(rows), 1), "rows": rows}
+
+
+TEST_TIME_METHODS = ("bm25-oracle", "lm-oracle", "bruteforce")
+
+
+def rank_test_examples(method: str, task: Task, examples: Sequence[Example], scoring_lm: CausalLM | None = None,
+                       seed: int = 0, progress: Progress = None) -> RetrievalResult:
+    """Rankings for the methods that look at each test example itself (``TEST_TIME_METHODS``)."""
+    if method == "bm25-oracle":
+        return bm25_oracle(task, examples)
+    if scoring_lm is None:
+        raise ValueError(f"{method} needs a scoring LM")
+    if method == "lm-oracle":
+        return lm_oracle(task, examples, scoring_lm, progress=progress)
+    if method == "bruteforce":
+        return brute_force(task, examples, scoring_lm, seed=seed, progress=progress)
+    raise ValueError(f"unknown method '{method}'; expected one of {', '.join(TEST_TIME_METHODS)}")
