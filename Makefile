@@ -31,9 +31,14 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Benchmarks read the shared data from $(DATA_DIR); override with `make bench DATA_DIR=...`.
+DATA_DIR ?= ../shared/data
 bench: setup
-	$(BIN)/python benchmarks/icl_baselines.py
-	$(BIN)/python benchmarks/bm25_speed.py
+	$(BIN)/python benchmarks/bm25_speed.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/icl_baselines.py --data-dir $(DATA_DIR)
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
+	$(BIN)/python benchmarks/epr_analysis.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/lm_throughput.py --data-dir $(DATA_DIR)
 
 clean:
 	rm -rf $(VENV) runs

@@ -19,7 +19,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..data import Task, load_task, sample
-from ..io import read_jsonl
+from ..io import read_json, read_jsonl, write_json
 from ..progress import progress_bar
 
 
@@ -78,9 +78,21 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
             lms[name] = CausalLM.load(name)
         return lms[name]
 
-    say = console.print if console is not None else (lambda *a, **k: None)
+    from rich.markup import escape
+
+    say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
     work = Path(config.work_dir)
     work.mkdir(parents=True, exist_ok=True)
+    # Stages are skipped when their outputs exist, so outputs made under another config must not be reused.
+    used_path = work / "pipeline_config.json"
+    if used_path.exists():
+        used = EPRConfig.model_validate(read_json(used_path))
+        if used != config:
+            changed = sorted(k for k in config.model_fields if getattr(used, k) != getattr(config, k))
+            raise ValueError(f"{work} was made with another config (changed: {', '.join(changed)}); "
+                             f"use a new work_dir or delete the old one")
+    else:
+        write_json(used_path, config.model_dump())
     task = config.load_task()
     examples = {e.id: e for e in task.train}
     queries = sample(task.train, config.max_train_examples, seed=config.seed)

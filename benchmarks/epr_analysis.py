@@ -1,0 +1,114 @@
+"""EPR analysis on MTOP, after `taskret epr run benchmarks/configs/epr_mtop_small.json`:
+
+1. Recall@K of the trained retriever (and of BM25 and SBERT) against LM-labelled positives of test
+   examples (the paper's Figure 3): each test example's top-L BM25-by-gold-output candidates are scored
+   by the scoring LM with the gold output; the top-k are its positives.
+2. One-shot (k=1) against full-context EM for BM25, SBERT and EPR (the paper's Table 3).
+3. The oracles on the same examples: BM25-Oracle, LM-Oracle (full context) and AnyCorrect-Oracle (one-shot).
+
+    python benchmarks/epr_analysis.py --data-dir ../shared/data --n 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from taskret.data import load_task, sample  # noqa: E402
+from taskret.epr.methods import any_correct_oracle, bm25_oracle, lm_rank  # noqa: E402
+from taskret.evaluation import evaluate  # noqa: E402
+from taskret.io import write_json  # noqa: E402
+from taskret.lm import CausalLM  # noqa: E402
+from taskret.retrieval import make_retriever  # noqa: E402
+
+
+def recall_at(ranked: list[list[str]], positives: list[list[str]], k: int) -> float:
+    return 100.0 * sum(len(set(r[:k]) & set(p)) / len(p) for r, p in zip(ranked, positives)) / len(ranked)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
+    parser.add_argument("--epr", default="benchmarks/results/epr_mtop_small")
+    parser.add_argument("--n", type=int, default=100)
+    parser.add_argument("--n-candidates", type=int, default=10)
+    parser.add_argument("--k-positives", type=int, default=3)
+    parser.add_argument("--context-window", type=int, default=640)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--out", default="benchmarks/results/epr_analysis")
+    args = parser.parse_args()
+    out = Path(args.out)
+
+    task = load_task("mtop", data_dir=args.data_dir)
+    examples = sample(task.test, args.n, seed=0)
+    lm = CausalLM.load("smollm2-135m")
+    timings = {}
+
+    start = time.perf_counter()
+    candidates = bm25_oracle(task, examples, k=args.n_candidates)
+    lm_ranked = lm_rank(task, examples, candidates, lm, gold_output=True)
+    timings["lm_labelling_s"] = round(time.perf_counter() - start, 1)
+    positives = [ids[: args.k_positives] for ids in lm_ranked.ids]
+
+    retrievers = {"bm25": make_retriever("bm25"), "sbert": make_retriever("sbert"),
+                  "epr": make_retriever(f"epr:{args.epr}")}
+    ks = [1, 3, 5, 10, 25, 50, 100]
+    recall = {}
+    for name, retriever in retrievers.items():
+        if not retriever.ids:
+            retriever.index(task.train)
+        ranked = retriever.retrieve([e.input for e in examples], k=max(ks)).ids
+        recall[name] = {k: round(recall_at(ranked, positives, k), 2) for k in ks}
+
+    em = {}
+    for name, retriever in retrievers.items():
+        for label, max_demos in (("one_shot", 1), ("full", None)):
+            summary = evaluate(task, retriever, lm, examples, out / f"{name}_{label}", retriever_name=name,
+                               context_window=args.context_window, max_new_tokens=args.max_new_tokens,
+                               max_demos=max_demos)
+            em[f"{name}/{label}"] = round(summary["metrics"]["em"], 2)
+    for name, ranked in (("bm25-oracle", candidates), ("lm-oracle", lm_ranked)):
+        summary = evaluate(task, None, lm, examples, out / name, retriever_name=name, retrieved=ranked,
+                           context_window=args.context_window, max_new_tokens=args.max_new_tokens)
+        em[f"{name}/full"] = round(summary["metrics"]["em"], 2)
+    start = time.perf_counter()
+    any_correct = any_correct_oracle(task, examples, lm, candidates, max_new_tokens=args.max_new_tokens)
+    timings["any_correct_s"] = round(time.perf_counter() - start, 1)
+    em["anycorrect-oracle/one_shot"] = round(any_correct["any_correct"], 2)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, values in recall.items():
+        ax.plot(ks, [values[k] for k in ks], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("K (retrieved examples)")
+    ax.set_ylabel(f"recall of LM top-{args.k_positives} positives (%)")
+    ax.set_title(f"MTOP test (N={len(examples)}), SmolLM2-135M labels")
+    ax.legend()
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "recall_at_k.png", dpi=120)
+
+    result = {
+        "benchmark": "epr_analysis",
+        "command": f"python benchmarks/epr_analysis.py --n {args.n} --n-candidates {args.n_candidates} "
+                   f"--k-positives {args.k_positives} --context-window {args.context_window}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "n": len(examples), "recall_at_k": recall, "em": em, "timings": timings,
+    }
+    write_json(out / "analysis.json", result)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

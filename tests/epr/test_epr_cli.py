@@ -1,0 +1,187 @@
+"""`taskret epr ...` run in-process with typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from taskret.cli import app
+from tests.conftest import POOL_ROWS, read_jsonl_rows, write_jsonl_rows
+
+ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}  # wide: rich must not wrap paths in messages
+FIELDS = ["--input-field", "q", "--output-field", "a", "--id-field", "key"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, ["epr", *[str(a) for a in args]], env=ENV)
+
+
+@pytest.fixture
+def train(tmp_path):
+    return write_jsonl_rows(tmp_path / "train.jsonl", POOL_ROWS)
+
+
+def test_epr_help_lists_the_stages():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("candidates", "score", "label", "train", "index", "run"):
+        assert command in result.output
+
+
+def test_candidates(tmp_path, train):
+    from taskret.data import Example
+    from taskret.epr.candidates import mine_candidates
+
+    out = tmp_path / "cands.jsonl"
+    result = invoke("candidates", "--train", train, *FIELDS, "--n", 3, "--field", "input", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert f"8 examples x 3 candidates -> {out}" in result.stderr
+    rows = read_jsonl_rows(out)
+    examples = [Example(r["key"], r["q"], r["a"]) for r in POOL_ROWS]
+    assert rows == mine_candidates(examples, n=3, field="input")
+    assert all(len(r["candidates"]) == 3 and r["id"] not in r["candidates"] for r in rows)
+
+    limited = tmp_path / "limited.jsonl"
+    result = invoke("candidates", "--train", train, *FIELDS, "--n", 3, "--limit", 5, "--out", limited)
+    assert result.exit_code == 0, result.output
+    rows = read_jsonl_rows(limited)
+    assert len(rows) == 5
+    assert {c for r in rows for c in r["candidates"]} - {r["id"] for r in rows}  # candidates from the whole pool
+
+
+def test_candidates_with_a_bad_train_file(tmp_path):
+    train = write_jsonl_rows(tmp_path / "train[v2].jsonl", [POOL_ROWS[0], {"key": "x", "q": "no output"}])
+    out = tmp_path / "cands.jsonl"
+    result = invoke("candidates", "--train", train, *FIELDS, "--out", out)
+    assert result.exit_code == 2
+    assert f"{train}, line 2, field 'a': missing field" in result.stderr  # brackets survive rich markup
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_label_bm25(tmp_path, train):
+    from taskret.epr.labels import bm25_labels
+
+    cands = tmp_path / "cands.jsonl"
+    assert invoke("candidates", "--train", train, *FIELDS, "--n", 5, "--out", cands).exit_code == 0
+    out = tmp_path / "labels.jsonl"
+    result = invoke("label", "--method", "bm25", "--candidates", cands, "--k", 2, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert f"8 label rows -> {out}" in result.stderr
+    rows = read_jsonl_rows(out)
+    assert rows == bm25_labels(read_jsonl_rows(cands), k=2)
+    assert all(len(r["positives"]) == 2 == len(r["negatives"]) for r in rows)
+
+
+def test_label_bm25_without_bm25_scores(tmp_path):
+    cands = write_jsonl_rows(tmp_path / "cands.jsonl", [{"id": "a", "candidates": ["b", "c"]}])
+    result = invoke("label", "--method", "bm25", "--candidates", cands, "--out", tmp_path / "labels.jsonl")
+    assert result.exit_code == 2
+    assert "row 'a' has no list of bm25 scores" in result.stderr and "Traceback" not in result.output
+
+
+def test_label_cbr(tmp_path, train):
+    cands = write_jsonl_rows(tmp_path / "cands.jsonl", [
+        {"id": "weather", "candidates": ["alarm", "news", "music"]},
+        {"id": "alarm", "candidates": ["timer", "weather", "call"]},
+    ])
+    out = tmp_path / "labels.jsonl"
+    result = invoke("label", "--method", "cbr", "--candidates", cands, "--train", train, *FIELDS, "--k", 1, "--out", out)
+    assert result.exit_code == 0, result.output
+    # CREATE_TIMER / CREATE_CALL share no token with CREATE_ALARM: all F1 0, candidate order decides
+    assert read_jsonl_rows(out) == [{"id": "weather", "positives": ["alarm"], "negatives": ["music"]},
+                                    {"id": "alarm", "positives": ["timer"], "negatives": ["call"]}]
+
+
+def test_label_cbr_with_an_unknown_candidate(tmp_path, train):
+    cands = write_jsonl_rows(tmp_path / "cands.jsonl", [{"id": "weather", "candidates": ["alarm"]},
+                                                        {"id": "alarm", "candidates": ["[/bold]"]}])
+    result = invoke("label", "--method", "cbr", "--candidates", cands, "--train", train, *FIELDS,
+                    "--out", tmp_path / "labels.jsonl")
+    assert result.exit_code == 2
+    assert "line 2, field 'candidates': unknown example id '[/bold]'" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_label_lm_needs_scores(tmp_path):
+    out = tmp_path / "labels.jsonl"
+    result = invoke("label", "--method", "lm", "--out", out)
+    assert result.exit_code == 2
+    assert "--method lm needs --scores" in result.stderr
+    assert not out.exists()
+    result = invoke("label", "--method", "oracle", "--out", out)
+    assert result.exit_code == 2 and "unknown method 'oracle'" in result.stderr
+
+
+def test_label_lm(tmp_path):
+    scores = write_jsonl_rows(tmp_path / "scores.jsonl", [{"id": "x", "candidates": [
+        {"id": "a", "logprob": -3.0, "n_tokens": 3}, {"id": "b", "logprob": -1.0, "n_tokens": 3},
+        {"id": "c", "logprob": -7.5, "n_tokens": 3}]}])
+    out = tmp_path / "labels.jsonl"
+    result = invoke("label", "--scores", scores, "--k", 1, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert read_jsonl_rows(out) == [{"id": "x", "positives": ["b"], "negatives": ["c"]}]
+
+
+def test_score_rejects_unknown_candidate_ids_before_loading_a_model(tmp_path, train):
+    cands = write_jsonl_rows(tmp_path / "cands.jsonl", [{"id": "weather", "candidates": ["alarm", "ghost"]}])
+    result = invoke("score", "--train", train, *FIELDS, "--candidates", cands, "--lm", "no-such-model",
+                    "--out", tmp_path / "scoring")
+    assert result.exit_code == 2
+    assert f"{cands}, line 1, field 'candidates': unknown example id 'ghost'" in result.stderr
+
+
+def test_run_with_an_unknown_config_key(tmp_path):
+    config = tmp_path / "epr.json"
+    config.write_text(json.dumps({"train": "train.jsonl", "n_candidates": 4, "shard_sise": 8}))
+    result = invoke("run", config)
+    assert result.exit_code == 2
+    assert "shard_sise" in result.stderr and "Extra inputs are not permitted" in result.stderr
+    assert "[type=extra_forbidden" in result.stderr  # pydantic's brackets are not eaten as markup
+    assert "Traceback" not in result.output
+
+
+def test_run_with_a_missing_config_file(tmp_path):
+    result = invoke("run", tmp_path / "nope.json")
+    assert result.exit_code == 2 and "cannot read file" in result.stderr
+
+
+def build_tiny_bert(folder):
+    """A 2-layer, 32-wide random BERT with the MiniLM tokenizer (as in test_training.py)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from taskret.models import resolve_model
+
+    try:
+        tokenizer_dir = resolve_model("minilm-l6")
+    except Exception as err:  # pragma: no cover - depends on the optional model package
+        pytest.skip(f"MiniLM tokenizer unavailable: {err}")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(folder)
+    return folder
+
+
+def test_run_a_bm25_pipeline(tmp_path, train, tiny_model_dir):
+    pytest.importorskip("sentence_transformers")
+    bert = build_tiny_bert(tmp_path / "bert")
+    work = tmp_path / "work"
+    config = tmp_path / "epr.json"
+    config.write_text(json.dumps({
+        "train": str(train), "test": str(train), "input_field": "q", "output_field": "a", "id_field": "key",
+        "work_dir": str(work), "labels": "bm25", "n_candidates": 4, "k": 1, "inference_lm": str(tiny_model_dir),
+        "training": {"base_model": str(bert), "epochs": 1, "batch_size": 4, "mini_batch_size": 4},
+        "eval_limit": 2, "context_window": 256, "max_new_tokens": 4}))
+    result = invoke("run", config)
+    assert result.exit_code == 0, result.output
+    for stage in ("candidates: 8 examples x 4", "labels: 8 rows (bm25)", "training: ->", "index: 8 examples",
+                  "EPR on train: em"):
+        assert stage in result.stderr, stage
+    assert json.loads((work / "eval" / "summary.json").read_text())["n"] == 2
+    again = invoke("run", config)
+    assert again.exit_code == 0
+    assert again.stderr.count("exists, skipped") == 4 and "index:" in again.stderr and "EPR on train: em" in again.stderr

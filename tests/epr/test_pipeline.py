@@ -1,0 +1,205 @@
+"""`run_pipeline`: every EPR stage on small files, with the tiny Llama as scoring and inference LM and
+a tiny random BERT (MiniLM tokenizer) as the dual encoder's base model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sentence_transformers")
+
+import torch  # noqa: E402
+
+from taskret.epr.pipeline import EPRConfig, run_pipeline  # noqa: E402
+from tests.conftest import read_jsonl_rows, write_jsonl_rows  # noqa: E402
+
+TOPICS = [("weather", "GET_WEATHER"), ("alarm", "CREATE_ALARM"), ("music", "PLAY_MUSIC"), ("timer", "CREATE_TIMER")]
+PLACES = ["paris", "london", "tokyo", "berlin"]
+
+
+def build_tiny_bert(folder: Path) -> Path:
+    """A 2-layer, 32-wide BERT with random weights and the MiniLM tokenizer (as in test_training.py)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from taskret.models import resolve_model
+
+    try:
+        tokenizer_dir = resolve_model("minilm-l6")
+    except Exception as err:  # pragma: no cover - depends on the optional model package
+        pytest.skip(f"MiniLM tokenizer unavailable: {err}")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+def _row(i: int) -> dict:
+    topic, intent = TOPICS[i % 4]
+    place = PLACES[(i // 4) % 4]
+    return {"key": f"ex{i}", "q": f"{topic} please for {place} number {i}", "a": f"{intent} {place} {i}"}
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("epr-data")
+    train = write_jsonl_rows(root / "train.jsonl", [_row(i) for i in range(16)])
+    test = write_jsonl_rows(root / "test.jsonl", [_row(i) for i in range(100, 104)])
+    return train, test
+
+
+def make_config(work: Path, data_files, tiny_model_dir, tiny_bert_dir, **overrides) -> EPRConfig:
+    train, test = data_files
+    settings = dict(train=str(train), test=str(test), input_field="q", output_field="a", id_field="key",
+                    work_dir=str(work), labels="lm", scoring_lm=str(tiny_model_dir), inference_lm=str(tiny_model_dir),
+                    training={"base_model": str(tiny_bert_dir), "epochs": 1, "batch_size": 8, "mini_batch_size": 4},
+                    n_candidates=4, k=1, shard_size=5, context_window=256, max_new_tokens=8, eval_limit=None)
+    settings.update(overrides)
+    return EPRConfig(**settings)
+
+
+STAGE_FILES = ["candidates.jsonl", "scoring/scores.jsonl", "labels.jsonl", "retriever/model", "retriever/epr_config.json",
+               "index/meta.json", "eval/predictions.jsonl", "eval/summary.json"]
+
+
+def _stamps(work: Path) -> dict[str, int]:
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory, data_files, tiny_model_dir, tiny_bert_dir):
+    work = tmp_path_factory.mktemp("epr-lm") / "work"
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir)
+    summary = run_pipeline(config, progress=False)
+    return work, config, summary
+
+
+def test_lm_pipeline_writes_every_stage(lm_run):
+    from taskret.epr.labels import lm_labels
+
+    work, config, summary = lm_run
+    for name in STAGE_FILES:
+        assert (work / name).exists(), name
+    train_ids = {f"ex{i}" for i in range(16)}
+    cands = read_jsonl_rows(work / "candidates.jsonl")
+    assert [r["id"] for r in cands] == [f"ex{i}" for i in range(16)]
+    assert all(len(r["candidates"]) == 4 and r["id"] not in r["candidates"] for r in cands)
+    scores = read_jsonl_rows(work / "scoring" / "scores.jsonl")
+    assert [[c["id"] for c in s["candidates"]] for s in scores] == [r["candidates"] for r in cands]
+    assert len(list((work / "scoring" / "shards").iterdir())) == 4  # 16 examples, shards of 5
+    labels = read_jsonl_rows(work / "labels.jsonl")
+    assert labels == lm_labels(scores, k=1)
+    assert all(len(r["positives"]) == 1 and len(r["negatives"]) == 1 for r in labels)
+    meta = json.loads((work / "index" / "meta.json").read_text())
+    assert meta["retriever"] == "dense" and sorted(meta["ids"]) == sorted(train_ids)
+    assert meta["encoder"] == str(work / "retriever" / "model")
+    predictions = read_jsonl_rows(work / "eval" / "predictions.jsonl")
+    assert len(predictions) == 4
+    assert json.loads((work / "eval" / "summary.json").read_text()) == summary
+    assert summary["n"] == 4 and summary["retriever"] == f"epr:{work}" and summary["lm"] == str(config.inference_lm)
+    assert json.loads((work / "retriever" / "epr_config.json").read_text())["epochs"] == 1
+
+
+def test_a_second_run_skips_every_stage(lm_run):
+    work, config, summary = lm_run
+    before = _stamps(work)
+    lms: dict = {}
+    assert run_pipeline(config, progress=False, lms=lms) == summary
+    assert _stamps(work) == before  # nothing rewritten, nothing added
+    assert lms == {}  # no LM was even loaded
+
+
+def test_make_retriever_loads_the_saved_index(lm_run, data_files):
+    from taskret.data import read_examples
+    from taskret.retrieval import DenseRetriever, make_retriever
+
+    work, _, _ = lm_run
+    retriever = make_retriever(f"epr:{work}")
+    assert isinstance(retriever, DenseRetriever)
+    train_ids = [f"ex{i}" for i in range(16)]
+    assert sorted(retriever.ids) == sorted(train_ids)
+    test = read_examples(data_files[1], "q", "a", "key")
+    result = retriever.retrieve([e.input for e in test], k=3)
+    assert all(len(ids) == 3 and set(ids) <= set(train_ids) for ids in result.ids)
+    assert make_retriever(f"epr:{work / 'index'}").ids == retriever.ids
+    # the training output alone gives the trained encoder, to be indexed by the caller
+    unindexed = make_retriever(f"epr:{work / 'retriever'}")
+    assert isinstance(unindexed, DenseRetriever) and unindexed.ids == []
+    assert unindexed.encoder_name == str(work / "retriever" / "model") and unindexed.field == "input"
+    with pytest.raises(FileNotFoundError, match="no EPR index"):
+        make_retriever(f"epr:{work / 'scoring'}")
+
+
+@pytest.mark.parametrize("method", ["bm25", "cbr"])
+def test_bm25_and_cbr_labels_need_no_lm_scoring(method, tmp_path, data_files, tiny_model_dir, tiny_bert_dir, tiny_lm):
+    from taskret.data import read_examples
+    from taskret.epr.labels import bm25_labels, cbr_labels
+
+    work = tmp_path / "work"
+    # scoring_lm names no model at all: loading it would fail
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, labels=method, scoring_lm="no-such-model")
+    lms = {str(tiny_model_dir): tiny_lm}
+    summary = run_pipeline(config, progress=False, lms=lms)
+    assert not (work / "scoring").exists()
+    for name in STAGE_FILES:
+        if not name.startswith("scoring/"):
+            assert (work / name).exists(), name
+    assert list(lms) == [str(tiny_model_dir)]
+    cands = read_jsonl_rows(work / "candidates.jsonl")
+    examples = {e.id: e for e in read_examples(data_files[0], "q", "a", "key")}
+    expected = bm25_labels(cands, k=1) if method == "bm25" else cbr_labels(cands, examples, k=1)
+    assert read_jsonl_rows(work / "labels.jsonl") == expected
+    assert summary["n"] == 4
+
+
+def test_max_train_examples_labels_a_sample_with_candidates_from_all(tmp_path, data_files, tiny_model_dir,
+                                                                     tiny_bert_dir, tiny_lm):
+    work = tmp_path / "work"
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, labels="bm25", max_train_examples=6)
+    run_pipeline(config, progress=False, lms={str(tiny_model_dir): tiny_lm})
+    cands = read_jsonl_rows(work / "candidates.jsonl")
+    assert len(cands) == 6 == len(read_jsonl_rows(work / "labels.jsonl"))
+    candidate_ids = {c for r in cands for c in r["candidates"]}
+    assert candidate_ids - {r["id"] for r in cands}  # candidates come from the whole training set
+    assert len(json.loads((work / "index" / "meta.json").read_text())["ids"]) == 16
+
+
+def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="n_candidatez"):
+        EPRConfig(n_candidatez=4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"train": "t.jsonl", "shard_sise": 3}))
+    with pytest.raises(ValidationError, match="shard_sise"):
+        EPRConfig.from_file(path)
+    with pytest.raises(ValidationError, match="n_candidates"):
+        EPRConfig(n_candidates=1)
+    assert EPRConfig.from_file(write_jsonl_rows(tmp_path / "ok.json", [{"k": 3, "labels": "cbr"}])).k == 3
+
+
+def test_unknown_labels_method_fails_before_training(tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    work = tmp_path / "work"
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, labels="oracle")
+    with pytest.raises(ValueError, match="unknown labels 'oracle'"):
+        run_pipeline(config, progress=False)
+    assert not (work / "labels.jsonl").exists() and not (work / "retriever").exists()
+
+
+def test_a_work_dir_made_with_another_config_is_refused(tmp_path):
+    from taskret.epr.pipeline import EPRConfig, run_pipeline
+
+    first = EPRConfig(task="demo", work_dir=str(tmp_path / "work"), labels="bm25", n_candidates=4)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "pipeline_config.json").write_text(first.model_dump_json())
+    changed = first.model_copy(update={"n_candidates": 8})
+    with pytest.raises(ValueError, match="changed: n_candidates"):
+        run_pipeline(changed)
