@@ -167,7 +167,7 @@ def test_demo_command_with_a_local_model(runner, tmp_path, tiny_model_dir):
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "demo_summary.json").read_text(encoding="utf-8"))
     assert [row["retriever"] for row in summary] == ["random", "bm25"]
-    assert all(row["n"] == 40 and row["task"] == "demo" and "index_time_s" in row for row in summary)
+    assert all(row["n"] == 30 and row["task"] == "demo" and "index_time_s" in row for row in summary)
     for method in ("random", "bm25"):
-        assert len(read_jsonl_rows(out / method / "predictions.jsonl")) == 40
+        assert len(read_jsonl_rows(out / method / "predictions.jsonl")) == 30
     assert "exact match" in result.stdout

@@ -20,9 +20,9 @@ from .retrieval import make_retriever
 DEMO_CONTEXT_WINDOW = 640
 DEMO_MAX_NEW_TOKENS = 96
 
-# EPR at demo scale: 48 labelled examples x 8 BM25 candidates = 384 LM-scored pairs (the paper: all
+# EPR at demo scale: 40 labelled examples x 8 BM25 candidates = 320 LM-scored pairs (the paper: all
 # training examples x 50). Enough to show every stage and its files, not to beat the baselines.
-DEMO_EPR = {"max_train_examples": 48, "n_candidates": 8, "k": 2, "shard_size": 16,
+DEMO_EPR = {"max_train_examples": 40, "n_candidates": 8, "k": 2, "shard_size": 16,
             "training": {"epochs": 3, "batch_size": 32, "mini_batch_size": 16, "learning_rate": 5e-5}}
 
 
