@@ -118,3 +118,20 @@ def demo_task():
     from taskret.data import load_task
 
     return load_task("demo")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A 2-layer, 32-wide BERT with random weights and the real MiniLM tokenizer, saved as a folder:
+    the base model of the dual-encoder tests."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from taskret.models import resolve_model
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(resolve_model("minilm-l6"))).save_pretrained(folder)
+    return folder

@@ -147,28 +147,9 @@ def test_run_with_a_missing_config_file(tmp_path):
     assert result.exit_code == 2 and "cannot read file" in result.stderr
 
 
-def build_tiny_bert(folder):
-    """A 2-layer, 32-wide random BERT with the MiniLM tokenizer (as in test_training.py)."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from taskret.models import resolve_model
-
-    try:
-        tokenizer_dir = resolve_model("minilm-l6")
-    except Exception as err:  # pragma: no cover - depends on the optional model package
-        pytest.skip(f"MiniLM tokenizer unavailable: {err}")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(folder)
-    return folder
-
-
-def test_run_a_bm25_pipeline(tmp_path, train, tiny_model_dir):
+def test_run_a_bm25_pipeline(tmp_path, train, tiny_model_dir, tiny_bert_dir):
     pytest.importorskip("sentence_transformers")
-    bert = build_tiny_bert(tmp_path / "bert")
+    bert = tiny_bert_dir
     work = tmp_path / "work"
     config = tmp_path / "epr.json"
     config.write_text(json.dumps({

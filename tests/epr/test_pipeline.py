@@ -19,29 +19,6 @@ TOPICS = [("weather", "GET_WEATHER"), ("alarm", "CREATE_ALARM"), ("music", "PLAY
 PLACES = ["paris", "london", "tokyo", "berlin"]
 
 
-def build_tiny_bert(folder: Path) -> Path:
-    """A 2-layer, 32-wide BERT with random weights and the MiniLM tokenizer (as in test_training.py)."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from taskret.models import resolve_model
-
-    try:
-        tokenizer_dir = resolve_model("minilm-l6")
-    except Exception as err:  # pragma: no cover - depends on the optional model package
-        pytest.skip(f"MiniLM tokenizer unavailable: {err}")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tiny_bert_dir(tmp_path_factory) -> Path:
-    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
-
-
 def _row(i: int) -> dict:
     topic, intent = TOPICS[i % 4]
     place = PLACES[(i // 4) % 4]

@@ -44,25 +44,6 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from taskret.models import resolve_model
-
-    try:
-        tokenizer_dir = resolve_model("minilm-l6")
-    except Exception as err:  # pragma: no cover - depends on the optional model package
-        pytest.skip(f"MiniLM tokenizer unavailable: {err}")
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(folder)
-    return folder
-
-
 def toy_examples() -> list[Example]:
     return [Example(f"e{i}", f"{TOPICS[i % 6]} request number {i}", f"intent {TOPICS[i % 6]} slot {i}")
             for i in range(N)]
@@ -166,13 +147,13 @@ def test_rows_without_negatives_are_skipped_with_a_warning(caplog):
         build_training_pairs(examples, [{**r, "negatives": []} for r in rows], TrainingConfig(), 0)
 
 
-def test_unknown_id_in_labels_file_fails_before_training(tmp_path, tiny_model_dir):
+def test_unknown_id_in_labels_file_fails_before_training(tmp_path, tiny_bert_dir):
     labels = tmp_path / "labels.jsonl"
     rows = toy_labels()
     rows[7]["positives"] = ["e1", "nope-3"]
     write_labels(labels, rows)
     with pytest.raises(ValueError, match=r"labels\.jsonl, line 8, field 'positives': unknown example id 'nope-3'"):
-        train_dual_encoder(toy_examples(), labels, tmp_path / "out", tiny_config(tiny_model_dir), progress=False)
+        train_dual_encoder(toy_examples(), labels, tmp_path / "out", tiny_config(tiny_bert_dir), progress=False)
     assert not (tmp_path / "out" / "model").exists()
 
 
@@ -230,7 +211,7 @@ def test_batches_on_a_crowded_pool_are_still_full():
     assert sum(_false_negatives(b, rows) for b in clean) < sum(_false_negatives(b, rows) for b in plain)
 
 
-def test_own_example_is_never_a_document_of_its_batch(tiny_model_dir):
+def test_own_example_is_never_a_document_of_its_batch(tiny_bert_dir):
     """With field="output" the query's own example is invisible to a text comparison."""
     import numpy as np
 
@@ -250,14 +231,14 @@ def test_own_example_is_never_a_document_of_its_batch(tiny_model_dir):
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_cached_loss_is_dpr_with_2b_minus_1_negatives(tiny_model_dir, shared):
+def test_cached_loss_is_dpr_with_2b_minus_1_negatives(tiny_bert_dir, shared):
     from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
     from sentence_transformers.sentence_transformer.losses import (
         CachedMultipleNegativesRankingLoss,
         MultipleNegativesRankingLoss,
     )
 
-    config = tiny_config(tiny_model_dir, shared_encoder=shared)
+    config = tiny_config(tiny_bert_dir, shared_encoder=shared)
     model = build_model(config)
     model.eval()  # no dropout: the three computations must see the same embeddings
     pairs = build_training_pairs(toy_examples(), toy_labels(), config, 0).select(range(6))
@@ -307,13 +288,13 @@ def _train(tmp_path_factory, model_dir, shared: bool):
 
 
 @pytest.fixture(scope="module")
-def dual_run(tmp_path_factory, tiny_model_dir):
-    return _train(tmp_path_factory, tiny_model_dir, shared=False)
+def dual_run(tmp_path_factory, tiny_bert_dir):
+    return _train(tmp_path_factory, tiny_bert_dir, shared=False)
 
 
 @pytest.fixture(scope="module")
-def shared_run(tmp_path_factory, tiny_model_dir):
-    return _train(tmp_path_factory, tiny_model_dir, shared=True)
+def shared_run(tmp_path_factory, tiny_bert_dir):
+    return _train(tmp_path_factory, tiny_bert_dir, shared=True)
 
 
 def test_training_writes_model_log_and_config(dual_run):
@@ -333,13 +314,13 @@ def test_training_writes_model_log_and_config(dual_run):
     assert math.isfinite(summary["final_loss"]) and summary["wall_time_s"] > 0
 
 
-def test_a_failed_run_leaves_no_model_and_a_rerun_replaces_it(tmp_path, tiny_model_dir, monkeypatch):
+def test_a_failed_run_leaves_no_model_and_a_rerun_replaces_it(tmp_path, tiny_bert_dir, monkeypatch):
     from sentence_transformers import SentenceTransformerTrainer
 
     labels = tmp_path / "labels.jsonl"
     write_labels(labels, toy_labels())
     out = tmp_path / "out"
-    config = tiny_config(tiny_model_dir, epochs=1)
+    config = tiny_config(tiny_bert_dir, epochs=1)
     with monkeypatch.context() as patch:
         def crash(self, *args, **kwargs):
             raise RuntimeError("out of memory, say")
@@ -350,7 +331,7 @@ def test_a_failed_run_leaves_no_model_and_a_rerun_replaces_it(tmp_path, tiny_mod
     assert sorted(p.name for p in out.iterdir()) == ["training_log.jsonl"]  # no model, no marker, no temp folder
     first = train_dual_encoder(toy_examples(), labels, out, config, progress=False)
     (first / "stale.txt").write_text("from the first run")
-    second = train_dual_encoder(toy_examples(), labels, out, tiny_config(tiny_model_dir, epochs=1, seed=1),
+    second = train_dual_encoder(toy_examples(), labels, out, tiny_config(tiny_bert_dir, epochs=1, seed=1),
                                 progress=False)
     assert second == first and not (second / "stale.txt").exists()
     assert sorted(p.name for p in out.iterdir()) == ["epr_config.json", "model", "training_log.jsonl"]
