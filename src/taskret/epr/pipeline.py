@@ -88,7 +88,7 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
     if used_path.exists():
         used = EPRConfig.model_validate(read_json(used_path))
         if used != config:
-            changed = sorted(k for k in config.model_fields if getattr(used, k) != getattr(config, k))
+            changed = sorted(k for k in type(config).model_fields if getattr(used, k) != getattr(config, k))
             raise ValueError(f"{work} was made with another config (changed: {', '.join(changed)}); "
                              f"use a new work_dir or delete the old one")
     else:
