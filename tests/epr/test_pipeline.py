@@ -10,8 +10,6 @@ import pytest
 
 pytest.importorskip("sentence_transformers")
 
-import torch  # noqa: E402
-
 from taskret.epr.pipeline import EPRConfig, run_pipeline  # noqa: E402
 from tests.conftest import read_jsonl_rows, write_jsonl_rows  # noqa: E402
 

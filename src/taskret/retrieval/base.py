@@ -45,8 +45,24 @@ class Retriever(ABC):
     def __init__(self) -> None:
         self.ids: list[str] = []
 
+    field: str = "input"
+
+    def index(self, examples: Sequence[Example]) -> "Retriever":
+        """Index examples by their ``field`` text (input, output or both)."""
+        return self.index_texts([e.id for e in examples], [example_text(e, self.field) for e in examples])
+
+    def index_texts(self, ids: Sequence[str], texts: Sequence[str]) -> "Retriever":
+        """Index any texts under the given ids (documents of a retrieval corpus, for instance)."""
+        if len(ids) != len(texts):
+            raise ValueError("ids and texts must have the same length")
+        if len(set(ids)) != len(ids):
+            raise ValueError("ids must be unique")
+        self._index_texts(list(texts))
+        self.ids = list(ids)
+        return self
+
     @abstractmethod
-    def index(self, examples: Sequence[Example]) -> "Retriever": ...
+    def _index_texts(self, texts: list[str]) -> None: ...
 
     @abstractmethod
     def _search(self, queries: Sequence[str], k: int) -> tuple[list[list[int]], np.ndarray]:

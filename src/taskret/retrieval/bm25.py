@@ -30,13 +30,11 @@ class BM25Retriever(Retriever):
         self.b = b
         self._bm25 = None
 
-    def index(self, examples: Sequence[Example]) -> "BM25Retriever":
+    def _index_texts(self, texts: list[str]) -> None:
         import bm25s
 
-        self.ids = [e.id for e in examples]
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
-        self._bm25.index(_tokenize([example_text(e, self.field) for e in examples]), show_progress=False)
-        return self
+        self._bm25.index(_tokenize(texts), show_progress=False)
 
     def _search(self, queries: Sequence[str], k: int):
         tokens = _tokenize(queries, return_ids=False)

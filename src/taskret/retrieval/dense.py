@@ -55,14 +55,12 @@ class DenseRetriever(Retriever):
                          convert_to_numpy=True, show_progress_bar=False)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def index(self, examples: Sequence[Example]) -> "DenseRetriever":
+    def _index_texts(self, texts: list[str]) -> None:
         import faiss
 
-        vectors = self.encode([example_text(e, self.field) for e in examples])
+        vectors = self.encode(texts)
         self._index = faiss.IndexFlatIP(vectors.shape[1])
         self._index.add(vectors)
-        self.ids = [e.id for e in examples]
-        return self
 
     def _search(self, queries: Sequence[str], k: int):
         scores, rows = self._index.search(self.encode(queries, queries=True), k)

@@ -7,7 +7,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data import Example
 from .base import Retriever
 
 
@@ -20,9 +19,8 @@ class RandomRetriever(Retriever):
         super().__init__()
         self.seed = seed
 
-    def index(self, examples: Sequence[Example]) -> "RandomRetriever":
-        self.ids = [e.id for e in examples]
-        return self
+    def _index_texts(self, texts: list[str]) -> None:
+        pass  # random draws need only the ids
 
     def _search(self, queries: Sequence[str], k: int):
         rows, scores = [], np.zeros((len(queries), k), dtype=np.float32)
