@@ -21,8 +21,10 @@ console = Console(stderr=True)
 
 def _register_subcommands() -> None:
     from .epr.cli import app as epr_app
+    from .tart.cli import app as tart_app
 
     app.add_typer(epr_app, name="epr")
+    app.add_typer(tart_app, name="tart")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # taskret never fetches from a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

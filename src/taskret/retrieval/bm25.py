@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Sequence
 
@@ -9,6 +10,11 @@ import numpy as np
 
 from ..data import Example
 from .base import Retriever, example_text
+
+
+def _quiet_bm25s() -> None:
+    # bm25s sets its own logger to DEBUG, so every index build reaches the application's handlers.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 def _tokenize(texts: Sequence[str], return_ids: bool = True):
@@ -33,6 +39,7 @@ class BM25Retriever(Retriever):
     def _index_texts(self, texts: list[str]) -> None:
         import bm25s
 
+        _quiet_bm25s()
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
         self._bm25.index(_tokenize(texts), show_progress=False)
 

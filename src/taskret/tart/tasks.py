@@ -1,0 +1,489 @@
+"""Retrieval tasks for instruction-following retrieval: a corpus, queries, relevance judgements and the
+instructions that say what the user wants.
+
+``read_beir`` reads the BEIR layout (``corpus.jsonl``, ``queries.jsonl``, ``qrels/{split}.tsv``); the
+builders cast non-retrieval data into retrieval tasks, as TART's BERRI collection does:
+
+- ``mtop``: a command -> its TOP parse (corpus: every distinct parse of the split);
+- ``break``: a question -> its QDMR decomposition (corpus: every distinct decomposition);
+- ``ambigqa``: an ambiguous question -> its disambiguated rewrites (corpus: every rewrite);
+- ``scifact``: a claim -> the abstracts that support or refute it (BEIR SciFact, train or test split).
+
+Bad files stop with a :class:`~taskret.data.DataError` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..data import DataError, _field, default_data_dir, iter_records, read_examples, sample
+
+__all__ = [
+    "Document",
+    "RetrievalTask",
+    "doc_text",
+    "read_beir",
+    "read_corpus",
+    "read_queries",
+    "read_qrels",
+    "read_instructions",
+    "mtop_task",
+    "break_task",
+    "ambigqa_task",
+    "scifact_task",
+    "RETRIEVAL_TASKS",
+    "load_retrieval_task",
+    "MTOP_INSTRUCTIONS",
+    "BREAK_INSTRUCTIONS",
+    "AMBIGQA_INSTRUCTIONS",
+    "SCIFACT_TRAIN_INSTRUCTIONS",
+    "SCIFACT_TEST_INSTRUCTIONS",
+]
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    title: str
+    text: str
+
+
+def doc_text(doc: Document) -> str:
+    """The text a retriever indexes: ``"title text"``, trimmed (just the text when there is no title)."""
+    return f"{doc.title.strip()} {doc.text.strip()}".strip()
+
+
+@dataclass
+class RetrievalTask:
+    """A corpus, queries with graded relevance judgements (``qrels[qid][doc_id] = relevance``), and the
+    instructions that describe the task; ``instructions[0]`` is the one evaluation uses."""
+
+    name: str
+    corpus: dict[str, Document]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    instructions: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for qid, judged in self.qrels.items():
+            if qid not in self.queries:
+                raise ValueError(f"task '{self.name}': qrels name query '{qid}', which is not among its queries")
+            for doc_id in judged:
+                if doc_id not in self.corpus:
+                    raise ValueError(f"task '{self.name}': qrels of query '{qid}' name document '{doc_id}', "
+                                     f"which is not in its corpus")
+
+    @property
+    def instruction(self) -> str | None:
+        """The evaluation instruction (the first one), or None when the task has none."""
+        return self.instructions[0] if self.instructions else None
+
+    def doc_ids_and_texts(self) -> tuple[list[str], list[str]]:
+        ids = list(self.corpus)
+        return ids, [doc_text(self.corpus[i]) for i in ids]
+
+    def sample(self, n: int | None, seed: int = 0) -> "RetrievalTask":
+        """The same task with a fixed seeded sample of ``n`` of its queries; the corpus stays whole."""
+        if n is None or n >= len(self.queries):
+            return self
+        if n < 1:
+            raise ValueError("a query sample needs at least one query")
+        kept = sample(list(self.queries), n, seed=seed)
+        return replace(self, queries={q: self.queries[q] for q in kept},
+                       qrels={q: self.qrels[q] for q in kept if q in self.qrels})
+
+    def with_instructions(self, instructions: Sequence[str]) -> "RetrievalTask":
+        return replace(self, instructions=list(instructions))
+
+    def summary(self) -> dict:
+        return {"name": self.name, "n_docs": len(self.corpus), "n_queries": len(self.queries),
+                "n_judgements": sum(len(j) for j in self.qrels.values()), "instruction": self.instruction}
+
+
+# --- instructions ------------------------------------------------------------------------------------
+# Written in the style of TART's BERRI instructions (intent, domain, unit), since none of these four
+# datasets is in BERRI. The first instruction of an evaluation task is the paper's own (Table 9,
+# instructions/eval_instructions.json), so zero-shot numbers use exactly the paper's wording.
+
+MTOP_INSTRUCTIONS = [
+    "Retrieve the semantic parse of this command to a virtual assistant",
+    "Find the task-oriented parse with intents and slots that represents this user request",
+    "Map this request to a virtual assistant to its logical form",
+    "I want to know what this command asks the assistant to do. Find its structured representation",
+]
+BREAK_INSTRUCTIONS = [
+    "Retrieve the step-by-step decomposition of this question",
+    "Find the sequence of simpler steps that answers this complex question",
+    "Map this question to its question decomposition meaning representation",
+    "You need to break this question down into reasoning steps. Find the matching decomposition",
+]
+AMBIGQA_INSTRUCTIONS = [
+    "Retrieve a question that is similar to this",  # the paper's X^2-retrieval instruction for AmbigQA
+    "This question is ambiguous. Find its disambiguated rewrites",
+    "Find a more specific version of this ambiguous open-domain question",
+    "Retrieve a question that clarifies one possible meaning of the following question",
+]
+SCIFACT_TRAIN_INSTRUCTIONS = [
+    "Find a scientific paper abstract that supports or refutes this claim",
+    "I want to know if this scientific claim is true. Retrieve a research abstract with evidence for or against it",
+    "Retrieve a biomedical paper whose findings confirm or contradict the following statement",
+    "You need to fact-check this claim. Find the abstract of a scientific study about it",
+]
+SCIFACT_TEST_INSTRUCTIONS = [
+    "Retrieve a scientific paper sentence to verify if the following claim is true",  # paper, BEIR SciFact
+    "Retrieve scientific evidence to verify this claim",  # paper, X^2-retrieval SciFact
+    "Find a research paper abstract that supports or refutes the following scientific claim",
+]
+
+
+def read_instructions(path: str | os.PathLike) -> dict[str, list[str]]:
+    """Instructions per dataset from the TART files.
+
+    ``.tsv`` (``berri_instructions.tsv``): a header ``dataset, prompt_1, ...`` and one row per dataset
+    with up to 8 paraphrases (empty cells are skipped) -> ``{dataset: [instruction, ...]}``.
+    ``.json`` (``eval_instructions.json``): ``{group: {dataset: instruction}}`` ->
+    ``{"group/dataset": [instruction]}``, e.g. ``"beir/scifact"``.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _read_eval_instructions(path)
+    if suffix != ".tsv":
+        raise DataError(path, None, None, f"unknown instruction file type '{suffix}' (expected .tsv or .json)")
+    try:
+        handle = open(path, encoding="utf-8-sig", newline="")
+    except OSError as err:
+        raise DataError(path, None, None, f"cannot read file ({err.strerror or err})") from err
+    out: dict[str, list[str]] = {}
+    with handle:
+        try:
+            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+        except UnicodeDecodeError as err:
+            raise DataError(path, None, None, f"not valid UTF-8 ({err.reason})") from err
+    if not rows or not rows[0] or rows[0][0].strip() != "dataset":
+        raise DataError(path, 1, "dataset", "expected a header line starting with 'dataset'")
+    for line_no, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        name = row[0].strip()
+        if not name:
+            raise DataError(path, line_no, "dataset", "empty dataset name")
+        if name in out:
+            raise DataError(path, line_no, "dataset", f"duplicate dataset '{name}'")
+        instructions = [cell.strip() for cell in row[1:] if cell.strip()]
+        if not instructions:
+            raise DataError(path, line_no, "prompt_1", f"dataset '{name}' has no instruction")
+        out[name] = instructions
+    return out
+
+
+def _read_eval_instructions(path: Path) -> dict[str, list[str]]:
+    from ..io import read_json
+
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise DataError(path, None, None, "expected a JSON object {group: {dataset: instruction}}")
+    out: dict[str, list[str]] = {}
+    for group, datasets in data.items():
+        if not isinstance(datasets, dict):
+            raise DataError(path, None, group, "expected an object {dataset: instruction}")
+        for name, instruction in datasets.items():
+            if not isinstance(instruction, str) or not instruction.strip():
+                raise DataError(path, None, f"{group}.{name}", "expected a non-empty instruction string")
+            out[f"{group}/{name}"] = [instruction.strip()]
+    return out
+
+
+# --- BEIR layout -----------------------------------------------------------------------------------
+
+
+def _optional_text(path: Path, line: int, record: dict, name: str) -> str:
+    value = record.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DataError(path, line, name, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def read_corpus(path: str | os.PathLike) -> dict[str, Document]:
+    """A BEIR ``corpus.jsonl``: ``_id``, ``text`` and an optional ``title`` per line."""
+    path = Path(path)
+    corpus: dict[str, Document] = {}
+    first_line: dict[str, int] = {}
+    for line, record in iter_records(path):
+        doc_id = _field(path, line, record, "_id")
+        if "text" not in record or record["text"] is None:
+            raise DataError(path, line, "text", "missing field")
+        text = _optional_text(path, line, record, "text")
+        title = _optional_text(path, line, record, "title")
+        if not (text.strip() or title.strip()):
+            raise DataError(path, line, "text", "empty document (no text and no title)")
+        if doc_id in corpus:
+            raise DataError(path, line, "_id", f"duplicate id '{doc_id}' (first seen on line {first_line[doc_id]})")
+        corpus[doc_id] = Document(doc_id, title, text)
+        first_line[doc_id] = line
+    if not corpus:
+        raise DataError(path, None, None, "no documents in file")
+    return corpus
+
+
+def read_queries(path: str | os.PathLike) -> dict[str, str]:
+    """A BEIR ``queries.jsonl``: ``_id`` and ``text`` per line."""
+    path = Path(path)
+    queries: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    for line, record in iter_records(path):
+        qid = _field(path, line, record, "_id")
+        text = _field(path, line, record, "text")
+        if qid in queries:
+            raise DataError(path, line, "_id", f"duplicate id '{qid}' (first seen on line {first_line[qid]})")
+        queries[qid] = text
+        first_line[qid] = line
+    if not queries:
+        raise DataError(path, None, None, "no queries in file")
+    return queries
+
+
+_QRELS_COLUMNS = ("query-id", "corpus-id", "score")
+
+
+def read_qrels(path: str | os.PathLike, queries: dict[str, str] | None = None,
+               corpus: dict[str, Document] | None = None) -> dict[str, dict[str, int]]:
+    """A BEIR qrels file: tab-separated ``query-id, corpus-id, score`` (integer), with an optional header.
+
+    With ``queries``/``corpus`` given, every id must name one of them.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise DataError(path, None, None, f"cannot read file ({err.strerror or err})") from err
+    qrels: dict[str, dict[str, int]] = {}
+    seen: dict[tuple[str, str], int] = {}
+    for line_no, raw_line in enumerate(raw.splitlines(), start=1):
+        try:
+            line = raw_line.decode("utf-8-sig" if line_no == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(path, line_no, None, f"not valid UTF-8 ({err.reason})") from err
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split("\t")]
+        if line_no == 1 and cells[0] == "query-id":
+            continue  # header
+        if len(cells) != 3:
+            raise DataError(path, line_no, None, f"expected 3 tab-separated columns (query-id, corpus-id, score), "
+                            f"got {len(cells)}")
+        qid, doc_id, score_text = cells
+        for name, value in zip(_QRELS_COLUMNS, cells):
+            if not value:
+                raise DataError(path, line_no, name, "empty value")
+        try:
+            score = int(score_text)
+        except ValueError:
+            raise DataError(path, line_no, "score", f"expected an integer relevance, got '{score_text}'") from None
+        if queries is not None and qid not in queries:
+            raise DataError(path, line_no, "query-id", f"unknown query id '{qid}' (not in the queries file)")
+        if corpus is not None and doc_id not in corpus:
+            raise DataError(path, line_no, "corpus-id", f"unknown document id '{doc_id}' (not in the corpus file)")
+        if (qid, doc_id) in seen:
+            raise DataError(path, line_no, "corpus-id", f"duplicate judgement of ('{qid}', '{doc_id}') "
+                            f"(first on line {seen[qid, doc_id]})")
+        seen[qid, doc_id] = line_no
+        qrels.setdefault(qid, {})[doc_id] = score
+    if not qrels:
+        raise DataError(path, None, None, "no relevance judgements in file")
+    return qrels
+
+
+def read_beir(folder: str | os.PathLike, split: str = "test", instructions: Sequence[str] = (),
+              name: str | None = None) -> RetrievalTask:
+    """A task in the BEIR layout: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/{split}.tsv``.
+
+    The task's queries are those judged in the split (as BEIR evaluates); the corpus is the whole file.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder (expected corpus.jsonl, queries.jsonl, qrels/)")
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    if not qrels_path.exists():
+        available = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
+        raise FileNotFoundError(f"{qrels_path}: no qrels for split '{split}' (available: {', '.join(available) or 'none'})")
+    corpus = read_corpus(folder / "corpus.jsonl")
+    all_queries = read_queries(folder / "queries.jsonl")
+    qrels = read_qrels(qrels_path, all_queries, corpus)
+    queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
+    return RetrievalTask(name or folder.name, corpus, queries, qrels, list(instructions))
+
+
+# --- non-retrieval data cast as retrieval ---------------------------------------------------------
+
+_SPACES = re.compile(r"\s+")
+
+
+def _collapse(text: str) -> str:
+    return _SPACES.sub(" ", text).strip()
+
+
+def _pairs_task(name: str, pairs: Sequence[tuple[str, str, str]], target_title: str,
+                instructions: Sequence[str]) -> RetrievalTask:
+    """(query id, query, target) triples -> a task whose corpus holds each distinct target once, named
+    by the first query that has it; every query's one relevant document is its own target."""
+    corpus: dict[str, Document] = {}
+    by_text: dict[str, str] = {}
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for qid, query, target in pairs:
+        text = _collapse(target)
+        if text not in by_text:
+            by_text[text] = qid
+            corpus[qid] = Document(qid, target_title, text)
+        queries[qid] = query
+        qrels[qid] = {by_text[text]: 1}
+    return RetrievalTask(name, corpus, queries, qrels, list(instructions))
+
+
+def mtop_task(path: str | os.PathLike, instructions: Sequence[str] = MTOP_INSTRUCTIONS,
+              name: str = "mtop") -> RetrievalTask:
+    """MTOP (``idx, question, logical_form`` JSONL): a command -> its parse, among all distinct parses.
+
+    Identical parses are one document (shared by the commands that have it), so a query is never
+    penalised for ranking another command's copy of its own parse first.
+    """
+    examples = read_examples(path, "question", "logical_form", "idx")
+    return _pairs_task(name, [(e.id, e.input, e.output) for e in examples], "", instructions)
+
+
+def break_task(path: str | os.PathLike, instructions: Sequence[str] = BREAK_INSTRUCTIONS,
+               name: str = "break") -> RetrievalTask:
+    """Break QDMR (``question_id, question_text, decomposition`` CSV): a question -> its decomposition
+    (steps separated by ``;``, runs of spaces collapsed), among all distinct decompositions."""
+    examples = read_examples(path, "question_text", "decomposition", "question_id")
+    return _pairs_task(name, [(e.id, e.input, e.output) for e in examples], "", instructions)
+
+
+def ambigqa_task(path: str | os.PathLike, instructions: Sequence[str] = AMBIGQA_INSTRUCTIONS,
+                 name: str = "ambigqa") -> RetrievalTask:
+    """AmbigNQ light (a JSON list of ``{id, question, annotations}``): an ambiguous question -> its
+    disambiguated rewrites (``annotations[].qaPairs[].question`` of ``multipleQAs`` annotations).
+
+    Questions with no ``multipleQAs`` annotation (unambiguous ones) are left out; the corpus is every
+    distinct rewrite, ids ``{item id}-{n}``.
+    """
+    from ..io import read_json
+
+    path = Path(path)
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(path, None, None, "expected a JSON list of questions")
+    corpus: dict[str, Document] = {}
+    by_text: dict[str, str] = {}
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for i, item in enumerate(data):
+        where = f"item {i}"
+        if not isinstance(item, dict):
+            raise DataError(path, None, f"[{i}]", f"{where}: expected an object")
+        qid = _json_text(path, item, "id", where)
+        question = _json_text(path, item, "question", where)
+        where = f"item {i} (id {qid})"
+        if qid in queries:
+            raise DataError(path, None, f"[{i}].id", f"{where}: duplicate id")
+        annotations = item.get("annotations")
+        if not isinstance(annotations, list):
+            raise DataError(path, None, f"[{i}].annotations", f"{where}: expected a list")
+        relevant: dict[str, int] = {}
+        n = 0
+        for a, annotation in enumerate(annotations):
+            if not isinstance(annotation, dict) or annotation.get("type") != "multipleQAs":
+                continue
+            pairs = annotation.get("qaPairs")
+            if not isinstance(pairs, list):
+                raise DataError(path, None, f"[{i}].annotations[{a}].qaPairs", f"{where}: expected a list")
+            for p, pair in enumerate(pairs):
+                rewrite = pair.get("question") if isinstance(pair, dict) else None
+                if not isinstance(rewrite, str) or not rewrite.strip():
+                    raise DataError(path, None, f"[{i}].annotations[{a}].qaPairs[{p}].question",
+                                    f"{where}: expected a non-empty question")
+                text = _collapse(rewrite)
+                if text not in by_text:
+                    doc_id = f"{qid}-{n}"
+                    n += 1
+                    by_text[text] = doc_id
+                    corpus[doc_id] = Document(doc_id, "", text)
+                relevant[by_text[text]] = 1
+        if relevant:
+            queries[qid] = question
+            qrels[qid] = relevant
+    if not queries:
+        raise DataError(path, None, None, "no question has disambiguated rewrites (multipleQAs annotations)")
+    return RetrievalTask(name, corpus, queries, qrels, list(instructions))
+
+
+def _json_text(path: Path, item: dict, key: str, where: str) -> str:
+    value = item.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(path, None, key, f"{where}: missing or empty '{key}'")
+    return value
+
+
+def scifact_task(folder: str | os.PathLike, split: str = "test", instructions: Sequence[str] | None = None,
+                 name: str = "scifact") -> RetrievalTask:
+    """BEIR SciFact: a claim -> the abstracts that support or refute it. ``train`` (809 claims) is for
+    training; ``test`` (300 claims) for evaluation only, with the paper's evaluation instructions."""
+    if instructions is None:
+        instructions = SCIFACT_TEST_INSTRUCTIONS if split == "test" else SCIFACT_TRAIN_INSTRUCTIONS
+    return read_beir(folder, split, instructions, name=name)
+
+
+# --- registry ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """A built-in task: its splits (split -> path relative to the data directory) and its builder."""
+
+    name: str
+    splits: dict[str, str]
+    build: Callable[[Path, str], RetrievalTask]
+    description: str
+
+
+RETRIEVAL_TASKS: dict[str, TaskEntry] = {
+    "scifact": TaskEntry("scifact", {"train": "scifact", "test": "scifact"},
+                         lambda path, split: scifact_task(path, split),
+                         "claim -> abstracts that support or refute it (BEIR layout)"),
+    "mtop": TaskEntry("mtop", {"train": "mtop/train.jsonl", "test": "mtop/test.jsonl"},
+                      lambda path, split: mtop_task(path), "command -> its TOP parse"),
+    "break": TaskEntry("break", {"train": "break/train.csv", "test": "break/test.csv"},
+                       lambda path, split: break_task(path), "question -> its QDMR decomposition"),
+    # AmbigNQ's test set is hidden; its dev set is the evaluation split (as in the paper).
+    "ambigqa": TaskEntry("ambigqa", {"test": "ambigqa/dev_light.json", "dev": "ambigqa/dev_light.json"},
+                         lambda path, split: ambigqa_task(path), "ambiguous question -> its disambiguated rewrites"),
+}
+
+
+def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, split: str = "test") -> RetrievalTask:
+    """A built-in task (``scifact``, ``mtop``, ``break``, ``ambigqa``) read from ``data_dir``
+    (default :func:`taskret.data.default_data_dir`), or any folder in the BEIR layout given by path
+    (named after the folder, without instructions)."""
+    if name not in RETRIEVAL_TASKS:
+        if Path(name).is_dir():
+            return read_beir(name, split)
+        raise ValueError(f"unknown retrieval task '{name}'; built-in tasks: {', '.join(RETRIEVAL_TASKS)} "
+                         f"(or the path of a folder in the BEIR layout)")
+    entry = RETRIEVAL_TASKS[name]
+    if split not in entry.splits:
+        raise ValueError(f"task '{name}' has no split '{split}'; splits: {', '.join(entry.splits)}")
+    base = Path(data_dir) if data_dir is not None else default_data_dir()
+    path = base / entry.splits[split]
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: data of task '{name}' ({split}) not found; set --data-dir or $TASKRET_DATA_DIR")
+    return entry.build(path, split)

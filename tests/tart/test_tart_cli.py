@@ -1,0 +1,124 @@
+"""`taskret tart ...` run in-process with typer's CliRunner, on tiny hand-made data."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from taskret.cli import app
+
+from ..conftest import read_jsonl_rows, write_jsonl_rows
+from .test_tasks import make_data_dir, write_beir
+
+ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}  # wide: rich must not wrap paths in messages
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, ["tart", *[str(a) for a in args]], env=ENV)
+
+
+def test_help_lists_the_tart_commands():
+    result = CliRunner().invoke(app, ["tart", "--help"], env=ENV)
+    assert result.exit_code == 0
+    for command in ("evaluate", "index", "search"):
+        assert command in result.output
+    assert "tart" in CliRunner().invoke(app, ["--help"], env=ENV).output
+
+
+def test_index_and_search_round_trip(tmp_path):
+    long_text = "Aspirin lowers the risk of heart attacks. " + "More words follow here. " * 20
+    corpus = [{"_id": "d1", "title": "Aspirin and the heart", "text": long_text},
+              {"_id": "d2", "title": "", "text": "Vitamin C does not prevent the common cold."},
+              {"_id": "d3", "text": "Coffee consumption and sleep quality in adults."}]
+    folder = write_beir(tmp_path / "facts", corpus=corpus, qrels={"test": [("q1", "d1", 1)]})
+    index_dir = tmp_path / "index"
+    result = invoke("index", "--task", folder, "--retriever", "bm25", "--out", index_dir)
+    assert result.exit_code == 0, result.output
+    assert (index_dir / "meta.json").exists() and (index_dir / "docs.jsonl").exists()
+    assert json.loads((index_dir / "tart.json").read_text())["n_docs"] == 3
+
+    result = invoke("search", "--index", index_dir, "--instruction", "Retrieve scientific evidence",
+                    "--k", 2, "aspirin heart attacks")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "query: Retrieve scientific evidence [SEP] aspirin heart attacks"
+    rank, doc_id, score, snippet = lines[1].split(None, 1)[0], *lines[1].split(None, 1)[1].split("\t")
+    assert (rank, doc_id) == ("1.", "d1") and float(score) > 0
+    assert snippet.startswith("Aspirin and the heart | Aspirin lowers the risk")
+    assert snippet.endswith("...") and len(snippet) == len("Aspirin and the heart | ") + 200 + 3
+    assert len(lines) == 3  # the query line and k=2 results
+
+    result = invoke("search", "--index", index_dir, "--json", "vitamin c cold", "coffee sleep")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["ids"][0] for r in rows] == ["d2", "d3"]
+    assert rows[0]["query"] == "vitamin c cold"  # no instruction: the query alone
+    assert rows[1]["snippets"][0] == "Coffee consumption and sleep quality in adults."
+
+
+def test_dense_index_and_search_round_trip(tmp_path, tiny_bert_dir):
+    folder = write_beir(tmp_path / "facts")
+    result = invoke("index", "--task", folder, "--retriever", f"dense:{tiny_bert_dir}", "--out", tmp_path / "index")
+    assert result.exit_code == 0, result.output
+    result = invoke("search", "--index", tmp_path / "index", "--json", "--k", 3, "aspirin")
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(result.stdout)["ids"]) == ["3", "d1", "d2"]
+
+
+def test_evaluate_builtin_tasks_closed_and_pooled(tmp_path):
+    data_dir = make_data_dir(tmp_path / "data")
+    out = tmp_path / "eval"
+    result = invoke("evaluate", "--tasks", "mtop,break,ambigqa", "--retriever", "bm25", "--setting", "both",
+                    "--data-dir", data_dir, "--limit", 2, "--out", out)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["tasks"] == ["mtop", "break", "ambigqa"] and metrics["limit"] == 2
+    assert metrics["use_instruction"] is True
+    for setting in ("closed", "pooled"):
+        for task in ("mtop", "break", "ambigqa"):
+            entry = metrics["settings"][setting][task]
+            assert entry["n_queries"] == 2 and entry["instruction"]
+            assert set(entry["metrics"]) == {"ndcg@10", "recall@100", "mrr@10"}
+            rows = read_jsonl_rows(out / "runs" / setting / f"{task}.jsonl")
+            assert len(rows) == 2 and rows[0]["query"].startswith(entry["instruction"] + " [SEP] ")
+    assert set(metrics["gap"]) == {"mtop", "break", "ambigqa"}
+    assert "ndcg@10" in result.stdout and "pooled-closed" in result.stdout
+
+
+def test_evaluate_a_beir_folder_without_instructions(tmp_path):
+    folder = write_beir(tmp_path / "facts")
+    result = invoke("evaluate", "--tasks", folder, "--no-instruction", "--out", tmp_path / "eval")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    entry = metrics["settings"]["closed"]["facts"]
+    assert entry["instruction"] is None and entry["n_queries"] == 2 and entry["metrics"]["ndcg@10"] > 50
+
+
+def test_evaluate_errors_exit_2_with_a_clear_message(tmp_path):
+    result = invoke("evaluate", "--tasks", "nope", "--data-dir", tmp_path, "--out", tmp_path / "eval")
+    assert result.exit_code == 2 and "unknown retrieval task 'nope'" in result.stderr
+
+    result = invoke("evaluate", "--tasks", "mtop", "--data-dir", tmp_path / "missing", "--out", tmp_path / "eval")
+    assert result.exit_code == 2 and "not found" in result.stderr
+
+    folder = write_beir(tmp_path / "facts[v2]")  # brackets in a path must survive rich's markup
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\tyes\n", encoding="utf-8")
+    result = invoke("evaluate", "--tasks", folder, "--out", tmp_path / "eval")
+    assert result.exit_code == 2
+    assert str(folder / "qrels" / "test.tsv") in result.stderr and "line 2" in result.stderr
+    assert "field 'score'" in result.stderr and "Traceback" not in result.output
+
+    result = invoke("evaluate", "--tasks", write_beir(tmp_path / "ok"), "--setting", "mixed", "--out", tmp_path / "e")
+    assert result.exit_code == 2 and "unknown setting 'mixed'" in result.stderr
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "e").exists()
+
+
+def test_search_errors_exit_2(tmp_path):
+    result = invoke("search", "--index", tmp_path / "nothing", "query")
+    assert result.exit_code == 2 and "taskret tart index" in result.stderr
+    (tmp_path / "half").mkdir()
+    write_jsonl_rows(tmp_path / "half" / "docs.jsonl", [{"id": "d1", "title": "", "text": "x"}])
+    result = invoke("search", "--index", tmp_path / "half", "query")
+    assert result.exit_code == 2 and "no meta.json" in result.stderr
+    result = invoke("index", "--task", "mtop", "--data-dir", tmp_path, "--out", tmp_path / "i")
+    assert result.exit_code == 2 and "mtop/test.jsonl" in result.stderr

@@ -1,0 +1,353 @@
+"""Retrieval tasks: the BEIR layout (good files and every kind of bad one), instruction files, and MTOP /
+Break / AmbigQA / SciFact cast as retrieval, all on tiny hand-made files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from taskret.data import DataError
+from taskret.tart.tasks import (
+    AMBIGQA_INSTRUCTIONS,
+    BREAK_INSTRUCTIONS,
+    MTOP_INSTRUCTIONS,
+    RETRIEVAL_TASKS,
+    SCIFACT_TEST_INSTRUCTIONS,
+    SCIFACT_TRAIN_INSTRUCTIONS,
+    Document,
+    RetrievalTask,
+    ambigqa_task,
+    break_task,
+    doc_text,
+    load_retrieval_task,
+    mtop_task,
+    read_beir,
+    read_instructions,
+)
+
+from ..conftest import write_jsonl_rows
+
+CORPUS = [
+    {"_id": "d1", "title": "Aspirin and the heart", "text": "Aspirin lowers the risk of heart attacks."},
+    {"_id": "d2", "title": "", "text": "Vitamin C does not prevent the common cold."},
+    {"_id": 3, "text": "Coffee consumption and sleep quality in adults."},  # numeric id, no title
+]
+QUERIES = [
+    {"_id": "q1", "text": "Aspirin prevents heart attacks.", "metadata": {}},
+    {"_id": "q2", "text": "Vitamin C cures colds."},
+    {"_id": "q3", "text": "Coffee harms sleep."},
+]
+QRELS = {"test": [("q1", "d1", 1), ("q2", "d2", 1), ("q2", "3", 2)], "train": [("q3", "3", 1)]}
+
+
+def write_beir(folder: Path, corpus=CORPUS, queries=QUERIES, qrels=QRELS, header: bool = True) -> Path:
+    """A BEIR folder written by hand; ``qrels`` maps split -> rows (or raw file text)."""
+    write_jsonl_rows(folder / "corpus.jsonl", corpus)
+    write_jsonl_rows(folder / "queries.jsonl", queries)
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    for split, rows in qrels.items():
+        text = rows if isinstance(rows, str) else (
+            ("query-id\tcorpus-id\tscore\n" if header else "") + "".join(f"{q}\t{d}\t{s}\n" for q, d, s in rows))
+        (folder / "qrels" / f"{split}.tsv").write_text(text, encoding="utf-8")
+    return folder
+
+
+# --- BEIR: good files --------------------------------------------------------------------------------
+
+
+def test_read_beir_reads_corpus_queries_and_the_split_qrels(tmp_path):
+    task = read_beir(write_beir(tmp_path / "facts"), "test", instructions=["Find evidence"])
+    assert task.name == "facts"
+    assert task.corpus == {
+        "d1": Document("d1", "Aspirin and the heart", "Aspirin lowers the risk of heart attacks."),
+        "d2": Document("d2", "", "Vitamin C does not prevent the common cold."),
+        "3": Document("3", "", "Coffee consumption and sleep quality in adults."),
+    }
+    # Only the queries judged in the split, as BEIR evaluates.
+    assert task.queries == {"q1": "Aspirin prevents heart attacks.", "q2": "Vitamin C cures colds."}
+    assert task.qrels == {"q1": {"d1": 1}, "q2": {"d2": 1, "3": 2}}
+    assert task.instructions == ["Find evidence"] and task.instruction == "Find evidence"
+    train = read_beir(tmp_path / "facts", "train")
+    assert train.queries == {"q3": "Coffee harms sleep."} and train.instruction is None
+
+
+def test_qrels_header_is_optional(tmp_path):
+    task = read_beir(write_beir(tmp_path / "b", header=False), "test")
+    assert task.qrels == {"q1": {"d1": 1}, "q2": {"d2": 1, "3": 2}}
+
+
+def test_doc_text_joins_title_and_text_trimmed():
+    assert doc_text(Document("a", "Title ", " body text ")) == "Title body text"
+    assert doc_text(Document("a", "", "  only text")) == "only text"
+    assert doc_text(Document("a", "Only title", "")) == "Only title"
+
+
+def test_a_missing_split_names_the_available_ones(tmp_path):
+    write_beir(tmp_path / "b")
+    with pytest.raises(FileNotFoundError, match=r"split 'dev'.*available: test, train"):
+        read_beir(tmp_path / "b", "dev")
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        read_beir(tmp_path / "nowhere")
+
+
+# --- BEIR: bad files ---------------------------------------------------------------------------------
+
+
+def _bad_line(path: Path, line_no: int, text: str) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[line_no - 1] = text
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("file, line_no, text, field, message", [
+    ("corpus.jsonl", 2, '{"_id": "d2", "text": "unterminated', None, "malformed JSON"),
+    ("corpus.jsonl", 2, '["not", "an", "object"]', None, "expected a JSON object"),
+    ("corpus.jsonl", 2, '{"title": "t", "text": "no id"}', "_id", "missing field"),
+    ("corpus.jsonl", 2, '{"_id": "d2", "title": "only a title"}', "text", "missing field"),
+    ("corpus.jsonl", 2, '{"_id": "d2", "title": "", "text": "  "}', "text", "empty document"),
+    ("corpus.jsonl", 2, '{"_id": "d2", "text": 5}', "text", "expected a string"),
+    ("corpus.jsonl", 2, '{"_id": "d1", "text": "same id again"}', "_id", "duplicate id 'd1' (first seen on line 1)"),
+    ("queries.jsonl", 3, '{"_id": "q3"}', "text", "missing field"),
+    ("queries.jsonl", 2, '{"_id": "q1", "text": "again"}', "_id", "duplicate id 'q1'"),
+    ("qrels/test.tsv", 3, "q2\td2", None, "expected 3 tab-separated columns"),
+    ("qrels/test.tsv", 3, "q2\td2\t1\textra", None, "got 4"),
+    ("qrels/test.tsv", 3, "q2\td2\t1.5", "score", "expected an integer relevance, got '1.5'"),
+    ("qrels/test.tsv", 3, "q2\td2\thigh", "score", "expected an integer relevance"),
+    ("qrels/test.tsv", 3, "q9\td2\t1", "query-id", "unknown query id 'q9'"),
+    ("qrels/test.tsv", 3, "q2\td9\t1", "corpus-id", "unknown document id 'd9'"),
+    ("qrels/test.tsv", 3, "q1\td1\t1", "corpus-id", "duplicate judgement of ('q1', 'd1') (first on line 2)"),
+    ("qrels/test.tsv", 3, "\td2\t1", "query-id", "empty value"),
+])
+def test_bad_beir_files_name_file_line_and_field(tmp_path, file, line_no, text, field, message):
+    folder = write_beir(tmp_path / "b")
+    _bad_line(folder / file, line_no, text)
+    with pytest.raises(DataError) as caught:
+        read_beir(folder, "test")
+    err = caught.value
+    assert err.path == str(folder / file)
+    assert err.line == line_no
+    assert err.field == field
+    assert message in str(err)
+
+
+def test_invalid_utf8_in_qrels_names_the_line(tmp_path):
+    folder = write_beir(tmp_path / "b")
+    (folder / "qrels" / "test.tsv").write_bytes(b"query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td\xff2\t1\n")
+    with pytest.raises(DataError, match="not valid UTF-8") as caught:
+        read_beir(folder, "test")
+    assert caught.value.line == 3
+
+
+@pytest.mark.parametrize("file", ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"])
+def test_empty_files_are_errors(tmp_path, file):
+    folder = write_beir(tmp_path / "b")
+    (folder / file).write_text("query-id\tcorpus-id\tscore\n" if file.endswith(".tsv") else "", encoding="utf-8")
+    with pytest.raises(DataError, match="no (documents|queries|relevance judgements)"):
+        read_beir(folder, "test")
+
+
+def test_a_task_rejects_qrels_outside_its_corpus_or_queries():
+    corpus = {"d1": Document("d1", "", "text")}
+    with pytest.raises(ValueError, match="document 'd2'"):
+        RetrievalTask("t", corpus, {"q1": "query"}, {"q1": {"d2": 1}})
+    with pytest.raises(ValueError, match="query 'q2'"):
+        RetrievalTask("t", corpus, {"q1": "query"}, {"q2": {"d1": 1}})
+
+
+def test_sample_keeps_the_corpus_and_is_seeded():
+    corpus = {f"d{i}": Document(f"d{i}", "", f"doc {i}") for i in range(10)}
+    queries = {f"q{i}": f"query {i}" for i in range(10)}
+    task = RetrievalTask("t", corpus, queries, {f"q{i}": {f"d{i}": 1} for i in range(10)}, ["instr"])
+    small = task.sample(4, seed=1)
+    assert len(small.queries) == 4 and set(small.qrels) == set(small.queries)
+    assert small.corpus == corpus and small.instructions == ["instr"]
+    assert list(small.queries) == list(task.sample(4, seed=1).queries)  # same sample every time
+    assert task.sample(None) is task and task.sample(50) is task
+
+
+# --- instruction files -------------------------------------------------------------------------------
+
+
+def test_read_berri_instructions_tsv(tmp_path):
+    path = tmp_path / "berri_instructions.tsv"
+    path.write_text(
+        "dataset\tprompt_1\tprompt_2\tprompt_3\n"
+        "fever\tRetrieve a Wikipedia paragraph to verify this claim\tFind evidence for \"this\" \t\n"
+        "nq\tAnswer this question \t\t\n", encoding="utf-8")
+    assert read_instructions(path) == {
+        "fever": ["Retrieve a Wikipedia paragraph to verify this claim", 'Find evidence for "this"'],
+        "nq": ["Answer this question"],
+    }
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("name\tprompt_1\nfever\tx\n", 1, "header"),
+    ("dataset\tprompt_1\nfever\tx\nfever\ty\n", 3, "duplicate dataset 'fever'"),
+    ("dataset\tprompt_1\nfever\t\t\n", 2, "no instruction"),
+])
+def test_bad_berri_instructions(tmp_path, text, line, message):
+    path = tmp_path / "berri.tsv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DataError, match=message) as caught:
+        read_instructions(path)
+    assert caught.value.line == line
+
+
+def test_read_eval_instructions_json(tmp_path):
+    path = tmp_path / "eval_instructions.json"
+    path.write_text(json.dumps({"beir": {"scifact": "Verify this claim "}, "x2_retrieval": {"ambigqa": "Similar"}}))
+    assert read_instructions(path) == {"beir/scifact": ["Verify this claim"], "x2_retrieval/ambigqa": ["Similar"]}
+    path.write_text(json.dumps({"beir": {"scifact": 3}}))
+    with pytest.raises(DataError, match="non-empty instruction") as caught:
+        read_instructions(path)
+    assert caught.value.field == "beir.scifact"
+    path.write_text("{not json")
+    with pytest.raises(DataError, match="malformed JSON"):
+        read_instructions(path)
+
+
+# --- non-retrieval data cast as retrieval ------------------------------------------------------------
+
+
+def write_mtop(path: Path) -> Path:
+    return write_jsonl_rows(path, [
+        {"idx": "m1", "question": "wake me up at 7 am", "logical_form": "[IN:CREATE_ALARM [SL:DATE_TIME at 7 am ] ]"},
+        {"idx": "m2", "question": "what is the weather in paris",
+         "logical_form": "[IN:GET_WEATHER [SL:LOCATION paris ] ]"},
+        {"idx": "m3", "question": "set a new alarm", "logical_form": "[IN:CREATE_ALARM ]"},
+        {"idx": "m4", "question": "make an alarm", "logical_form": "[IN:CREATE_ALARM  ]"},  # same parse as m3
+    ])
+
+
+def write_break(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "question_id,question_text,decomposition,operators,split\n"
+        "b1,show me flights from boston to denver,return flights ;return #1 from  boston ;return #2 to denver,"
+        "\"['select', 'filter', 'filter']\",dev\n"
+        "b2,how many red cubes are there,return red cubes ;return number of #1,\"['select', 'aggregate']\",dev\n"
+        "b3,what is the capital of france,return capital of france,\"['select']\",dev\n",
+        encoding="utf-8")
+    return path
+
+
+AMBIGQA_ITEMS = [
+    {"id": "a1", "question": "Who played the doctor in dexter season 1?",
+     "annotations": [{"type": "singleAnswer", "answer": ["Tony Goldwyn"]}]},  # unambiguous: left out
+    {"id": "a2", "question": "When did the simpsons first air?",
+     "annotations": [
+         {"type": "multipleQAs", "qaPairs": [
+             {"question": "When did the simpsons first air as a short?", "answer": ["1987"]},
+             {"question": "When did the simpsons first air as a half-hour show?", "answer": ["1989"]}]},
+         {"type": "multipleQAs", "qaPairs": [  # a second annotator repeats one rewrite
+             {"question": "When did the simpsons first air as a  short?", "answer": ["April 19, 1987"]}]},
+     ]},
+    {"id": 3, "question": "Who won the world cup?",
+     "annotations": [{"type": "multipleQAs", "qaPairs": [
+         {"question": "Who won the 2018 world cup?", "answer": ["France"]},
+         {"question": "Who won the 2014 world cup?", "answer": ["Germany"]}]}]},
+]
+
+
+def test_mtop_task_shares_one_document_per_distinct_parse(tmp_path):
+    task = mtop_task(write_mtop(tmp_path / "mtop.jsonl"))
+    assert task.name == "mtop" and task.instructions == MTOP_INSTRUCTIONS and len(task.instructions) >= 3
+    assert task.queries == {"m1": "wake me up at 7 am", "m2": "what is the weather in paris",
+                            "m3": "set a new alarm", "m4": "make an alarm"}
+    assert set(task.corpus) == {"m1", "m2", "m3"}  # m4's parse is m3's (up to spacing)
+    assert task.corpus["m3"].text == "[IN:CREATE_ALARM ]"
+    assert task.qrels == {"m1": {"m1": 1}, "m2": {"m2": 1}, "m3": {"m3": 1}, "m4": {"m3": 1}}
+
+
+def test_break_task_maps_questions_to_decompositions(tmp_path):
+    task = break_task(write_break(tmp_path / "break.csv"))
+    assert task.instructions == BREAK_INSTRUCTIONS and len(task.instructions) >= 3
+    assert task.queries["b1"] == "show me flights from boston to denver"
+    assert task.corpus["b1"].text == "return flights ;return #1 from boston ;return #2 to denver"
+    assert task.qrels == {"b1": {"b1": 1}, "b2": {"b2": 1}, "b3": {"b3": 1}}
+
+
+def test_ambigqa_task_maps_ambiguous_questions_to_their_rewrites(tmp_path):
+    path = tmp_path / "dev_light.json"
+    path.write_text(json.dumps(AMBIGQA_ITEMS), encoding="utf-8")
+    task = ambigqa_task(path)
+    assert task.instructions == AMBIGQA_INSTRUCTIONS and len(task.instructions) >= 3
+    assert task.queries == {"a2": "When did the simpsons first air?", "3": "Who won the world cup?"}
+    assert {d.id: d.text for d in task.corpus.values()} == {
+        "a2-0": "When did the simpsons first air as a short?",
+        "a2-1": "When did the simpsons first air as a half-hour show?",
+        "3-0": "Who won the 2018 world cup?",
+        "3-1": "Who won the 2014 world cup?",
+    }
+    assert task.qrels == {"a2": {"a2-0": 1, "a2-1": 1}, "3": {"3-0": 1, "3-1": 1}}
+
+
+@pytest.mark.parametrize("items, field, message", [
+    ({"not": "a list"}, None, "expected a JSON list"),
+    ([{"question": "q?", "annotations": []}], "id", "missing or empty 'id'"),
+    ([{"id": "x", "question": "q?", "annotations": [{"type": "multipleQAs", "qaPairs": [{"answer": ["a"]}]}]}],
+     "[0].annotations[0].qaPairs[0].question", "expected a non-empty question"),
+    ([{"id": "x", "question": "q?", "annotations": "none"}], "[0].annotations", "expected a list"),
+    ([{"id": "x", "question": "q?", "annotations": [{"type": "singleAnswer", "answer": ["a"]}]}], None,
+     "no question has disambiguated rewrites"),
+])
+def test_bad_ambigqa_files(tmp_path, items, field, message):
+    path = tmp_path / "dev_light.json"
+    path.write_text(json.dumps(items), encoding="utf-8")
+    with pytest.raises(DataError, match=message.replace("[", r"\[").replace("]", r"\]")) as caught:
+        ambigqa_task(path)
+    assert caught.value.field == field and caught.value.path == str(path)
+
+
+def test_bad_mtop_file_names_line_and_field(tmp_path):
+    path = write_jsonl_rows(tmp_path / "mtop.jsonl", [{"idx": "1", "question": "hi", "logical_form": "[IN:X ]"},
+                                                      {"idx": "2", "question": "no parse"}])
+    with pytest.raises(DataError, match="missing field") as caught:
+        mtop_task(path)
+    assert (caught.value.line, caught.value.field) == (2, "logical_form")
+
+
+# --- the registry --------------------------------------------------------------------------------------
+
+
+def make_data_dir(root: Path) -> Path:
+    """A data directory in the shared layout, with tiny files for every built-in task."""
+    write_beir(root / "scifact")
+    write_mtop(root / "mtop" / "test.jsonl")
+    write_mtop(root / "mtop" / "train.jsonl")
+    write_break(root / "break" / "test.csv")
+    (root / "ambigqa").mkdir(parents=True)
+    (root / "ambigqa" / "dev_light.json").write_text(json.dumps(AMBIGQA_ITEMS), encoding="utf-8")
+    return root
+
+
+def test_load_retrieval_task_reads_every_builtin_task_from_data_dir(tmp_path):
+    data_dir = make_data_dir(tmp_path / "data")
+    assert set(RETRIEVAL_TASKS) == {"scifact", "mtop", "break", "ambigqa"}
+    for name in RETRIEVAL_TASKS:
+        task = load_retrieval_task(name, data_dir, "test")
+        assert task.name == name and task.queries and task.corpus and len(task.instructions) >= 3
+    assert load_retrieval_task("scifact", data_dir, "test").instructions == SCIFACT_TEST_INSTRUCTIONS
+    train = load_retrieval_task("scifact", data_dir, "train")
+    assert train.instructions == SCIFACT_TRAIN_INSTRUCTIONS and set(train.queries) == {"q3"}
+    # The paper's SciFact evaluation instruction is never a training instruction.
+    assert not set(SCIFACT_TEST_INSTRUCTIONS) & set(SCIFACT_TRAIN_INSTRUCTIONS)
+    assert load_retrieval_task("mtop", data_dir, "train").queries
+    assert load_retrieval_task(str(data_dir / "scifact"), split="train").name == "scifact"  # a BEIR folder by path
+
+
+def test_load_retrieval_task_errors(tmp_path):
+    data_dir = make_data_dir(tmp_path / "data")
+    with pytest.raises(ValueError, match="unknown retrieval task 'nope'.*scifact, mtop, break, ambigqa"):
+        load_retrieval_task("nope", data_dir)
+    with pytest.raises(ValueError, match="no split 'train'; splits: test, dev"):
+        load_retrieval_task("ambigqa", data_dir, "train")
+    with pytest.raises(FileNotFoundError, match="break/train.csv"):
+        load_retrieval_task("break", data_dir, "train")
+
+
+def test_data_dir_defaults_to_taskret_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TASKRET_DATA_DIR", str(make_data_dir(tmp_path / "data")))
+    assert load_retrieval_task("mtop").name == "mtop"
