@@ -39,6 +39,7 @@ bench: setup
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
 	$(BIN)/python benchmarks/epr_analysis.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/lm_throughput.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR)
 
 clean:
 	rm -rf $(VENV) runs

@@ -95,8 +95,30 @@ def analysis_table() -> list[str]:
     return out
 
 
+def tart_table() -> list[str]:
+    d = _load("tart_zero_shot.json")
+    if not d:
+        return []
+    sf = d["scifact_test"]
+    out = [f"TART zero-shot retrieval, no training yet (`{d['command']}`).", "",
+           f"SciFact test, {sf['n_queries']} claims, {sf['n_docs']} abstracts, NDCG@10 (BEIR paper BM25: "
+           f"{sf['reference_bm25_ndcg@10_beir']}):", "", "| retriever | no instruction | with instruction |", "|---|---|---|"]
+    for name, r in sf["results"].items():
+        out.append(f"| {name} | {r['no_instruction']['ndcg@10']} | {r['instruction']['ndcg@10']} |")
+    ct = d["cross_task"]
+    tasks = list(ct["tasks"])
+    out += ["", f"Closed (own corpus) -> pooled (all {ct['pooled_n_docs']} documents) NDCG@10, {ct['limit']} queries "
+            "per task:", "", "| retriever | instruction | " + " | ".join(tasks) + " | mean gap |",
+            "|---|---|" + "---|" * (len(tasks) + 1)]
+    for name, by_mode in ct["ndcg@10"].items():
+        for mode, r in by_mode.items():
+            cells = [f"{r['closed'][t]:.1f} -> {r['pooled'][t]:.1f}" for t in tasks]
+            out.append(f"| {name} | {mode.replace('_', ' ')} | " + " | ".join(cells) + f" | {r['gap']['mean']:+.2f} |")
+    return out
+
+
 def main() -> None:
-    for section in (icl_table(), bm25_table(), throughput_table(), analysis_table()):
+    for section in (icl_table(), bm25_table(), throughput_table(), analysis_table(), tart_table()):
         if section:
             print("\n".join(section) + "\n")
 

@@ -1,5 +1,5 @@
 """``taskret tart ...``: evaluate retrievers with and without instructions; index a task's corpus and
-search it with an instruction."""
+search it with an instruction; build TART training data and train TART-dual."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rich.console import Console
 from ..data import DataError
 from ..models import ModelNotInstalled
 
-app = typer.Typer(help="TART: instruction-following retrieval (evaluate, index, search).", no_args_is_help=True)
+app = typer.Typer(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual).", no_args_is_help=True)
 console = Console(stderr=True)
 ERRORS = (DataError, ModelNotInstalled, ValueError, FileNotFoundError, RuntimeError)
 
@@ -162,3 +162,97 @@ def search(
         sys.stdout.write(f"query: {text}\n")
         for rank, (doc_id, score) in enumerate(zip(ids, scores), start=1):
             sys.stdout.write(f"{rank:3d}. {doc_id}\t{float(score):.4f}\t{_snippet(docs.get(doc_id))}\n")
+
+
+@app.command("build-data")
+def build_data(
+    tasks: str = typer.Option("mtop,break,scifact", "--tasks", help="comma-separated built-in tasks or BEIR folders; "
+                              "a built-in task without the split (ambigqa has no train split) is skipped with a warning"),
+    split: str = typer.Option("train", help="which split of each task"),
+    out: Path = typer.Option(..., help="training data to write (JSONL)"),
+    first_stage: str = typer.Option("bm25", help="retriever that mines hard and instruction-unfollowing negatives"),
+    n_hard: int = typer.Option(5, help="hard negatives per query (top unjudged first-stage documents)"),
+    n_random: int = typer.Option(2, help="random negatives per query (the task's own corpus)"),
+    n_unfollowing: int = typer.Option(2, help="instruction-unfollowing negatives per query (other tasks' corpora)"),
+    denoiser: Optional[str] = typer.Option(None, help="a sentence-transformers CrossEncoder (name or folder) that "
+                                           "drops hard negatives it scores above --denoise-threshold"),
+    denoise_threshold: float = typer.Option(0.5, help="denoiser score above which a hard negative is dropped"),
+    limit: Optional[int] = typer.Option(None, help="a fixed seeded sample of N queries per task (the corpus stays whole)"),
+    seed: int = typer.Option(0, help="seed of the instructions, positives, random negatives and query sample"),
+    data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data"),
+):
+    """Mine TART training rows (instruction, query, positive, hard/random/unfollowing negatives) to JSONL."""
+    import time
+
+    from .tasks import RETRIEVAL_TASKS, load_retrieval_task
+    from .training_data import build_training_examples, write_training_examples
+
+    try:
+        if limit is not None and limit < 1:
+            raise ValueError("--limit must be at least 1")
+        loaded = []
+        for name in _task_names(tasks):
+            if name in RETRIEVAL_TASKS and split not in RETRIEVAL_TASKS[name].splits:
+                console.print(f"[yellow]warning:[/] task '{name}' has no split '{split}' "
+                              f"(splits: {', '.join(RETRIEVAL_TASKS[name].splits)}); skipped")
+                continue
+            loaded.append(load_retrieval_task(name, data_dir, split).sample(limit, seed=seed))
+        if not loaded:
+            raise ValueError(f"no task has a '{split}' split")
+        score = None
+        if denoiser is not None:
+            from sentence_transformers import CrossEncoder
+
+            from ..models import resolve_model
+
+            model = CrossEncoder(str(resolve_model(denoiser)), device="cpu")
+            score = lambda pairs: model.predict(pairs, batch_size=64, show_progress_bar=False)  # noqa: E731
+        stats: dict = {}
+        start = time.perf_counter()
+        with console.status(f"mining negatives for {', '.join(t.name for t in loaded)}"):
+            rows = build_training_examples(loaded, first_stage=first_stage, n_hard=n_hard, n_random=n_random,
+                                           n_unfollowing=n_unfollowing, seed=seed, denoiser=score,
+                                           denoise_threshold=denoise_threshold, stats=stats)
+        write_training_examples(out, rows)
+    except ERRORS as err:
+        _fail(err)
+    negatives = ", ".join(f"{n} {kind}" for kind, n in stats["n_negatives"].items())
+    per_task = ", ".join(f"{name} {n}" for name, n in stats["per_task"].items())
+    console.print(f"{stats['n_rows']} rows ({per_task}; {stats['n_skipped']} queries without a relevant document "
+                  f"skipped), negatives: {negatives}" + (f", {stats['n_denoised']} hard negatives dropped by the "
+                  f"denoiser" if denoiser else "") + f" in {time.perf_counter() - start:.1f}s -> {out}")
+
+
+@app.command("train-dual")
+def train_dual(
+    data: Path = typer.Option(..., "--data", help="training rows written by `taskret tart build-data`"),
+    out: Path = typer.Option(..., help="output folder: model/, tart_dual_config.json, training_log.jsonl"),
+    instruction: bool = typer.Option(True, "--instruction/--no-instruction",
+                                     help="encode queries as '{instruction} [SEP] {query}' (off: the query alone, "
+                                     "the no-instruction ablation)"),
+    base_model: str = typer.Option("minilm-l6", help="sentence-transformers base model (name or folder)"),
+    epochs: int = typer.Option(1, help="passes over the rows (a new negative is drawn per row per epoch)"),
+    batch_size: int = typer.Option(64, help="triplets per optimiser step (in-batch negatives)"),
+    mini_batch_size: int = typer.Option(16, help="sequences embedded at a time (GradCache; bounds memory)"),
+    learning_rate: float = typer.Option(2e-5, help="peak learning rate (linear schedule, 10% warm-up)"),
+    negatives: str = typer.Option("random,hard,unfollowing", help="kinds of negatives to draw from"),
+    seed: int = typer.Option(0, help="seed of the negatives, batches and initialisation"),
+    progress: bool = typer.Option(True, "--progress/--quiet", help="show the trainer's progress bar"),
+):
+    """Train TART-dual: one shared encoder for instructed queries and documents; use it as dense:OUT/model."""
+    from .dual import CONFIG_FILE, TartDualConfig, train_tart_dual
+    from .training_data import read_training_examples
+
+    try:
+        config = TartDualConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
+                                mini_batch_size=mini_batch_size, learning_rate=learning_rate, seed=seed,
+                                use_instruction=instruction,
+                                negative_kinds=tuple(k.strip() for k in negatives.split(",") if k.strip()))
+        rows = read_training_examples(data)
+        folder = train_tart_dual(rows, out, config, progress=progress, source=str(data))
+    except ERRORS as err:
+        _fail(err)
+    summary = json.loads((out / CONFIG_FILE).read_text(encoding="utf-8"))
+    console.print(f"trained on {summary['n_used']} rows ({summary['n_skipped']} skipped), {summary['steps']} steps, "
+                  f"mean loss {summary['mean_loss']:.4f}, {summary['wall_time_s']:.1f}s -> {folder} "
+                  f"(use --retriever dense:{folder})")

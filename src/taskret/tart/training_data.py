@@ -1,0 +1,273 @@
+"""TART training data: (instruction, query, positive, negatives) rows mined from retrieval tasks.
+
+Each row pairs one query of a task with one of its relevant documents and an instruction sampled
+(seeded) from the task's instructions, plus three kinds of negatives, as in TART's BERRI training
+data (Asai et al., 2022, section 4):
+
+- ``random``: documents of the task's own corpus drawn at random, never a judged one;
+- ``hard``: the first stage's top documents for the query text (through the Retriever API, over the
+  task's own corpus) that are not judged for the query. With a ``denoiser`` (a callable scoring
+  ``(query, document text)`` pairs, e.g. ``CrossEncoder(...).predict``), mined hard negatives that it
+  scores above ``denoise_threshold`` are dropped as likely false negatives (not replaced), and the
+  count is reported in ``stats["n_denoised"]``;
+- ``unfollowing`` (instruction-unfollowing): documents the first stage retrieves for the same query
+  from the OTHER tasks' corpora. They may well match the query, but they are not the kind of
+  document the instruction asks for, so they are negatives only because of the instruction. Their
+  ids are ``"{other task}/{doc id}"`` (see :func:`~taskret.tart.evaluation.pooled_id`); a document
+  whose text equals one of the query's relevant documents is never one.
+
+Row layout (one JSON object per line)::
+
+    {"task", "qid", "instruction", "query", "positive": doc id, "positive_text",
+     "negatives": [{"id", "text", "kind": "random" | "hard" | "unfollowing"}, ...]}
+
+Queries without a relevant (relevance > 0) document are skipped. A query with several relevant
+documents gives one row whose positive is drawn (seeded) among them. Everything is seeded per task
+(``seed`` and the task's name), so the same tasks and settings give the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..data import DataError, iter_records
+from ..io import write_jsonl
+from .evaluation import _check_names, pooled_id
+from .tasks import RetrievalTask, doc_text
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NEGATIVE_KINDS", "ROW_FIELDS", "build_training_examples", "write_training_examples",
+           "read_training_examples", "validate_training_row"]
+
+NEGATIVE_KINDS = ("random", "hard", "unfollowing")
+ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
+
+#: A denoiser scores (query, document text) pairs; higher = more likely relevant.
+Denoiser = Callable[[list[tuple[str, str]]], Sequence[float]]
+
+
+def _task_rng(seed: int, task_name: str, stream: int) -> np.random.Generator:
+    # crc32, not hash(): str hashes change from one interpreter to the next.
+    return np.random.default_rng([seed, zlib.crc32(task_name.encode("utf-8")), stream])
+
+
+def _make_first_stage(first_stage: Any):
+    """A fresh un-indexed retriever from a spec string, or from a zero-argument factory."""
+    from ..retrieval import make_retriever
+
+    if isinstance(first_stage, str):
+        return make_retriever(first_stage)
+    if callable(first_stage):
+        return first_stage()
+    raise TypeError("first_stage must be a make_retriever spec (e.g. 'bm25') or a factory of retrievers")
+
+
+def _check_count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _random_ids(rng: np.random.Generator, ids: list[str], n: int, excluded: set[str]) -> list[str]:
+    """Up to ``n`` distinct ids drawn uniformly from ``ids`` outside ``excluded``."""
+    if n == 0:
+        return []
+    if len(ids) <= 4 * (n + len(excluded)):  # small corpus: filter, then draw
+        pool = [i for i in ids if i not in excluded]
+        if len(pool) <= n:
+            return [pool[int(j)] for j in rng.permutation(len(pool))]
+        return [pool[int(j)] for j in rng.choice(len(pool), size=n, replace=False)]
+    chosen: list[str] = []
+    seen = set(excluded)
+    while len(chosen) < n:  # large corpus: rejection sampling (terminates: most ids are allowed)
+        candidate = ids[int(rng.integers(len(ids)))]
+        if candidate not in seen:
+            seen.add(candidate)
+            chosen.append(candidate)
+    return chosen
+
+
+def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "bm25", n_hard: int = 5,
+                            n_random: int = 2, n_unfollowing: int = 2, seed: int = 0,
+                            denoiser: Denoiser | None = None, denoise_threshold: float = 0.5,
+                            stats: dict | None = None) -> list[dict]:
+    """TART training rows for every judged query of ``tasks`` (see the module docstring).
+
+    ``first_stage``: a :func:`~taskret.retrieval.make_retriever` spec (``"bm25"``, ``"dense:..."``) or a
+    zero-argument factory of un-indexed retrievers; it indexes each task's corpus once and is queried
+    with the query text alone (no instruction). ``n_hard``/``n_random``/``n_unfollowing``: negatives of
+    each kind per row (fewer when a corpus is too small; hard ones fewer also after denoising).
+    ``denoiser``: called once per task with every (query, mined hard negative text) pair; hard negatives
+    it scores above ``denoise_threshold`` are dropped. ``stats``, when given, is filled with counts:
+    n_rows, n_skipped (queries without a relevant document), n_negatives per kind, n_denoised and
+    denoised (the dropped ``[task, qid, doc id]``), and per_task rows.
+    """
+    for name, value in (("n_hard", n_hard), ("n_random", n_random), ("n_unfollowing", n_unfollowing)):
+        _check_count(name, value)
+    tasks = list(tasks)
+    _check_names(tasks)
+    for task in tasks:
+        if not task.instructions:
+            raise ValueError(f"task '{task.name}' has no instructions; TART training needs at least one "
+                             f"(give some with RetrievalTask.with_instructions)")
+
+    # Judged queries of each task, in the task's query order.
+    qids_of = {t.name: [q for q in t.queries if any(r > 0 for r in t.qrels.get(q, {}).values())] for t in tasks}
+    n_skipped = sum(len(t.queries) - len(qids_of[t.name]) for t in tasks)
+
+    # One index per corpus, shared by the task's own hard negatives and the others' unfollowing ones.
+    indexes: dict[str, Any] = {}
+    if n_hard or (n_unfollowing and len(tasks) > 1):
+        for task in tasks:
+            indexes[task.name] = _make_first_stage(first_stage).index_texts(*task.doc_ids_and_texts())
+
+    def rankings(index_task: RetrievalTask, query_texts: list[str], k: int) -> list[list[str]]:
+        k = min(k, len(index_task.corpus))
+        if k < 1 or not query_texts:
+            return [[] for _ in query_texts]
+        return indexes[index_task.name].retrieve(query_texts, k=k).ids
+
+    rows: list[dict] = []
+    counts = {kind: 0 for kind in NEGATIVE_KINDS}
+    denoised: list[list[str]] = []
+    per_task: dict[str, int] = {}
+    for task in tasks:
+        qids = qids_of[task.name]
+        query_texts = [task.queries[q] for q in qids]
+        judged = [set(task.qrels.get(q, {})) for q in qids]
+        rng = _task_rng(seed, task.name, 0)
+        instructions = [task.instructions[int(rng.integers(len(task.instructions)))] for _ in qids]
+        positives = []
+        for q in qids:
+            relevant = sorted(d for d, r in task.qrels[q].items() if r > 0)
+            positives.append(relevant[int(rng.integers(len(relevant)))])
+
+        # Hard negatives: the top unjudged documents of the first stage.
+        hard: list[list[str]] = [[] for _ in qids]
+        if n_hard:
+            k = n_hard + max((len(j) for j in judged), default=0)
+            for i, ranked in enumerate(rankings(task, query_texts, k)):
+                hard[i] = [d for d in ranked if d not in judged[i]][:n_hard]
+        if denoiser is not None and any(hard):
+            pairs = [(query_texts[i], doc_text(task.corpus[d])) for i in range(len(qids)) for d in hard[i]]
+            scores = np.asarray(denoiser(pairs), dtype=np.float64).reshape(-1)
+            if len(scores) != len(pairs):
+                raise ValueError(f"the denoiser returned {len(scores)} scores for {len(pairs)} pairs")
+            position = 0
+            for i in range(len(qids)):
+                kept = []
+                for d in hard[i]:
+                    if scores[position] > denoise_threshold:
+                        denoised.append([task.name, qids[i], d])
+                    else:
+                        kept.append(d)
+                    position += 1
+                hard[i] = kept
+
+        # Instruction-unfollowing negatives: the other tasks' top documents, interleaved by rank.
+        unfollowing: list[list[tuple[str, str]]] = [[] for _ in qids]
+        others = [t for t in tasks if t.name != task.name]
+        if n_unfollowing and others:
+            per_other = [rankings(other, query_texts, n_unfollowing) for other in others]
+            order_rng = _task_rng(seed, task.name, 1)
+            for i, q in enumerate(qids):
+                forbidden = {doc_text(task.corpus[d]) for d, r in task.qrels[q].items() if r > 0}
+                order = [int(j) for j in order_rng.permutation(len(others))]
+                chosen: list[tuple[str, str]] = []
+                for rank in range(n_unfollowing):
+                    for j in order:
+                        ranked = per_other[j][i]
+                        if rank < len(ranked) and len(chosen) < n_unfollowing:
+                            text = doc_text(others[j].corpus[ranked[rank]])
+                            if text not in forbidden:
+                                chosen.append((pooled_id(others[j].name, ranked[rank]), text))
+                unfollowing[i] = chosen
+
+        random_rng = _task_rng(seed, task.name, 2)
+        corpus_ids = list(task.corpus)
+        for i, q in enumerate(qids):
+            negatives = [{"id": d, "text": doc_text(task.corpus[d]), "kind": "hard"} for d in hard[i]]
+            excluded = judged[i] | set(hard[i])
+            negatives += [{"id": d, "text": doc_text(task.corpus[d]), "kind": "random"}
+                          for d in _random_ids(random_rng, corpus_ids, n_random, excluded)]
+            negatives += [{"id": d, "text": text, "kind": "unfollowing"} for d, text in unfollowing[i]]
+            for negative in negatives:
+                counts[negative["kind"]] += 1
+            rows.append({"task": task.name, "qid": q, "instruction": instructions[i], "query": task.queries[q],
+                         "positive": positives[i], "positive_text": doc_text(task.corpus[positives[i]]),
+                         "negatives": negatives})
+        per_task[task.name] = len(qids)
+
+    if denoised:
+        logger.info("denoising dropped %d of %d mined hard negatives", len(denoised), counts["hard"] + len(denoised))
+    if stats is not None:
+        stats.update({"n_rows": len(rows), "n_skipped": n_skipped, "n_negatives": counts,
+                      "n_denoised": len(denoised), "denoised": denoised, "per_task": per_task})
+    return rows
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def _text(source: str, line: int, row: dict, name: str, allow_empty: bool = False) -> str:
+    if name not in row:
+        raise DataError(source, line, name, "missing field")
+    value = row[name]
+    if not isinstance(value, str):
+        raise DataError(source, line, name, f"expected a string, got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise DataError(source, line, name, "empty value")
+    return value
+
+
+def validate_training_row(row: Any, source: str | os.PathLike = "rows", line: int | None = None) -> dict:
+    """Check one training row's fields and types; a :class:`~taskret.data.DataError` names the source,
+    the line and the field (``negatives[2].kind`` for a negative's)."""
+    source = str(source)
+    if not isinstance(row, dict):
+        raise DataError(source, line, None, "expected a JSON object")
+    for name in ("task", "qid", "query", "positive", "positive_text"):
+        _text(source, line, row, name)
+    _text(source, line, row, "instruction", allow_empty=True)
+    negatives = row.get("negatives")
+    if "negatives" not in row:
+        raise DataError(source, line, "negatives", "missing field")
+    if not isinstance(negatives, list):
+        raise DataError(source, line, "negatives", f"expected a list, got {type(negatives).__name__}")
+    for n, negative in enumerate(negatives):
+        where = f"negatives[{n}]"
+        if not isinstance(negative, dict):
+            raise DataError(source, line, where, "expected an object {id, text, kind}")
+        for name in ("id", "text", "kind"):
+            if name not in negative:
+                raise DataError(source, line, f"{where}.{name}", "missing field")
+            if not isinstance(negative[name], str) or not negative[name].strip():
+                raise DataError(source, line, f"{where}.{name}", "expected a non-empty string")
+        if negative["kind"] not in NEGATIVE_KINDS:
+            raise DataError(source, line, f"{where}.kind",
+                            f"unknown kind '{negative['kind']}' (expected {', '.join(NEGATIVE_KINDS)})")
+        if negative["id"] == row["positive"] and negative["kind"] != "unfollowing":
+            raise DataError(source, line, f"{where}.id", f"the row's positive '{row['positive']}' is also a negative")
+    return row
+
+
+def write_training_examples(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
+    """Write rows as JSONL (atomically, through :func:`taskret.io.write_jsonl`)."""
+    path = Path(path)
+    write_jsonl(path, rows)
+    return path
+
+
+def read_training_examples(path: str | os.PathLike) -> list[dict]:
+    """Read and validate a training-data JSONL file (a DataError names the file, line and field)."""
+    path = Path(path)
+    rows = [validate_training_row(record, path, line) for line, record in iter_records(path)]
+    if not rows:
+        raise DataError(path, None, None, "no training rows in file")
+    return rows

@@ -1,0 +1,150 @@
+"""TART-dual: triplets with and without instructions, and a 1-epoch run of a tiny BERT that reloads
+as a dense retriever and goes through evaluate_retriever."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from taskret.retrieval import DenseRetriever, make_retriever
+from taskret.tart.dual import CONFIG_FILE, LOG_FILE, TartDualConfig, build_triplets, train_tart_dual
+from taskret.tart.evaluation import SEP, evaluate_retriever, format_query
+from taskret.tart.training_data import build_training_examples
+
+from .test_training_data import make_tasks
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return make_tasks()
+
+
+@pytest.fixture(scope="module")
+def rows(tasks):
+    return build_training_examples(tasks, n_hard=2, n_random=1, n_unfollowing=2, seed=0)
+
+
+def tiny_config(base, **overrides) -> TartDualConfig:
+    settings = dict(base_model=str(base), epochs=1, batch_size=4, mini_batch_size=4, learning_rate=1e-3,
+                    max_seq_length=32, seed=0)
+    settings.update(overrides)
+    return TartDualConfig(**settings)
+
+
+def test_config_round_trips_and_validates():
+    config = TartDualConfig(epochs=2, use_instruction=False, negative_kinds=("hard",))
+    assert TartDualConfig.from_json(config.to_json()) == config
+    assert TartDualConfig.from_dict({**config.to_dict(), "steps": 3, "final_loss": 1.0}) == config
+    with pytest.raises(ValueError, match="epochs"):
+        TartDualConfig(epochs=0)
+    with pytest.raises(ValueError, match="negative_kinds"):
+        TartDualConfig(negative_kinds=("easy",))
+    with pytest.raises(ValueError, match="unknown"):
+        TartDualConfig.from_dict({"lr": 1})
+
+
+def test_instruction_and_no_instruction_anchors(rows):
+    with_instruction = build_triplets(rows, TartDualConfig())
+    without = build_triplets(rows, TartDualConfig(use_instruction=False))
+    assert with_instruction["anchor"] == [format_query(r["instruction"], r["query"]) for r in rows]
+    assert all(SEP in a for a in with_instruction["anchor"])
+    assert without["anchor"] == [r["query"] for r in rows]
+    assert not any(SEP in a for a in without["anchor"])
+    # the documents do not depend on the instruction
+    assert with_instruction["positive"] == without["positive"] == [r["positive_text"] for r in rows]
+    assert with_instruction["negative"] == without["negative"]
+
+
+def test_one_negative_per_row_seeded_per_epoch(rows):
+    config = TartDualConfig(seed=3)
+    first = build_triplets(rows, config, epoch=0)
+    assert build_triplets(rows, config, epoch=0) == first
+    for row, negative in zip(rows, first["negative"]):
+        assert negative in {n["text"] for n in row["negatives"]}
+    draws = [build_triplets(rows, config, epoch=e)["negative"] for e in range(1, 5)]
+    assert any(d != first["negative"] for d in draws)
+
+
+def test_negative_kinds_filter_and_skip(rows):
+    only_unfollowing = build_triplets(rows, TartDualConfig(negative_kinds=("unfollowing",)))
+    unfollowing_texts = [{n["text"] for n in r["negatives"] if n["kind"] == "unfollowing"} for r in rows]
+    assert all(t in allowed for t, allowed in zip(only_unfollowing["negative"], unfollowing_texts))
+    stripped = [{**r, "negatives": []} for r in rows[:2]] + rows[2:]
+    assert len(build_triplets(stripped, TartDualConfig())["anchor"]) == len(rows) - 2
+    with pytest.raises(ValueError, match="no usable"):
+        build_triplets([{**r, "negatives": []} for r in rows], TartDualConfig())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, rows, tiny_bert_dir):
+    out = tmp_path_factory.mktemp("tart-dual")
+    folder = train_tart_dual(rows, out, tiny_config(tiny_bert_dir), progress=False)
+    return out, folder
+
+
+def test_training_writes_model_log_and_config(trained, rows):
+    out, folder = trained
+    assert folder == out / "model"
+    assert (folder / "model.safetensors").exists() or any(folder.rglob("*.safetensors"))
+    assert not list(folder.rglob("pytorch_model.bin"))
+    config = json.loads((out / CONFIG_FILE).read_text())
+    assert config["n_rows"] == config["n_used"] == config["n_triplets"] == len(rows)
+    assert config["use_instruction"] is True and config["steps"] == -(-len(rows) // 4)
+    assert sum(config["negatives_used"].values()) == len(rows)
+    log = [json.loads(line) for line in (out / LOG_FILE).read_text().splitlines()]
+    assert log and log[-1]["step"] == config["steps"] and log[-1]["epoch"] == 1.0
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary folders left
+
+
+def test_trained_model_is_a_dense_retriever(trained, tasks):
+    _, folder = trained
+    retriever = make_retriever("dense:" + str(folder))
+    assert isinstance(retriever, DenseRetriever)
+    task = tasks[0]
+    retriever.index_texts(*task.doc_ids_and_texts())
+    result = retriever.retrieve([format_query(task.instruction, task.queries["qa"])], k=3)
+    assert len(result.ids[0]) == 3 and set(result.ids[0]) <= set(task.corpus)
+    metrics = evaluate_retriever("dense:" + str(folder), tasks, setting="both", k=5)
+    assert set(metrics["settings"]) == {"closed", "pooled"} and "gap_mean" in metrics
+
+
+def test_no_instruction_training_records_the_ablation(tmp_path, rows, tiny_bert_dir):
+    out = tmp_path / "no-instruction"
+    train_tart_dual(rows[:4], out, tiny_config(tiny_bert_dir, use_instruction=False), progress=False)
+    config = json.loads((out / CONFIG_FILE).read_text())
+    assert config["use_instruction"] is False and config["n_triplets"] == 4
+    assert (out / "model").is_dir()
+
+
+def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
+    from typer.testing import CliRunner
+
+    from taskret.cli import app
+    from taskret.tart.training_data import read_training_examples
+
+    from .test_tasks import make_data_dir
+
+    env = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
+    data_dir = make_data_dir(tmp_path / "data")
+    data = tmp_path / "train.jsonl"
+    result = CliRunner().invoke(app, ["tart", "build-data", "--tasks", "mtop,scifact,ambigqa", "--split", "train",
+                                      "--data-dir", str(data_dir), "--n-hard", "1", "--n-random", "1",
+                                      "--n-unfollowing", "1", "--out", str(data)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "task 'ambigqa' has no split 'train'" in result.output and "skipped" in result.output
+    rows = read_training_examples(data)
+    assert {r["task"] for r in rows} == {"mtop", "scifact"}
+    assert any(n["kind"] == "unfollowing" for r in rows for n in r["negatives"])
+
+    out = tmp_path / "dual"
+    result = CliRunner().invoke(app, ["tart", "train-dual", "--data", str(data), "--out", str(out), "--no-instruction",
+                                      "--base-model", str(tiny_bert_dir), "--batch-size", "4", "--quiet"], env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / CONFIG_FILE).read_text())["use_instruction"] is False
+    assert (out / "model").is_dir()
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(data.read_text().splitlines()[0].replace('"positive"', '"positif"') + "\n")
+    result = CliRunner().invoke(app, ["tart", "train-dual", "--data", str(bad), "--out", str(tmp_path / "x")], env=env)
+    assert result.exit_code == 2 and "line 1, field 'positive'" in result.output

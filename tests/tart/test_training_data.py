@@ -1,0 +1,203 @@
+"""TART training data: negatives of three kinds mined from tiny hand-made tasks, JSONL round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from taskret.data import DataError
+from taskret.retrieval import make_retriever
+from taskret.tart.evaluation import split_pooled_id
+from taskret.tart.tasks import Document, RetrievalTask, doc_text
+from taskret.tart.training_data import (NEGATIVE_KINDS, build_training_examples, read_training_examples,
+                                        write_training_examples)
+
+
+def _task(name, docs, queries, qrels, instructions):
+    corpus = {d: Document(d, "", text) for d, text in docs.items()}
+    return RetrievalTask(name, corpus, queries, qrels, instructions)
+
+
+def make_tasks() -> list[RetrievalTask]:
+    facts = _task("facts", {
+        "f1": "aspirin lowers the risk of heart attacks in adults",
+        "f2": "vitamin c does not prevent the common cold",
+        "f3": "coffee consumption reduces sleep quality in adults",
+        "f4": "regular exercise improves heart health and sleep",
+        "f5": "smoking increases the risk of lung cancer",
+        "f6": "sugar intake is linked to tooth decay in children",
+    }, {"qa": "aspirin prevents heart attacks", "qb": "coffee harms sleep", "qc": "smoking causes cancer",
+        "qd": "an unjudged query about the weather"},
+        {"qa": {"f1": 1, "f4": 0}, "qb": {"f3": 1}, "qc": {"f5": 1, "f1": 1}},
+        ["Retrieve a scientific abstract that supports or refutes this claim", "Find evidence for this claim"])
+    parses = _task("parses", {
+        "p1": "[IN:CREATE_ALARM set an alarm for seven ]",
+        "p2": "[IN:GET_WEATHER weather in paris tomorrow ]",
+        "p3": "[IN:PLAY_MUSIC play jazz by miles davis ]",
+        "p4": "[IN:CREATE_CALL call my mother about heart attacks ]",
+        "p5": "[IN:SEND_MESSAGE text john about coffee ]",
+        "p6": "[IN:GET_NEWS latest news about smoking and cancer ]",
+    }, {"m1": "set an alarm for seven", "m2": "weather in paris tomorrow", "m3": "call mother about heart attacks",
+        "m4": "wake me at seven with an alarm"},
+        {"m1": {"p1": 1}, "m2": {"p2": 1}, "m3": {"p4": 1}, "m4": {"p1": 1}},
+        ["Retrieve the semantic parse of this command", "Map this request to its logical form"])
+    steps = _task("steps", {
+        "s1": "return aspirin ; return heart attacks prevented by #1",
+        "s2": "return coffee ; return effect of #1 on sleep",
+        "s3": "return alarms ; return alarms at seven",
+        "s4": "return songs ; return songs by miles davis",
+        "s5": "return cities ; return weather of #1",
+        "s6": "return smokers ; return cancer rate of #1",
+    }, {"b1": "what does coffee do to sleep", "b2": "which songs are by miles davis", "b3": "does aspirin prevent heart attacks"},
+        {"b1": {"s2": 1}, "b2": {"s4": 1}, "b3": {"s1": 1}},
+        ["Retrieve the step-by-step decomposition of this question"])
+    return [facts, parses, steps]
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return make_tasks()
+
+
+@pytest.fixture(scope="module")
+def built(tasks):
+    stats: dict = {}
+    rows = build_training_examples(tasks, n_hard=2, n_random=2, n_unfollowing=3, seed=0, stats=stats)
+    return rows, stats
+
+
+def test_rows_have_the_documented_fields_and_instructions(tasks, built):
+    rows, stats = built
+    by_name = {t.name: t for t in tasks}
+    assert stats["n_rows"] == len(rows) == 3 + 4 + 3
+    assert stats["n_skipped"] == 1  # qd has no relevant document
+    for row in rows:
+        task = by_name[row["task"]]
+        assert set(row) == {"task", "qid", "instruction", "query", "positive", "positive_text", "negatives"}
+        assert row["instruction"] in task.instructions
+        assert row["query"] == task.queries[row["qid"]]
+        assert task.qrels[row["qid"]][row["positive"]] > 0
+        assert row["positive_text"] == doc_text(task.corpus[row["positive"]])
+        assert {n["kind"] for n in row["negatives"]} <= set(NEGATIVE_KINDS)
+    assert sum(stats["n_negatives"].values()) == sum(len(r["negatives"]) for r in rows)
+
+
+def test_negatives_never_include_a_judged_document(tasks, built):
+    rows, _ = built
+    by_name = {t.name: t for t in tasks}
+    for row in rows:
+        task = by_name[row["task"]]
+        relevant_texts = {doc_text(task.corpus[d]) for d, r in task.qrels[row["qid"]].items() if r > 0}
+        own = [n["id"] for n in row["negatives"] if n["kind"] != "unfollowing"]
+        assert len(own) == len(set(own))  # no document twice
+        assert not set(own) & set(task.qrels[row["qid"]])
+        assert not {n["text"] for n in row["negatives"]} & relevant_texts
+
+
+def test_hard_negatives_are_the_first_stage_top_unjudged_documents(tasks, built):
+    rows, _ = built
+    by_name = {t.name: t for t in tasks}
+    for row in rows:
+        task = by_name[row["task"]]
+        ranked = make_retriever("bm25").index_texts(*task.doc_ids_and_texts()).retrieve([row["query"]], k=6).ids[0]
+        expected = [d for d in ranked if d not in task.qrels[row["qid"]]][:2]
+        assert [n["id"] for n in row["negatives"] if n["kind"] == "hard"] == expected
+
+
+def test_random_negatives_come_from_the_own_corpus(tasks, built):
+    rows, _ = built
+    by_name = {t.name: t for t in tasks}
+    for row in rows:
+        randoms = [n for n in row["negatives"] if n["kind"] == "random"]
+        assert len(randoms) == 2
+        for n in randoms:
+            assert n["id"] in by_name[row["task"]].corpus
+            assert n["text"] == doc_text(by_name[row["task"]].corpus[n["id"]])
+
+
+def test_unfollowing_negatives_come_only_from_other_tasks(tasks, built):
+    rows, _ = built
+    by_name = {t.name: t for t in tasks}
+    seen_tasks = set()
+    for row in rows:
+        unfollowing = [n for n in row["negatives"] if n["kind"] == "unfollowing"]
+        assert len(unfollowing) == 3
+        for n in unfollowing:
+            other, doc_id = split_pooled_id(n["id"])
+            assert other != row["task"] and other in by_name
+            assert n["text"] == doc_text(by_name[other].corpus[doc_id])
+            seen_tasks.add((row["task"], other))
+    # every task drew from both others somewhere
+    assert {a for a, _ in seen_tasks} == set(by_name)
+    # the other corpora's top documents for the query: "heart attacks" finds the facts about aspirin
+    m3 = next(r for r in rows if r["qid"] == "m3")
+    assert "facts/f1" in [n["id"] for n in m3["negatives"]]
+
+
+def test_a_single_task_has_no_unfollowing_negatives(tasks):
+    rows = build_training_examples(tasks[:1], n_hard=1, n_random=0, n_unfollowing=3)
+    assert all([n["kind"] for n in r["negatives"]] == ["hard"] for r in rows)
+
+
+def test_denoiser_drops_exactly_the_document_it_scores_high(tasks, built):
+    rows, _ = built
+    calls = []
+    flagged = "f4"  # regular exercise improves heart health: a plausible false negative for qa
+
+    def denoiser(pairs):
+        calls.append(list(pairs))
+        return [5.0 if text == doc_text(tasks[0].corpus[flagged]) else -5.0 for _, text in pairs]
+
+    stats: dict = {}
+    denoised = build_training_examples(tasks, n_hard=2, n_random=2, n_unfollowing=3, seed=0, denoiser=denoiser,
+                                       denoise_threshold=0.0, stats=stats)
+    hard_before = {(r["task"], r["qid"]): [n["id"] for n in r["negatives"] if n["kind"] == "hard"] for r in rows}
+    hard_after = {(r["task"], r["qid"]): [n["id"] for n in r["negatives"] if n["kind"] == "hard"] for r in denoised}
+    expected_drops = [[t, q, flagged] for (t, q), ids in hard_before.items() if t == "facts" and flagged in ids]
+    assert expected_drops  # the fixture must give the denoiser something to drop
+    assert stats["n_denoised"] == len(expected_drops) and stats["denoised"] == expected_drops
+    for key, ids in hard_before.items():
+        assert hard_after[key] == [d for d in ids if not (key[0] == "facts" and d == flagged)]
+    assert len(calls) == 3 and all(isinstance(q, str) and isinstance(t, str) for q, t in calls[0])
+
+
+def test_building_is_seeded(tasks, built):
+    rows, _ = built
+    again = build_training_examples(tasks, n_hard=2, n_random=2, n_unfollowing=3, seed=0)
+    assert again == rows
+    others = [build_training_examples(tasks, n_hard=2, n_random=2, n_unfollowing=3, seed=s) for s in (1, 2, 3)]
+    assert any(o != rows for o in others)
+
+
+def test_bad_arguments_are_rejected(tasks):
+    with pytest.raises(ValueError, match="n_hard"):
+        build_training_examples(tasks, n_hard=-1)
+    with pytest.raises(ValueError, match="no instructions"):
+        build_training_examples([tasks[0].with_instructions([])])
+    with pytest.raises(ValueError, match="2 scores"):
+        build_training_examples(tasks[:1], n_hard=1, n_random=0, denoiser=lambda pairs: [1.0, 2.0])
+
+
+def test_jsonl_round_trip(tmp_path, built):
+    rows, _ = built
+    path = write_training_examples(tmp_path / "data" / "train.jsonl", rows)
+    assert read_training_examples(path) == rows
+
+
+@pytest.mark.parametrize("mutate, line_field", [
+    (lambda row: row.pop("positive_text"), "positive_text"),
+    (lambda row: row.update(query=3), "query"),
+    (lambda row: row.update(negatives="none"), "negatives"),
+    (lambda row: row["negatives"][1].update(kind="easy"), "negatives[1].kind"),
+    (lambda row: row["negatives"][0].pop("text"), "negatives[0].text"),
+])
+def test_a_bad_row_names_file_line_and_field(tmp_path, built, mutate, line_field):
+    rows = json.loads(json.dumps(built[0]))
+    mutate(rows[2])
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        read_training_examples(path)
+    assert info.value.line == 3 and info.value.field == line_field
+    assert str(path) in str(info.value) and "line 3" in str(info.value)
