@@ -2,6 +2,12 @@
 
 One class serves SBERT (one encoder for queries and examples) and learned dual encoders such as
 EPR's (a query encoder and an example encoder), since only the encoders differ.
+
+``index_type="flat"`` (the default) searches exactly (``IndexFlatIP``); ``"hnsw"`` builds an
+approximate ``IndexHNSWFlat`` graph with the inner-product metric (``hnsw_m`` links per node,
+``ef_construction``, ``ef_search``): single queries get much faster on large pools, at a recall that
+depends on ``ef_search`` and on the data, and the build is slow (see ``benchmarks/dense_latency.py``).
+Either is saved in ``index.faiss``; a non-flat choice is recorded in meta.json.
 """
 
 from __future__ import annotations
@@ -15,6 +21,26 @@ from ..data import Example
 from ..models import pick_device, resolve_model
 from .base import Retriever, example_text
 
+INDEX_TYPES = ("flat", "hnsw")
+
+
+def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int = 32, ef_construction: int = 80,
+                      ef_search: int = 64):
+    """An inner-product FAISS index over ``vectors`` (unit length: inner product = cosine)."""
+    import faiss
+
+    dim = vectors.shape[1]
+    if index_type == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = ef_construction
+        index.hnsw.efSearch = ef_search
+    else:
+        raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
+    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index
+
 
 def load_encoder(name_or_path: str, device: str | None = None):
     from sentence_transformers import SentenceTransformer
@@ -26,9 +52,16 @@ class DenseRetriever(Retriever):
     name = "dense"
 
     def __init__(self, encoder: str = "minilm-l6", query_encoder: str | None = None, field: str = "input",
-                 batch_size: int = 64, device: str | None = None):
+                 batch_size: int = 64, device: str | None = None, index_type: str = "flat", hnsw_m: int = 32,
+                 ef_construction: int = 80, ef_search: int = 64):
         super().__init__()
         example_text(Example("", "", ""), field)
+        if index_type not in INDEX_TYPES:
+            raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
+        self.index_type = index_type
+        self.hnsw_m = hnsw_m
+        self.ef_construction = ef_construction
+        self.ef_search = ef_search
         self.encoder_name = encoder
         self.query_encoder_name = query_encoder
         self.field = field
@@ -56,19 +89,23 @@ class DenseRetriever(Retriever):
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def _index_texts(self, texts: list[str]) -> None:
-        import faiss
-
-        vectors = self.encode(texts)
-        self._index = faiss.IndexFlatIP(vectors.shape[1])
-        self._index.add(vectors)
+        self._index = build_faiss_index(self.encode(texts), self.index_type, hnsw_m=self.hnsw_m,
+                                        ef_construction=self.ef_construction, ef_search=self.ef_search)
 
     def _search(self, queries: Sequence[str], k: int):
         scores, rows = self._index.search(self.encode(queries, queries=True), k)
+        if (rows < 0).any():  # an approximate (HNSW) search may find fewer than k: FAISS pads with -1
+            return [[r for r in row if r >= 0] for row in rows.tolist()], [
+                [s for s, r in zip(srow, row) if r >= 0] for srow, row in zip(scores.tolist(), rows.tolist())]
         return rows.tolist(), scores
 
     def config(self) -> dict:
-        return {"encoder": self.encoder_name, "query_encoder": self.query_encoder_name, "field": self.field,
-                "batch_size": self.batch_size}
+        config = {"encoder": self.encoder_name, "query_encoder": self.query_encoder_name, "field": self.field,
+                  "batch_size": self.batch_size}
+        if self.index_type != "flat":  # flat indexes keep the meta.json they always had
+            config.update(index_type=self.index_type, hnsw_m=self.hnsw_m, ef_construction=self.ef_construction,
+                          ef_search=self.ef_search)
+        return config
 
     def _save_index(self, directory: Path) -> None:
         import faiss
@@ -85,6 +122,10 @@ class DenseRetriever(Retriever):
         if self._index.ntotal != len(self.ids):
             raise ValueError(f"{directory}: index.faiss holds {self._index.ntotal} vectors but meta.json "
                              f"lists {len(self.ids)} ids (mismatched or partial index)")
+        if self.index_type == "hnsw":
+            if not hasattr(self._index, "hnsw"):
+                raise ValueError(f"{directory}: meta.json says index_type 'hnsw' but index.faiss is not an HNSW index")
+            faiss.downcast_index(self._index).hnsw.efSearch = self.ef_search
 
 
 class SBERTRetriever(DenseRetriever):

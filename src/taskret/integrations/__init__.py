@@ -1,0 +1,1 @@
+"""Adapters to other libraries (optional dependencies): ``taskret.integrations.langchain``."""

@@ -1,0 +1,146 @@
+"""A LangChain example selector backed by a taskret retriever (needs ``langchain-core``).
+
+.. code-block:: python
+
+    from langchain_core.prompts import FewShotPromptTemplate, PromptTemplate
+    from taskret.integrations.langchain import TaskretExampleSelector
+
+    selector = TaskretExampleSelector.from_index("runs/mtop-bm25-index", k=4)   # `taskret index` output
+    prompt = FewShotPromptTemplate(example_selector=selector,
+                                   example_prompt=PromptTemplate.from_template("{input}\\t{output}"),
+                                   suffix="{input}\\t", example_separator="\\n", input_variables=["input"])
+    prompt.format(input="wake me up at 7")
+
+The examples come back most similar **last**, next to the test input, as taskret's own prompts place them,
+so the template above renders exactly the prompt ``PromptBuilder`` builds from the same k demonstrations.
+
+``add_example``: a selector made with :meth:`TaskretExampleSelector.from_examples` owns its pool and
+supports it (the example is appended and the pool re-indexed: fine for BM25 and small pools; a dense
+retriever re-encodes every example). A selector over a saved index folder (:meth:`from_index`) is
+read-only, like the folder, and raises ``NotImplementedError``: re-create the index with
+``taskret index`` to change it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+from langchain_core.example_selectors import BaseExampleSelector
+
+from ..data import Example
+from ..retrieval import Retriever, make_retriever
+
+__all__ = ["TaskretExampleSelector"]
+
+
+class TaskretExampleSelector(BaseExampleSelector):
+    """Select the k examples a taskret retriever ranks highest for the input, most similar last.
+
+    ``input_key``/``output_key`` name the keys of the returned dicts (the example prompt's variables);
+    the query is ``input_variables[query_key]`` (default: ``input_key``, or the only variable given).
+    ``instruction`` (TART) prefixes every query as ``"{instruction} [SEP] {query}"``.
+    """
+
+    def __init__(self, retriever: Retriever, examples: Sequence[Example], *, k: int = 4, input_key: str = "input",
+                 output_key: str = "output", query_key: str | None = None, instruction: str | None = None,
+                 prompt_output=None, mutable: bool = False):
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        pool = {e.id: e for e in examples}
+        if not retriever.ids:
+            raise ValueError("the retriever has no index: index the examples first, or use from_examples()")
+        missing = next((i for i in retriever.ids if i not in pool), None)
+        if missing is not None:
+            raise ValueError(f"the retriever's index holds id '{missing}' that is not among the examples")
+        self.retriever = retriever
+        self.examples = list(examples)
+        self._pool = pool
+        self.k = k
+        self.input_key = input_key
+        self.output_key = output_key
+        self.query_key = query_key
+        self.instruction = instruction
+        self.prompt_output = prompt_output or (lambda e: e.output)
+        self.mutable = mutable
+
+    # -- construction ----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_examples(cls, examples: Iterable[Mapping[str, Any]], retriever: str | Retriever = "bm25", *,
+                      k: int = 4, input_key: str = "input", output_key: str = "output", id_key: str | None = None,
+                      **kwargs) -> "TaskretExampleSelector":
+        """Index LangChain-style example dicts (``{input_key: ..., output_key: ...}``) with a retriever spec
+        (``bm25``, ``sbert``, ``dense:ENCODER``, ``epr:DIR``, ...) or an un-indexed :class:`Retriever`."""
+        pool = [cls._to_example(row, i, input_key, output_key, id_key) for i, row in enumerate(examples)]
+        if not pool:
+            raise ValueError("no examples to select from")
+        ret = make_retriever(retriever) if isinstance(retriever, str) else retriever
+        ret.index(pool)
+        return cls(ret, pool, k=k, input_key=input_key, output_key=output_key, mutable=True, **kwargs)
+
+    @classmethod
+    def from_index(cls, index_dir: str | os.PathLike, *, k: int = 4, input_key: str = "input",
+                   output_key: str = "output", **kwargs) -> "TaskretExampleSelector":
+        """A read-only selector over an index folder written by ``taskret index`` (checked as the service
+        checks it). Outputs are shown as the task's prompts show them (Break: ``1#) step 2#) step``)."""
+        from ..serve.index import load_index
+
+        index = load_index(index_dir)
+        if index.kind != "examples":
+            raise ValueError(f"{index_dir}: holds {index.kind}, not examples; write it with `taskret index`")
+        records = index.records
+        return cls(index.retriever, index.examples(), k=k, input_key=input_key, output_key=output_key,
+                   prompt_output=lambda e: index.prompt_output(records[e.id]), mutable=False, **kwargs)
+
+    @staticmethod
+    def _to_example(row: Mapping[str, Any], position: int, input_key: str, output_key: str,
+                    id_key: str | None) -> Example:
+        for key in (input_key, output_key):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise ValueError(f"example {position}: '{key}' must be a non-empty string (got {row.get(key)!r})")
+        example_id = str(row[id_key]) if id_key is not None and row.get(id_key) is not None else f"example-{position}"
+        return Example(example_id, row[input_key], row[output_key])
+
+    # -- BaseExampleSelector -----------------------------------------------------------------------------
+
+    def _query(self, input_variables: Mapping[str, Any]) -> str:
+        key = self.query_key or self.input_key
+        if key in input_variables:
+            value = input_variables[key]
+        elif self.query_key is None and len(input_variables) == 1:
+            value = next(iter(input_variables.values()))
+        else:
+            raise KeyError(f"input variable '{key}' not given (got: {', '.join(input_variables) or 'none'}); "
+                           f"set query_key to the variable that holds the query")
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"the query ('{key}') must be a non-empty string")
+        if self.instruction:
+            from ..tart.evaluation import format_query
+
+            return format_query(self.instruction, value)
+        return value
+
+    def select_examples(self, input_variables: dict[str, str]) -> list[dict]:
+        """The top-k examples as ``{input_key, output_key}`` dicts, the most similar last."""
+        ids = self.retriever.retrieve([self._query(input_variables)], k=self.k).ids[0]
+        chosen = [self._pool[i] for i in ids]
+        chosen.reverse()
+        return [{self.input_key: e.input, self.output_key: self.prompt_output(e)} for e in chosen]
+
+    def add_example(self, example: dict[str, str]) -> str:
+        """Add an example to a selector that owns its pool (from_examples) and re-index; returns its id."""
+        if not self.mutable:
+            raise NotImplementedError("this selector reads a saved index folder, which is immutable; re-create the "
+                                      "index with `taskret index` (or use TaskretExampleSelector.from_examples) "
+                                      "to add examples")
+        example_id = f"example-{len(self.examples)}"
+        while example_id in self._pool:
+            example_id += "+"
+        added = self._to_example(example, len(self.examples), self.input_key, self.output_key, None)
+        added = Example(example_id, added.input, added.output)
+        pool = [*self.examples, added]
+        self.retriever.index(pool)  # rebuilds the whole index (bm25s and FAISS flat have no cheap append here)
+        self.examples = pool
+        self._pool[example_id] = added
+        return example_id

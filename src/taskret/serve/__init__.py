@@ -1,0 +1,22 @@
+"""Serve an index over HTTP (``taskret serve``): ``create_app`` builds the FastAPI app; ``save_index`` /
+``load_index`` write and check the index folders it serves.
+
+FastAPI and uvicorn are optional (``pip install 'taskret[serve]'``); the index functions need neither.
+"""
+
+from __future__ import annotations
+
+from .index import InvalidIndex, LoadedIndex, load_index, save_index
+
+__all__ = ["InvalidIndex", "LoadedIndex", "create_app", "load_index", "save_index", "serve"]
+
+
+def __getattr__(name: str):
+    if name in ("create_app", "serve"):
+        try:
+            from . import app
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ImportError(f"taskret.serve.{name} needs FastAPI and uvicorn: pip install 'taskret[serve]' "
+                              f"({err})") from err
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,168 @@
+"""The FastAPI service in-process (TestClient): answers, the prompt convention, and bad requests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from taskret.prompt import PromptBuilder
+from taskret.retrieval import BM25Retriever
+from taskret.serve.app import MAX_BODY_BYTES, create_app
+from taskret.serve.index import InvalidIndex, save_index, whitespace_tokens
+
+from ..conftest import write_jsonl_rows
+
+
+@pytest.fixture(scope="module")
+def client(shared_bm25_index):
+    return TestClient(create_app(shared_bm25_index))
+
+
+def test_health(client, pool_examples):
+    body = client.get("/health").json()
+    assert body["status"] == "ok" and body["kind"] == "examples" and body["retriever"] == "bm25"
+    assert body["n"] == len(pool_examples) and body["token_counter"] == "whitespace"
+
+
+def test_openapi_schema_is_served(client):
+    schema = client.get("/openapi.json").json()
+    assert {"/retrieve", "/prompt", "/health"} <= set(schema["paths"])
+    request = schema["components"]["schemas"]["RetrieveRequest"]
+    assert request["additionalProperties"] is False
+    assert request["properties"]["k"]["minimum"] == 1 and request["properties"]["k"]["maximum"] == 100
+
+
+def test_retrieve_returns_ranked_ids_texts_and_scores(client):
+    body = client.post("/retrieve", json={"query": "is it sunny in paris tomorrow", "k": 3}).json()
+    assert body["ids"][0] == "weather" and len(body["ids"]) == len(body["scores"]) == len(body["texts"]) == 3
+    assert body["texts"][0] == "what is the weather forecast in paris tomorrow"
+    assert body["outputs"][0] == "GET_WEATHER paris tomorrow"
+    assert body["scores"] == sorted(body["scores"], reverse=True)
+    assert "titles" not in body
+
+
+def test_retrieve_defaults_and_a_k_beyond_the_pool(client, pool_examples):
+    assert len(client.post("/retrieve", json={"query": "alarm"}).json()["ids"]) == 5
+    assert len(client.post("/retrieve", json={"query": "alarm", "k": 100}).json()["ids"]) == len(pool_examples)
+
+
+def test_retrieve_with_an_instruction(client):
+    body = client.post("/retrieve", json={"query": "play miles davis", "instruction": "Find a music command",
+                                          "k": 1}).json()
+    assert body["query"] == "Find a music command [SEP] play miles davis" and body["ids"] == ["music"]
+
+
+BAD_RETRIEVE = {
+    "k=0": ({"query": "a", "k": 0}, "body.k: Input should be greater than or equal to 1"),
+    "k=101": ({"query": "a", "k": 101}, "body.k: Input should be less than or equal to 100"),
+    "missing query": ({"k": 3}, "body.query: Field required"),
+    "unknown field": ({"query": "a", "top_k": 3}, "body.top_k: Extra inputs are not permitted"),
+    "empty query": ({"query": ""}, "body.query: String should have at least 1 character"),
+    "blank query": ({"query": "  \n"}, "body.query: must not be blank"),
+    "empty instruction": ({"query": "a", "instruction": ""}, "body.instruction: String should have at least 1"),
+    "huge query": ({"query": "x" * 10_001}, "body.query: String should have at most 10000 characters"),
+    "query not a string": ({"query": 123}, "body.query: Input should be a valid string"),
+    "k as a string": ({"query": "a", "k": "5"}, "body.k: Input should be a valid integer"),
+    "k as a float": ({"query": "a", "k": 1.5}, "body.k: Input should be a valid integer"),
+    "k as a bool": ({"query": "a", "k": True}, "body.k: Input should be a valid integer"),
+    "k null": ({"query": "a", "k": None}, "body.k: Input should be a valid integer"),
+    "body a list": (["a"], "body: expected a JSON object"),
+}
+
+
+@pytest.mark.parametrize("body, message", BAD_RETRIEVE.values(), ids=BAD_RETRIEVE.keys())
+def test_bad_retrieve_requests_get_422_with_a_clear_message(client, body, message):
+    response = client.post("/retrieve", json=body)
+    assert response.status_code == 422
+    assert message in response.json()["message"]
+    assert "x" * 100 not in response.text  # the input is not echoed back
+
+
+@pytest.mark.parametrize("content, headers, message", [
+    (b'{"query": "a",', {"content-type": "application/json"}, "body: malformed JSON"),
+    (b"", {"content-type": "application/json"}, "body: Field required"),
+    (b'{"query": "a"}', {}, "Content-Type: application/json"),
+])
+def test_malformed_bodies_get_422(client, content, headers, message):
+    response = client.post("/retrieve", content=content, headers=headers)
+    assert response.status_code == 422 and message in response.json()["message"]
+
+
+def test_oversized_body_gets_413(client):
+    big = json.dumps({"query": "x" * (MAX_BODY_BYTES + 10)}).encode()
+    response = client.post("/retrieve", content=big, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_prompt_follows_taskret_convention(client, pool_examples):
+    body = client.post("/prompt", json={"input": "set an alarm in paris for tomorrow", "k": 3}).json()
+    pool = {e.id: e for e in pool_examples}
+    top = client.post("/retrieve", json={"query": "set an alarm in paris for tomorrow", "k": 3}).json()["ids"]
+    assert body["ids"] == list(reversed(top))  # most similar last
+    expected = PromptBuilder(whitespace_tokens, budget=1920, max_demos=3).build(
+        "set an alarm in paris for tomorrow", [(i, pool[i].input, pool[i].output) for i in top])
+    assert body["prompt"] == expected.text and body["n_tokens"] == expected.n_tokens
+    assert body["prompt"].endswith(f"{pool[top[0]].input}\t{pool[top[0]].output}\nset an alarm in paris for tomorrow\t")
+    assert body["token_counter"] == "whitespace" and body["token_budget"] == 1920
+
+
+def test_prompt_fills_the_budget(client, pool_examples):
+    everything = client.post("/prompt", json={"input": "call john"}).json()
+    assert len(everything["ids"]) == len(pool_examples)
+    tight = client.post("/prompt", json={"input": "call john", "token_budget": 12}).json()
+    assert 0 < len(tight["ids"]) < len(pool_examples) and tight["n_tokens"] <= 12
+    assert client.post("/prompt", json={"input": "call john", "token_budget": 2}).json()["ids"] == []
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"input": "a", "k": 0}, "body.k"),
+    ({"input": "a", "k": 101}, "body.k"),
+    ({"input": "a", "token_budget": 0}, "body.token_budget"),
+    ({"query": "a"}, "body.input: Field required"),
+    ({"input": ""}, "body.input"),
+])
+def test_bad_prompt_requests_get_422(client, body, message):
+    response = client.post("/prompt", json=body)
+    assert response.status_code == 422 and message in response.json()["message"]
+
+
+def test_prompt_counts_tokens_with_the_index_lm(tmp_path, pool_examples, tiny_model_dir, tokenizer):
+    folder = save_index(tmp_path / "i", BM25Retriever().index(pool_examples), pool_examples, lm=str(tiny_model_dir))
+    client = TestClient(create_app(folder))
+    body = client.post("/prompt", json={"input": "call my brother", "k": 2}).json()
+    assert body["token_counter"] == f"tokenizer:{tiny_model_dir}"
+    assert body["n_tokens"] == len(tokenizer(body["prompt"], add_special_tokens=False).input_ids)
+
+
+def test_document_index_retrieve_and_no_prompt(tmp_path):
+    folder = tmp_path / "docs"
+    write_jsonl_rows(folder / "docs.jsonl", [{"id": "d1", "title": "Vitamin D", "text": "deficiency and mood"},
+                                             {"id": "d2", "title": "Sleep", "text": "naps help memory"}])
+    BM25Retriever().index_texts(["d1", "d2"], ["Vitamin D deficiency and mood", "Sleep naps help memory"]).save(folder)
+    client = TestClient(create_app(folder))
+    body = client.post("/retrieve", json={"query": "vitamin deficiency", "k": 1}).json()
+    assert body["ids"] == ["d1"] and body["titles"] == ["Vitamin D"] and body["texts"] == ["deficiency and mood"]
+    response = client.post("/prompt", json={"input": "vitamin"})
+    assert response.status_code == 400 and "/prompt needs an example index" in response.json()["detail"]
+
+
+def test_unexpected_errors_give_json_500_and_the_service_goes_on(bm25_index):
+    app = create_app(bm25_index)
+    client = TestClient(app)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    app.state.index.retriever.retrieve = broken
+    response = client.post("/retrieve", json={"query": "a"})
+    assert response.status_code == 500
+    assert response.json() == {"detail": "internal server error", "error": "RuntimeError"}
+    assert client.get("/health").status_code == 200
+
+
+def test_create_app_refuses_a_mismatched_index(bm25_index):
+    (bm25_index / "examples.jsonl").write_text('{"id": "weather", "input": "a", "output": "b"}\n')
+    with pytest.raises(InvalidIndex, match="examples.jsonl: holds 1 records"):
+        create_app(bm25_index)

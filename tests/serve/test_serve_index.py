@@ -1,0 +1,160 @@
+"""Index folders for serving: written atomically with their texts; partial or mismatched ones refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from taskret.cli import app as cli_app
+from taskret.data import Example
+from taskret.retrieval import BM25Retriever, DenseRetriever
+from taskret.serve.index import EXAMPLES_FILE, INFO_FILE, InvalidIndex, load_index, save_index
+
+from ..conftest import read_jsonl_rows, write_jsonl_rows
+
+ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
+
+
+def test_save_index_writes_texts_info_and_retriever(bm25_index, pool_examples):
+    assert {p.name for p in bm25_index.iterdir()} == {EXAMPLES_FILE, INFO_FILE, "meta.json", "bm25s"}
+    rows = read_jsonl_rows(bm25_index / EXAMPLES_FILE)
+    assert rows == [{"id": e.id, "input": e.input, "output": e.output} for e in pool_examples]
+    info = json.loads((bm25_index / INFO_FILE).read_text())
+    assert info["kind"] == "examples" and info["n"] == len(pool_examples) and info["lm"] is None
+    assert not [p for p in bm25_index.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+    loaded = load_index(bm25_index)
+    assert loaded.kind == "examples" and loaded.retriever.ids == [e.id for e in pool_examples]
+    assert loaded.records["alarm"].text == "set an alarm for seven in the morning"
+    assert loaded.records["alarm"].output == "CREATE_ALARM seven morning"
+    assert loaded.examples() == list(pool_examples)
+
+
+def test_save_index_replaces_an_index_and_refuses_other_folders(bm25_index, pool_examples, tmp_path):
+    smaller = pool_examples[:3]
+    save_index(bm25_index, BM25Retriever().index(smaller), smaller)
+    assert len(load_index(bm25_index).records) == 3
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a taskret index; refusing"):
+        save_index(other, BM25Retriever().index(smaller), smaller)
+    assert (other / "keep.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match="exactly these examples"):
+        save_index(tmp_path / "x", BM25Retriever().index(smaller), pool_examples)
+
+
+def test_break_output_format_is_recorded(tmp_path):
+    examples = [Example("a", "how many dogs", "return dogs ;return number of #1")]
+    loaded = load_index(save_index(tmp_path / "i", BM25Retriever().index(examples), examples, output_format="break"))
+    assert loaded.prompt_output(loaded.records["a"]) == "1#) return dogs 2#) return number of #1"
+
+
+def _rewrite_meta(folder, **changes):
+    meta = json.loads((folder / "meta.json").read_text())
+    meta.update(changes)
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "meta.json").unlink(), "meta.json: missing"),
+    (lambda d: (d / "meta.json").write_text("{not json"), "meta.json, line 1: malformed JSON"),
+    (lambda d: (d / "meta.json").write_text("[1, 2]"), "meta.json: expected a JSON object"),
+    (lambda d: _rewrite_meta(d, retriever="colbert"), "meta.json: unknown retriever 'colbert'"),
+    (lambda d: _rewrite_meta(d, ids="weather"), "meta.json: 'ids' must be a non-empty list"),
+    (lambda d: _rewrite_meta(d, ids=["a", "a"]), "meta.json: 'ids' holds duplicates"),
+    (lambda d: (d / "bm25s" / "vocab.index.json").unlink(), "vocab.index.json: missing"),
+    (lambda d: (d / EXAMPLES_FILE).unlink(), "holds no texts"),
+    (lambda d: (d / EXAMPLES_FILE).write_text((d / EXAMPLES_FILE).read_text().splitlines(True)[0]),
+     "examples.jsonl: holds 1 records but .* lists 8 ids"),
+    (lambda d: (d / EXAMPLES_FILE).write_text((d / EXAMPLES_FILE).read_text().replace('"id": "news"', '"id": "sport"')),
+     "examples.jsonl: has no record for id 'news'"),
+    (lambda d: (d / EXAMPLES_FILE).write_text('{"id": "a", "input": "", "output": "x"}\n'),
+     "examples.jsonl, line 1: field 'input' must be a non-empty string"),
+    (lambda d: (d / EXAMPLES_FILE).write_text("{broken\n"), "examples.jsonl, line 1: malformed JSON"),
+    (lambda d: (d / INFO_FILE).write_text('{"output_format": "yaml"}'), "index_info.json: unknown output_format"),
+])
+def test_partial_or_mismatched_index_is_refused(bm25_index, damage, message):
+    damage(bm25_index)
+    with pytest.raises(InvalidIndex, match=message):
+        load_index(bm25_index)
+
+
+def test_bm25_files_of_another_pool_are_refused(bm25_index, pool_examples, tmp_path):
+    other = save_index(tmp_path / "other", BM25Retriever().index(pool_examples[:5]), pool_examples[:5])
+    shutil.rmtree(bm25_index / "bm25s")
+    shutil.copytree(other / "bm25s", bm25_index / "bm25s")
+    with pytest.raises(InvalidIndex, match=r"params.index.json: holds 5 items but .*meta.json lists 8 ids"):
+        load_index(bm25_index)
+
+
+def test_not_a_folder(tmp_path):
+    with pytest.raises(InvalidIndex, match="no such folder"):
+        load_index(tmp_path / "nothing")
+
+
+def test_document_index_of_tart_is_served_as_documents(tmp_path):
+    docs = [{"id": "d1", "title": "Vitamin D", "text": "deficiency and mood"}, {"id": "d2", "title": "Sleep", "text": ""}]
+    folder = tmp_path / "docs"
+    write_jsonl_rows(folder / "docs.jsonl", docs)
+    BM25Retriever().index_texts(["d1", "d2"], ["Vitamin D deficiency and mood", "Sleep"]).save(folder)
+    loaded = load_index(folder)
+    assert loaded.kind == "documents" and loaded.records["d1"].title == "Vitamin D"
+
+
+@pytest.fixture(scope="module")
+def dense_index(tmp_path_factory, tiny_bert_dir, pool_examples):
+    folder = tmp_path_factory.mktemp("dense") / "index"
+    retriever = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu").index(pool_examples)
+    return save_index(folder, retriever, pool_examples, retriever_spec=f"dense:{tiny_bert_dir}")
+
+
+def test_dense_index_round_trip_and_refusals(dense_index, tmp_path):
+    assert load_index(dense_index).retriever._index.ntotal == 8
+    broken = tmp_path / "broken"
+    shutil.copytree(dense_index, broken)
+    (broken / "index.faiss").unlink()
+    with pytest.raises(InvalidIndex, match="index.faiss: missing"):
+        load_index(broken)
+
+    import faiss
+
+    fewer = faiss.IndexFlatIP(32)
+    fewer.add(np.eye(32, dtype=np.float32)[:7])
+    faiss.write_index(fewer, str(broken / "index.faiss"))
+    with pytest.raises(InvalidIndex, match="index.faiss holds 7 vectors but meta.json lists 8 ids"):
+        load_index(broken)
+
+
+def test_cli_index_writes_a_servable_index(tmp_path, pool_files):
+    train, _ = pool_files
+    runner = CliRunner()
+    result = runner.invoke(cli_app, ["index", "--task", str(train), "--input-field", "q", "--output-field", "a",
+                                     "--id-field", "key", "--out", str(tmp_path / "idx")], env=ENV)
+    assert result.exit_code == 0, result.output
+    loaded = load_index(tmp_path / "idx")
+    assert loaded.records["weather"].output == "GET_WEATHER paris tomorrow"
+    assert json.loads((tmp_path / "idx" / INFO_FILE).read_text())["task"] == "pool_train"
+
+
+def test_cli_serve_refuses_a_bad_index(tmp_path, bm25_index):
+    (bm25_index / EXAMPLES_FILE).unlink()
+    result = CliRunner().invoke(cli_app, ["serve", "--index", str(bm25_index)], env=ENV)
+    assert result.exit_code == 2 and "holds no texts" in result.stderr
+
+
+def test_cli_index_refuses_an_unknown_lm_and_serve_has_help(tmp_path, pool_files):
+    train, _ = pool_files
+    runner = CliRunner()
+    result = runner.invoke(cli_app, ["index", "--train", str(train), "--input-field", "q", "--output-field", "a",
+                                     "--lm", "no-such-lm", "--out", str(tmp_path / "idx")], env=ENV)
+    assert result.exit_code == 2 and "unknown model 'no-such-lm'" in result.stderr
+    assert not (tmp_path / "idx").exists()
+    result = runner.invoke(cli_app, ["serve", "--help"], env=ENV)
+    assert result.exit_code == 0 and "--index" in result.output and "--port" in result.output
