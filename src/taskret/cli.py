@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from .data import FORMAT_FIELDS, DataError, load_task, sample
+from .data import BUILTIN_TASKS, FORMAT_FIELDS, DataError, load_task, sample
 from .models import ModelNotInstalled
 
 app = typer.Typer(help="taskret: learned, task-aware retrieval (EPR prompt retrieval, TART instruction retrieval).",
@@ -22,9 +22,13 @@ console = Console(stderr=True)
 def _register_subcommands() -> None:
     from .epr.cli import app as epr_app
     from .tart.cli import app as tart_app
+    from .tart.cli import search as tart_search
 
     app.add_typer(epr_app, name="epr")
     app.add_typer(tart_app, name="tart")
+    # `taskret search`: the same command as `taskret tart search` (a thin layer over taskret.tart.search).
+    app.command("search", help="Search a `taskret tart index` folder with an instruction, optionally reranked by "
+                "TART-full (--rerank DIR); the same as `taskret tart search`.")(tart_search)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # taskret never fetches from a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -62,8 +66,13 @@ def evaluate(
     data_dir: Optional[Path] = typer.Option(None, help="folder of built-in task files (default $TASKRET_DATA_DIR or ../shared/data)"),
     retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, epr:DIR, an "
                                   "index dir; or a test-time method: bm25-oracle, lm-oracle, bruteforce"),
-    lm: str = typer.Option("smollm2-135m", help="inference LM: a registered name or a local folder"),
+    lm: str = typer.Option("smollm2-135m", help="inference LM: a registered name or local folder (transformers), "
+                           "openai:URL#MODEL (an OpenAI-compatible completions server) or vllm:NAME_OR_FOLDER"),
+    lm_option: Optional[list[str]] = typer.Option(None, "--lm-option", help="backend option of --lm, KEY=VALUE, "
+                                                  "repeatable (e.g. concurrency=16, timeout=60)"),
     scoring_lm: Optional[str] = typer.Option(None, help="scoring LM of lm-oracle and bruteforce (default: --lm)"),
+    scoring_lm_option: Optional[list[str]] = typer.Option(None, "--scoring-lm-option",
+                                                          help="backend option of --scoring-lm, KEY=VALUE"),
     limit: Optional[int] = typer.Option(None, help="evaluate a fixed seeded sample of N test examples"),
     seed: int = typer.Option(0, help="seed of the test sample and of the random retriever"),
     k: Optional[int] = typer.Option(None, help="at most k demonstrations (k=1: one-shot); default: fill the budget"),
@@ -74,9 +83,9 @@ def evaluate(
     out: Path = typer.Option(Path("runs/evaluate"), help="output folder: predictions.jsonl and summary.json"),
 ):
     """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
+    from .backends.base import BackendError, load_lm, parse_options
     from .epr.methods import TEST_TIME_METHODS, rank_test_examples
     from .evaluation import evaluate as run_evaluation
-    from .lm import CausalLM
     from .progress import progress_bar
     from .retrieval import make_retriever
 
@@ -84,11 +93,12 @@ def evaluate(
         loaded = _load_task_from_options(task, train, test, input_field, output_field, id_field, fmt, data_dir)
         examples = sample(loaded.test, limit, seed=seed)
         with console.status(f"loading {lm}"):
-            model = CausalLM.load(lm, device=device, dtype=dtype)
+            model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
         ret, retrieved = None, None
         if retriever in TEST_TIME_METHODS:
-            scorer = model if scoring_lm in (None, lm) or retriever == "bm25-oracle" else CausalLM.load(
-                scoring_lm, device=device, dtype=dtype)
+            same = scoring_lm in (None, lm) and not scoring_lm_option
+            scorer = model if same or retriever == "bm25-oracle" else load_lm(
+                scoring_lm or lm, parse_options(scoring_lm_option), device=device, dtype=dtype)
             with progress_bar(len(examples), f"ranking with {retriever}") as advance:
                 retrieved = rank_test_examples(retriever, loaded, examples, scorer, seed=seed)
                 advance(len(examples))
@@ -101,7 +111,7 @@ def evaluate(
             summary = run_evaluation(loaded, ret, model, examples, out, retriever_name=retriever,
                                      context_window=context_window, max_new_tokens=max_new_tokens, max_demos=k,
                                      progress=advance, retrieved=retrieved)
-    except (DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
+    except (DataError, ModelNotInstalled, ValueError, FileNotFoundError, BackendError) as err:
         _fail(str(err))
     metrics = ", ".join(f"{name} {value:.1f}" for name, value in summary["metrics"].items())
     console.print(f"{loaded.name} / {retriever}: {metrics} (N={summary['n']}, {summary['wall_time_s']:.0f}s) -> {out}")
@@ -109,30 +119,71 @@ def evaluate(
 
 @app.command()
 def index(
-    task: Optional[str] = typer.Option(None, "--task", help="built-in task whose training set to index"),
+    task: Optional[str] = typer.Option(None, "--task", help="built-in task whose training set to index, or a file"),
     train: Optional[Path] = typer.Option(None, help="training pool file, instead of --task"),
     input_field: Optional[str] = typer.Option(None),
     output_field: Optional[str] = typer.Option(None),
     id_field: Optional[str] = typer.Option(None),
     data_dir: Optional[Path] = typer.Option(None),
-    retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER"),
+    retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, epr:DIR"),
+    lm: Optional[str] = typer.Option(None, help="the LM whose tokenizer `taskret serve` counts prompt tokens with "
+                                     "(default: whitespace-separated words)"),
     out: Path = typer.Option(..., help="index directory to write"),
 ):
-    """Index a training pool and save the index to a directory."""
+    """Index a training pool and save the index, with the examples' texts, to a directory (written atomically)."""
     from .data import read_examples
+    from .models import resolve_model
     from .retrieval import make_retriever
+    from .serve.index import output_format_name, save_index
 
     try:
+        if task is not None and train is None and task not in (*BUILTIN_TASKS, "demo") and Path(task).is_file():
+            task, train = None, Path(task)
         if train is not None:
-            examples = read_examples(train, input_field or "input", output_field or "output", id_field)
+            examples, name, fmt = read_examples(train, input_field or "input", output_field or "output", id_field), \
+                train.stem, "plain"
         else:
-            examples = load_task(task, data_dir=data_dir).train
+            loaded = load_task(task, data_dir=data_dir)
+            examples, name, fmt = loaded.train, loaded.name, output_format_name(loaded.output_format)
+        if lm is not None:
+            resolve_model(lm)  # an unknown LM fails now, not when the index is served
         ret = make_retriever(retriever)
-        ret.index(examples)
-        ret.save(out)
-    except (DataError, ModelNotInstalled, ValueError) as err:
+        with console.status(f"indexing {len(examples)} examples with {retriever}"):
+            ret.index(examples)
+        save_index(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm)
+    except (DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
         _fail(str(err))
     console.print(f"indexed {len(examples)} examples with {retriever} -> {out}")
+
+
+@app.command()
+def serve(
+    index_dir: Path = typer.Option(..., "--index", help="an index directory written by `taskret index` (or `taskret "
+                                   "tart index`)"),
+    host: str = typer.Option("127.0.0.1", help="address to listen on (loopback by default)"),
+    port: int = typer.Option(8000, help="port to listen on"),
+    lm: Optional[str] = typer.Option(None, help="count /prompt tokens with this LM's tokenizer (default: the index's "
+                                     "LM, else whitespace-separated words)"),
+    token_budget: int = typer.Option(1920, help="default /prompt token budget (2048-token context - 128 for the answer)"),
+    log_level: str = typer.Option("warning", help="uvicorn log level"),
+    access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="log every request"),
+):
+    """Serve an index over HTTP: POST /retrieve, POST /prompt, GET /health (OpenAPI schema at /openapi.json)."""
+    try:
+        from .serve.app import create_app
+    except ImportError as err:
+        _fail(f"taskret serve needs FastAPI and uvicorn: pip install 'taskret[serve]' ({err})")
+    import uvicorn
+
+    from .serve.index import InvalidIndex
+
+    try:
+        with console.status(f"loading {index_dir}"):
+            service = create_app(index_dir, lm=lm, token_budget=token_budget)
+    except (InvalidIndex, DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
+        _fail(str(err))
+    console.print(f"serving {index_dir} on http://{host}:{port} (docs: http://{host}:{port}/docs)")
+    uvicorn.run(service, host=host, port=port, log_level=log_level, access_log=access_log)
 
 
 @app.command()
@@ -167,6 +218,29 @@ def models():
         table.add_row(entry.name, entry.kind, "yes" if is_installed(entry.name) else "no", entry.install,
                       entry.description)
     Console().print(table)
+
+
+@app.command("serve-lm")
+def serve_lm(
+    lm: str = typer.Option("smollm2-135m", help="the model to serve: a registered name or a local folder"),
+    host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface)"),
+    port: int = typer.Option(8000, help="port to listen on"),
+    served_model_name: Optional[str] = typer.Option(None, help="the model's name in the API (default: --lm)"),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+    dtype: str = typer.Option("auto", help="auto, float32 or bfloat16"),
+    max_batch_tokens: int = typer.Option(8192, help="tokens per forward pass (concurrent requests are batched)"),
+):
+    """Serve an LM over the OpenAI completions API (scoring with echo+logprobs, greedy generation), for
+    jobs elsewhere: --lm openai:http://HOST:PORT/v1#NAME."""
+    from .backends.base import BackendError
+    from .backends.server import serve
+
+    try:
+        serve(lm, host=host, port=port, model_name=served_model_name, device=device, dtype=dtype,
+              max_batch_tokens=max_batch_tokens,
+              ready=lambda app: console.print(f"serving {app.state.model_name} on http://{host}:{port}/v1"))
+    except (ModelNotInstalled, ValueError, BackendError) as err:
+        _fail(str(err))
 
 
 @app.command()

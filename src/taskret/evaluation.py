@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from .data import Example, Task
 from .inference import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, Prediction, predict
 from .io import write_json, write_jsonl
-from .lm import CausalLM
+from .backends.base import LMBackend
 from .retrieval import RetrievalResult, Retriever
 
 _SPACES = re.compile(r"\s+")
@@ -82,7 +82,7 @@ def prediction_rows(task: Task, predictions: Sequence[Prediction]) -> list[dict]
     } for p in predictions]
 
 
-def evaluate(task: Task, retriever: Retriever | None, lm: CausalLM, examples: Sequence[Example], out_dir: str | Path, *,
+def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: Sequence[Example], out_dir: str | Path, *,
              retriever_name: str, context_window: int = DEFAULT_CONTEXT_WINDOW,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, max_demos: int | None = None,
              progress: Callable[[int], None] | None = None, extra: dict | None = None,
@@ -109,7 +109,8 @@ def evaluate(task: Task, retriever: Retriever | None, lm: CausalLM, examples: Se
         "prompt_tokens_per_s": round(sum(p.prompt.n_tokens for p in predictions) / wall, 1) if wall > 0 else None,
         "generated_tokens_per_s": round(sum(lm.count_tokens(p.raw_generation) + 1 for p in predictions) / wall, 2)
         if wall > 0 else None,
-        "max_batch_tokens": lm.max_batch_tokens,
+        "max_batch_tokens": getattr(lm, "max_batch_tokens", None),
+        "lm_backend": lm.backend,
         **(extra or {}),
     }
     write_jsonl(out_dir / "predictions.jsonl", prediction_rows(task, predictions))

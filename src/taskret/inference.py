@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .data import Example, Task
-from .lm import CausalLM
+from .backends.base import LMBackend
 from .prompt import Prompt, PromptBuilder
 from .retrieval import RetrievalResult, Retriever
 
@@ -45,7 +45,7 @@ def build_prompts(task: Task, retriever: Retriever | None, examples: Sequence[Ex
     return prompts, result.ids, [[float(s) for s in row[: len(ids)]] for row, ids in zip(result.scores, result.ids)]
 
 
-def predict(task: Task, retriever: Retriever | None, lm: CausalLM, examples: Sequence[Example], *,
+def predict(task: Task, retriever: Retriever | None, lm: LMBackend, examples: Sequence[Example], *,
             context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
             max_demos: int | None = None, n_candidates: int = 100, retrieved: RetrievalResult | None = None,
             progress: Callable[[int], None] | None = None) -> list[Prediction]:

@@ -9,28 +9,16 @@ both return results in input order, independent of batch size up to float roundi
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Iterator, Sequence
 
 import torch
 
+from .backends.base import DEFAULT_STOP, LMBackend, ProgressFn, TargetScore, cut_at_stop
 from .models import pick_device, pick_dtype, resolve_model
 
 logger = logging.getLogger(__name__)
 
-ProgressFn = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class TargetScore:
-    """Sum of the target's token log-probabilities (nats) and how many tokens it has."""
-
-    logprob: float
-    n_tokens: int
-
-    @property
-    def mean(self) -> float:
-        return self.logprob / max(self.n_tokens, 1)
+__all__ = ["CausalLM", "TargetScore", "ProgressFn"]
 
 
 def _token_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
@@ -49,8 +37,10 @@ def _token_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size
     return batches
 
 
-class CausalLM:
-    """Wraps a Hugging Face causal LM and its tokenizer."""
+class CausalLM(LMBackend):
+    """Wraps a Hugging Face causal LM and its tokenizer: the ``transformers`` backend."""
+
+    backend = "transformers"
 
     def __init__(self, model, tokenizer, name: str = "model", max_batch_tokens: int = 8192, max_batch_size: int = 64):
         self.model = model.eval()
@@ -99,13 +89,25 @@ class CausalLM:
             self._newline_ids = torch.tensor(sorted(set(ids)), dtype=torch.long)
         return self._newline_ids
 
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 128, stop: str | Sequence[str] | None = DEFAULT_STOP,
+                 progress: ProgressFn | None = None) -> list[str]:
+        """Greedy continuations, cut at the first ``stop`` (default: newline) and stripped.
+
+        Decoding stops early at a newline token when ``"\\n"`` is a stop string, and at EOS; other stop
+        strings are applied to the decoded text.
+        """
+        raw = self.generate_raw(prompts, max_new_tokens, stop_on_newline=_has_newline_stop(stop), progress=progress)
+        return [cut_at_stop(text, stop).strip() for text, _ in raw]
+
     @torch.inference_mode()
-    def generate(self, prompts: Sequence[str], max_new_tokens: int = 128, progress: ProgressFn | None = None) -> list[str]:
-        """Greedy continuations, cut at the first newline."""
+    def generate_raw(self, prompts: Sequence[str], max_new_tokens: int = 128, stop_on_newline: bool = True,
+                     progress: ProgressFn | None = None) -> list[tuple[str, int]]:
+        """Greedy continuations as decoded (nothing cut or stripped) and their token counts; decoding ends
+        at EOS, after ``max_new_tokens``, or (``stop_on_newline``) after the first token holding a newline."""
         encoded = [self._encode_prompt(p) for p in prompts]
         lengths = [len(e) + max_new_tokens for e in encoded]
-        outputs: list[str] = [""] * len(prompts)
-        newline_ids = self._newline_token_ids().to(self.device)
+        outputs: list[tuple[str, int]] = [("", 0)] * len(prompts)
+        newline_ids = self._newline_token_ids().to(self.device) if stop_on_newline else None
         pad = self.tokenizer.pad_token_id
         for batch in _token_batches(lengths, self.max_batch_tokens, self.max_batch_size):
             longest = max(len(encoded[i]) for i in batch)
@@ -118,8 +120,7 @@ class CausalLM:
                 attention[row, longest - len(ids):] = 1
             generated = self._greedy(input_ids.to(self.device), attention.to(self.device), max_new_tokens, newline_ids)
             for row, i in enumerate(batch):
-                text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
-                outputs[i] = text.split("\n", 1)[0].strip()
+                outputs[i] = (self.tokenizer.decode(generated[row], skip_special_tokens=True), len(generated[row]))
             if progress:
                 progress(len(batch))
         return outputs
@@ -139,7 +140,9 @@ class CausalLM:
             for row in range(len(input_ids)):
                 if not done[row]:
                     tokens[row].append(int(next_token[row]))
-            done |= torch.isin(next_token, newline_ids) | (next_token == eos)
+            done |= next_token == eos
+            if newline_ids is not None:
+                done |= torch.isin(next_token, newline_ids)
             if bool(done.all()):
                 break
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
@@ -168,6 +171,38 @@ class CausalLM:
             raise ValueError("an empty prompt cannot condition a target with this tokenizer (no BOS token)")
         sequences = [p + t for p, t in zip(prompt_ids, target_ids)]
         results: list[TargetScore] = [TargetScore(0.0, 0)] * len(prompts)
+        for batch, rows_t, token_logprobs, _ in self._logprobs_at(sequences, [len(p) for p in prompt_ids]):
+            sums = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, rows_t, token_logprobs.double().cpu())
+            for row, i in enumerate(batch):
+                results[i] = TargetScore(float(sums[row]), len(target_ids[i]))
+            if progress:
+                progress(len(batch))
+        return results
+
+    @torch.inference_mode()
+    def token_logprobs(self, sequences: Sequence[Sequence[int]], top_k: int = 0
+                       ) -> list[tuple[list[float], list[list[tuple[int, float]]]]]:
+        """For each token sequence, log P(token_i | tokens before it) for every i >= 1 (the first token
+        has nothing to condition on) and, with ``top_k``, the k most likely tokens at each of those
+        positions as (id, log-probability) pairs. What an OpenAI-style ``echo`` + ``logprobs`` needs."""
+        out: list[tuple[list[float], list[list[tuple[int, float]]]]] = [([], []) for _ in sequences]
+        for batch, rows_t, token_logprobs, top in self._logprobs_at(sequences, [1] * len(sequences), top_k):
+            rows = rows_t.tolist()
+            values = token_logprobs.double().cpu().tolist()
+            top_ids = top.indices.cpu().tolist() if top is not None else None
+            top_values = top.values.double().cpu().tolist() if top is not None else None
+            for n, row in enumerate(rows):
+                logps, tops = out[batch[row]]
+                logps.append(values[n])
+                if top_ids is not None:
+                    tops.append(list(zip(top_ids[n], top_values[n])))
+        return out
+
+    def _logprobs_at(self, sequences: Sequence[Sequence[int]], starts: Sequence[int], top_k: int = 0
+                     ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, object]]:
+        """Token-batched forward passes; for each batch yields (sequence indices, the batch row of each
+        scored position, log P of the token at each position >= its sequence's start, top-k or None).
+        Positions are listed row by row, in order."""
         pad = self.tokenizer.pad_token_id
         backbone = self.model.get_decoder()
         head = self.model.get_output_embeddings()
@@ -179,10 +214,9 @@ class CausalLM:
             rows, positions, labels = [], [], []
             for row, i in enumerate(batch):
                 seq = sequences[i]
-                input_ids[row, : len(seq)] = torch.tensor(seq)
+                input_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
                 attention[row, : len(seq)] = 1
-                start = len(prompt_ids[i])
-                for pos in range(start, len(seq)):
+                for pos in range(starts[i], len(seq)):
                     rows.append(row)
                     positions.append(pos - 1)  # the state before a token predicts it
                     labels.append(seq[pos])
@@ -193,12 +227,13 @@ class CausalLM:
             logits = head(picked).float()
             if softcap:
                 logits = torch.tanh(logits / softcap) * softcap
-            token_logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(labels)), torch.tensor(labels, dtype=torch.long)]
-            sums = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, rows_t, token_logprobs.double().cpu())
-            for row, i in enumerate(batch):
-                results[i] = TargetScore(float(sums[row]), len(target_ids[i]))
-            if progress:
-                progress(len(batch))
-        return results
+            logp = torch.log_softmax(logits, dim=-1)
+            token_logprobs = logp[torch.arange(len(labels)), torch.tensor(labels, dtype=torch.long)]
+            top = logp.topk(min(top_k, logp.shape[-1]), dim=-1) if top_k and len(labels) else None
+            yield batch, rows_t, token_logprobs, top
 
 
+def _has_newline_stop(stop: str | Sequence[str] | None) -> bool:
+    if not stop:
+        return False
+    return "\n" in ([stop] if isinstance(stop, str) else list(stop))

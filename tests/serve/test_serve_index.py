@@ -90,7 +90,7 @@ def test_bm25_files_of_another_pool_are_refused(bm25_index, pool_examples, tmp_p
     other = save_index(tmp_path / "other", BM25Retriever().index(pool_examples[:5]), pool_examples[:5])
     shutil.rmtree(bm25_index / "bm25s")
     shutil.copytree(other / "bm25s", bm25_index / "bm25s")
-    with pytest.raises(InvalidIndex, match=r"params.index.json: holds 5 items but .*meta.json lists 8 ids"):
+    with pytest.raises(InvalidIndex, match=r"the BM25 index holds 5 documents but meta.json lists 8 ids"):
         load_index(bm25_index)
 
 

@@ -10,19 +10,6 @@ import pytest
 from taskret.retrieval import DenseRetriever, make_retriever
 from taskret.tart.dual import CONFIG_FILE, LOG_FILE, TartDualConfig, build_triplets, train_tart_dual
 from taskret.tart.evaluation import SEP, evaluate_retriever, format_query
-from taskret.tart.training_data import build_training_examples
-
-from .test_training_data import make_tasks
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return make_tasks()
-
-
-@pytest.fixture(scope="module")
-def rows(tasks):
-    return build_training_examples(tasks, n_hard=2, n_random=1, n_unfollowing=2, seed=0)
 
 
 def tiny_config(base, **overrides) -> TartDualConfig:

@@ -61,6 +61,13 @@ def candidates(
     console.print(f"{len(rows)} examples x {n} candidates -> {out}")
 
 
+LM_HELP = ("a registered name or local folder (transformers, in process), openai:URL#MODEL (an OpenAI-compatible "
+           "completions server), or vllm:NAME_OR_FOLDER (GPU)")
+LMOptionOpt = typer.Option(None, "--lm-option", help="backend option KEY=VALUE, repeatable (e.g. concurrency=16, "
+                           "timeout=60, max_retries=5, api_key_env=MY_KEY, tokenizer=smollm2-135m, "
+                           "tensor_parallel_size=2)")
+
+
 @app.command()
 def score(
     candidates_file: Path = typer.Option(..., "--candidates", help="candidates JSONL"),
@@ -68,13 +75,21 @@ def score(
     train: Optional[Path] = typer.Option(None), input_field: Optional[str] = typer.Option(None),
     output_field: Optional[str] = typer.Option(None), id_field: Optional[str] = typer.Option(None),
     data_dir: Optional[Path] = typer.Option(None),
-    lm: str = typer.Option("smollm2-135m", help="scoring LM"),
+    lm: str = typer.Option("smollm2-135m", help=f"scoring LM: {LM_HELP}"),
+    lm_option: Optional[list[str]] = LMOptionOpt,
     shard_size: int = typer.Option(32, help="examples per resumable shard"),
     device: Optional[str] = typer.Option(None), dtype: str = typer.Option("auto"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="score the shards on a Ray cluster: auto (the running "
+                                      "cluster), local (start one here), HOST:PORT or ray://HOST:PORT"),
+    ray_workers: Optional[int] = typer.Option(None, help="Ray actors, each holding one LM (default: one per GPU, "
+                                              "else one per --ray-cpus-per-worker CPUs)"),
+    ray_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per actor (default: 1 if the cluster has "
+                                                        "GPUs, else 0)"),
+    ray_cpus_per_worker: float = typer.Option(1.0, help="CPUs per actor (its torch threads on a CPU)"),
     out: Path = typer.Option(..., help="scoring folder (resumes if it exists)"),
 ):
     """log P(y | candidate, x) for every pair, in resumable shards -> OUT/scores.jsonl."""
-    from ..lm import CausalLM
+    from ..backends.base import BackendError, load_lm, parse_options
     from ..progress import progress_bar
     from .candidates import read_candidates
     from .scoring import score_candidates
@@ -83,11 +98,30 @@ def score(
         loaded = _task(task, train, input_field, output_field, id_field, data_dir)
         examples = {e.id: e for e in loaded.train}
         rows = read_candidates(candidates_file, known_ids=set(examples))
-        model = CausalLM.load(lm, device=device, dtype=dtype)
-        with progress_bar(sum(len(r["candidates"]) for r in rows), "scoring", unit="pairs") as advance:
-            path = score_candidates(rows, examples, model, out, fmt=loaded.output_format, shard_size=shard_size,
-                                    progress=advance)
-    except ERRORS as err:
+        options = parse_options(lm_option)
+        n_pairs = sum(len(r["candidates"]) for r in rows)
+        if ray is not None:
+            from ..backends.base import backend_options, parse_spec
+            from .distributed import RayScoring
+
+            kind, _ = parse_spec(lm)
+            known = backend_options(kind)
+            common = {k: v for k, v in {"device": device, "dtype": dtype}.items() if k in known and v is not None}
+            with RayScoring(lm, {**common, **options}, address=ray, workers=ray_workers,
+                            gpus_per_worker=ray_gpus_per_worker, cpus_per_worker=ray_cpus_per_worker) as runner:
+                console.print(f"Ray: {len(runner.actors)} workers x {runner.lm_name}")
+                with progress_bar(n_pairs, "scoring", unit="pairs") as advance:
+                    path = score_candidates(rows, examples, runner.lm_name, out, fmt=loaded.output_format,
+                                            shard_size=shard_size, progress=advance, shard_runner=runner)
+        else:
+            model = load_lm(lm, options, device=device, dtype=dtype)
+            try:
+                with progress_bar(n_pairs, "scoring", unit="pairs") as advance:
+                    path = score_candidates(rows, examples, model, out, fmt=loaded.output_format,
+                                            shard_size=shard_size, progress=advance)
+            finally:
+                model.close()
+    except (*ERRORS, BackendError) as err:
         _fail(err)
     console.print(f"scores -> {path}")
 
@@ -105,7 +139,7 @@ def label(
     out: Path = typer.Option(..., help="labels JSONL to write"),
 ):
     """Top-k positives and bottom-k hard negatives per example -> JSONL."""
-    from ..io import read_jsonl, write_jsonl
+    from ..io import write_jsonl
     from .candidates import read_candidates
     from .labels import bm25_labels, cbr_labels, lm_labels
 
@@ -113,7 +147,9 @@ def label(
         if method == "lm":
             if scores is None:
                 raise ValueError("--method lm needs --scores")
-            rows = lm_labels(read_jsonl(scores), k=k)
+            from .scoring import read_scores
+
+            rows = lm_labels(read_scores(scores), k=k)
         elif method in ("bm25", "cbr"):
             if candidates_file is None:
                 raise ValueError(f"--method {method} needs --candidates")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..data import Example, Task
 from ..evaluation import exact_match
-from ..lm import CausalLM
+from ..backends.base import LMBackend
 from ..prompt import render_demo
 from ..retrieval import BM25Retriever, RetrievalResult
 from .scoring import scoring_pair
@@ -41,7 +41,7 @@ def bm25_oracle(task: Task, examples: Sequence[Example], k: int = 100) -> Retrie
     return retriever.retrieve([e.output for e in examples], k=k)
 
 
-def lm_rank(task: Task, examples: Sequence[Example], candidates: RetrievalResult, lm: CausalLM,
+def lm_rank(task: Task, examples: Sequence[Example], candidates: RetrievalResult, lm: LMBackend,
             gold_output: bool = True, progress: Progress = None) -> RetrievalResult:
     """Re-rank each example's candidates by the LM: log P(y | e, x) with the gold output, else log P(x | e)."""
     pool = {e.id: e for e in task.train}
@@ -60,13 +60,13 @@ def lm_rank(task: Task, examples: Sequence[Example], candidates: RetrievalResult
     return _ranked(candidates.ids, ranked_scores, k=max((len(i) for i in candidates.ids), default=1))
 
 
-def lm_oracle(task: Task, examples: Sequence[Example], lm: CausalLM, n_candidates: int = 50,
+def lm_oracle(task: Task, examples: Sequence[Example], lm: LMBackend, n_candidates: int = 50,
               progress: Progress = None) -> RetrievalResult:
     return lm_rank(task, examples, bm25_oracle(task, examples, k=n_candidates), lm, gold_output=True,
                    progress=progress)
 
 
-def brute_force(task: Task, examples: Sequence[Example], lm: CausalLM, n_random: int = 200, seed: int = 0,
+def brute_force(task: Task, examples: Sequence[Example], lm: LMBackend, n_random: int = 200, seed: int = 0,
                 progress: Progress = None) -> RetrievalResult:
     rng = random.Random(seed)
     ids = [e.id for e in task.train]
@@ -75,7 +75,7 @@ def brute_force(task: Task, examples: Sequence[Example], lm: CausalLM, n_random:
     return lm_rank(task, examples, candidates, lm, gold_output=False, progress=progress)
 
 
-def any_correct_oracle(task: Task, examples: Sequence[Example], lm: CausalLM, candidates: RetrievalResult,
+def any_correct_oracle(task: Task, examples: Sequence[Example], lm: LMBackend, candidates: RetrievalResult,
                        max_new_tokens: int = 128, progress: Progress = None) -> dict:
     """One-shot with every candidate; returns the share of examples any candidate solves, and per-example hits."""
     pool = {e.id: e for e in task.train}
@@ -97,7 +97,7 @@ def any_correct_oracle(task: Task, examples: Sequence[Example], lm: CausalLM, ca
 TEST_TIME_METHODS = ("bm25-oracle", "lm-oracle", "bruteforce")
 
 
-def rank_test_examples(method: str, task: Task, examples: Sequence[Example], scoring_lm: CausalLM | None = None,
+def rank_test_examples(method: str, task: Task, examples: Sequence[Example], scoring_lm: LMBackend | None = None,
                        seed: int = 0, progress: Progress = None) -> RetrievalResult:
     """Rankings for the methods that look at each test example itself (``TEST_TIME_METHODS``)."""
     if method == "bm25-oracle":

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..data import Task, load_task, sample
-from ..io import read_json, read_jsonl, write_json
+from ..io import read_json, write_json
 from ..progress import progress_bar
 
 
@@ -37,12 +37,18 @@ class EPRConfig(BaseModel):
     max_train_examples: Optional[int] = Field(None, description="label only a seeded sample of the training set")
     n_candidates: int = Field(50, ge=2)
     candidate_field: str = "output"
-    scoring_lm: str = "smollm2-135m"
+    scoring_lm: str = Field("smollm2-135m", description="LM spec: a name or folder, openai:URL#MODEL, vllm:MODEL")
+    scoring_lm_options: dict = Field(default_factory=dict, description="backend options of the scoring LM")
     shard_size: int = Field(32, ge=1)
+    ray: Optional[str] = Field(None, description="score on Ray: auto, local, HOST:PORT or ray://HOST:PORT")
+    ray_workers: Optional[int] = Field(None, ge=1, description="Ray actors (default: one per GPU, else per CPU)")
+    ray_gpus_per_worker: Optional[float] = Field(None, ge=0)
+    ray_cpus_per_worker: float = Field(1.0, gt=0)
     k: int = Field(5, ge=1, description="positives and hard negatives per example")
     labels: str = Field("lm", description="lm (EPR), bm25 (DR-BM25) or cbr")
     training: dict = Field(default_factory=dict, description="TrainingConfig fields")
-    inference_lm: str = "smollm2-135m"
+    inference_lm: str = Field("smollm2-135m", description="LM spec, as scoring_lm")
+    inference_lm_options: dict = Field(default_factory=dict, description="backend options of the inference LM")
     eval_limit: Optional[int] = 300
     context_window: int = 2048
     max_new_tokens: int = 128
@@ -54,6 +60,9 @@ class EPRConfig(BaseModel):
 
         return cls.model_validate(read_json(path))
 
+    # Where the work runs, not what it computes: a finished work folder may be resumed with other values.
+    EXECUTION_FIELDS: ClassVar[frozenset] = frozenset({"ray", "ray_workers", "ray_gpus_per_worker", "ray_cpus_per_worker"})
+
     def load_task(self) -> Task:
         return load_task(self.task, train=self.train, test=self.test, input_field=self.input_field,
                          output_field=self.output_field, id_field=self.id_field, data_dir=self.data_dir)
@@ -62,21 +71,22 @@ class EPRConfig(BaseModel):
 def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: dict | None = None) -> dict:
     """Run every stage whose output is missing. ``lms`` caches loaded LMs by name (the scoring and the
     inference LM are often the same model, and a caller such as the demo may already hold it)."""
+    from ..backends.base import LMBackend, load_lm as load_backend
     from ..evaluation import evaluate
-    from ..lm import CausalLM
     from ..retrieval import DenseRetriever, Retriever
     from .candidates import mine_candidates, read_candidates, write_candidates
     from .labels import bm25_labels, cbr_labels, lm_labels
-    from .scoring import score_candidates
+    from .scoring import read_scores, score_candidates
     from .training import TrainingConfig, train_dual_encoder
     from ..io import write_jsonl
 
     lms = {} if lms is None else lms
 
-    def load_lm(name: str) -> CausalLM:
-        if name not in lms:
-            lms[name] = CausalLM.load(name)
-        return lms[name]
+    def load_lm(name: str, options: dict) -> LMBackend:
+        key = name if not options else f"{name} {json.dumps(options, sort_keys=True)}"
+        if key not in lms:
+            lms[key] = load_backend(name, options)
+        return lms[key]
 
     from rich.markup import escape
 
@@ -87,8 +97,9 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
     used_path = work / "pipeline_config.json"
     if used_path.exists():
         used = EPRConfig.model_validate(read_json(used_path))
-        if used != config:
-            changed = sorted(k for k in type(config).model_fields if getattr(used, k) != getattr(config, k))
+        changed = sorted(k for k in type(config).model_fields
+                         if k not in config.EXECUTION_FIELDS and getattr(used, k) != getattr(config, k))
+        if changed:
             raise ValueError(f"{work} was made with another config (changed: {', '.join(changed)}); "
                              f"use a new work_dir or delete the old one")
     else:
@@ -113,12 +124,24 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
         say(f"labels: {labels_path} exists, skipped")
     else:
         if config.labels == "lm":
-            lm = load_lm(config.scoring_lm)
             n_pairs = sum(len(r["candidates"]) for r in cand_rows)
-            with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
-                scores_path = score_candidates(cand_rows, examples, lm, work / "scoring", fmt=task.output_format,
-                                               shard_size=config.shard_size, progress=advance)
-            label_rows = lm_labels(read_jsonl(scores_path), k=config.k)
+            if config.ray is not None:
+                from .distributed import RayScoring
+
+                with RayScoring(config.scoring_lm, config.scoring_lm_options, address=config.ray,
+                                workers=config.ray_workers, gpus_per_worker=config.ray_gpus_per_worker,
+                                cpus_per_worker=config.ray_cpus_per_worker) as runner:
+                    say(f"scoring on Ray: {len(runner.actors)} workers")
+                    with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
+                        scores_path = score_candidates(cand_rows, examples, runner.lm_name, work / "scoring",
+                                                       fmt=task.output_format, shard_size=config.shard_size,
+                                                       progress=advance, shard_runner=runner)
+            else:
+                lm = load_lm(config.scoring_lm, config.scoring_lm_options)
+                with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
+                    scores_path = score_candidates(cand_rows, examples, lm, work / "scoring", fmt=task.output_format,
+                                                   shard_size=config.shard_size, progress=advance)
+            label_rows = lm_labels(read_scores(scores_path), k=config.k)
         elif config.labels == "bm25":
             label_rows = bm25_labels(cand_rows, k=config.k)
         elif config.labels == "cbr":
@@ -150,7 +173,7 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
         summary = json.loads((eval_dir / "summary.json").read_text())
         say(f"evaluation: {eval_dir}/summary.json exists, skipped")
     else:
-        lm = load_lm(config.inference_lm)
+        lm = load_lm(config.inference_lm, config.inference_lm_options)
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), "evaluating", enabled=progress) as advance:
             summary = evaluate(task, retriever, lm, test, eval_dir, retriever_name=f"epr:{work}",

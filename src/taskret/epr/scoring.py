@@ -14,9 +14,13 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..data import Example, OutputFormat
+from ..backends.base import LMBackend, TargetScore
+from ..data import DataError, Example, OutputFormat, iter_records
 from ..io import read_json, read_jsonl, write_json, write_jsonl
-from ..lm import CausalLM
+
+# A pending shard: (number, candidate rows, path of the shard file to write).
+PendingShard = tuple[int, list, Path]
+ShardRunner = Callable[[Sequence[PendingShard], Mapping[str, Example], OutputFormat, "Callable[[int], None] | None"], None]
 
 SCORES_FILE = "scores.jsonl"
 META_FILE = "scoring_meta.json"
@@ -35,9 +39,9 @@ def _fingerprint(candidate_rows: Sequence[dict]) -> str:
     return digest.hexdigest()[:16]
 
 
-def score_shard(rows: Sequence[dict], examples: Mapping[str, Example], lm: CausalLM, fmt: OutputFormat,
-                progress: Callable[[int], None] | None = None) -> list[dict]:
-    """Score every (example, candidate) pair of ``rows``; one output row per example."""
+def shard_pairs(rows: Sequence[dict], examples: Mapping[str, Example], fmt: OutputFormat = OutputFormat()
+                ) -> tuple[list[str], list[str]]:
+    """The (prompt, target) pairs of ``rows``, example by example, candidates in the file's order."""
     prompts, targets = [], []
     for row in rows:
         example = examples[row["id"]]
@@ -45,7 +49,21 @@ def score_shard(rows: Sequence[dict], examples: Mapping[str, Example], lm: Causa
             prompt, target = scoring_pair(examples[cand_id], example, fmt)
             prompts.append(prompt)
             targets.append(target)
-    scores = iter(lm.score(prompts, targets, progress=progress))
+    return prompts, targets
+
+
+def score_shard(rows: Sequence[dict], examples: Mapping[str, Example], lm: LMBackend, fmt: OutputFormat,
+                progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Score every (example, candidate) pair of ``rows``; one output row per example."""
+    prompts, targets = shard_pairs(rows, examples, fmt)
+    return shard_rows(rows, lm.score(prompts, targets, progress=progress))
+
+
+def shard_rows(rows: Sequence[dict], scores: Sequence[TargetScore]) -> list[dict]:
+    """The shard file's rows from the scores of ``shard_pairs(rows, ...)``, in that order."""
+    if len(scores) != sum(len(r["candidates"]) for r in rows):
+        raise ValueError(f"{len(scores)} scores for {sum(len(r['candidates']) for r in rows)} pairs")
+    scores = iter(scores)
     out = []
     for row in rows:
         cands = []
@@ -56,15 +74,20 @@ def score_shard(rows: Sequence[dict], examples: Mapping[str, Example], lm: Causa
     return out
 
 
-def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Example], lm: CausalLM,
+def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Example], lm: LMBackend | str,
                      out_dir: str | os.PathLike, fmt: OutputFormat = OutputFormat(), shard_size: int = 32,
                      progress: Callable[[int], None] | None = None,
-                     shard_runner: Callable | None = None) -> Path:
+                     shard_runner: ShardRunner | None = None) -> Path:
     """Score all pairs into ``out_dir/scores.jsonl``, resuming from finished shards.
 
     ``progress`` is called with the number of pairs done (finished shards count at once on resume).
-    ``shard_runner`` (optional) scores a list of pending shards elsewhere (e.g. on Ray workers).
+    ``shard_runner`` (optional) scores the pending shards elsewhere (e.g. ``epr.distributed.RayScoring``
+    on Ray workers) as ``shard_runner(pending, examples, fmt, progress)``, writing each shard with
+    ``io.write_jsonl`` when it is done; ``lm`` may then be just the scoring LM's name (for the meta file).
     """
+    if isinstance(lm, str) and shard_runner is None:
+        raise ValueError("score_candidates needs a loaded LM (or a shard_runner that holds one)")
+    lm_name = lm if isinstance(lm, str) else lm.name
     out_dir = Path(out_dir)
     shard_dir = out_dir / "shards"
     shard_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +95,7 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
     for stale in [*shard_dir.glob(".shard-*.tmp"), *out_dir.glob(f".{SCORES_FILE}.*.tmp"),
                   *out_dir.glob(f".{META_FILE}.*.tmp")]:
         stale.unlink(missing_ok=True)
-    meta = {"lm": lm.name, "candidates": _fingerprint(candidate_rows), "shard_size": shard_size,
+    meta = {"lm": lm_name, "candidates": _fingerprint(candidate_rows), "shard_size": shard_size,
             "n_examples": len(candidate_rows), "n_pairs": sum(len(r["candidates"]) for r in candidate_rows)}
     meta_path = out_dir / META_FILE
     if meta_path.exists():
@@ -91,7 +114,10 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
         else:
             pending.append((number, rows, path))
     if shard_runner is not None:
-        shard_runner(pending, progress)
+        shard_runner(pending, examples, fmt, progress)
+        missing = [path.name for _, _, path in pending if not path.exists()]
+        if missing:
+            raise RuntimeError(f"the shard runner left {len(missing)} shard(s) unscored (e.g. {missing[0]})")
     else:
         for _, rows, path in pending:
             write_jsonl(path, score_shard(rows, examples, lm, fmt, progress=progress))
@@ -100,3 +126,30 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
         merged.extend(read_jsonl(shard_dir / f"shard-{number:05d}.jsonl"))
     write_jsonl(out_dir / SCORES_FILE, merged)
     return out_dir / SCORES_FILE
+
+
+def read_scores(path: str | os.PathLike) -> list[dict]:
+    """Read and check a ``scores.jsonl``: per line an ``id`` and ``candidates``, a list of
+    ``{id, logprob (number), n_tokens (integer >= 0)}``; a DataError names the file, line and field."""
+    path = Path(path)
+    rows = []
+    for line, row in iter_records(path):
+        if not isinstance(row.get("id"), str):
+            raise DataError(path, line, "id", "missing or not a string")
+        cands = row.get("candidates")
+        if not isinstance(cands, list):
+            raise DataError(path, line, "candidates", "missing or not a list")
+        for n, cand in enumerate(cands):
+            where = f"candidates[{n}]"
+            if not isinstance(cand, dict) or not isinstance(cand.get("id"), str):
+                raise DataError(path, line, where, "expected an object with a string id")
+            value = cand.get("logprob")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise DataError(path, line, f"{where}.logprob", f"expected a number, got {value!r:.40}")
+            count = cand.get("n_tokens")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise DataError(path, line, f"{where}.n_tokens", f"expected a non-negative integer, got {count!r:.40}")
+        rows.append(row)
+    if not rows:
+        raise DataError(path, None, None, "no score rows in file")
+    return rows

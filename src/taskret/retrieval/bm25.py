@@ -59,3 +59,7 @@ class BM25Retriever(Retriever):
         import bm25s
 
         self._bm25 = bm25s.BM25.load(directory / "bm25s")
+        n_docs = (getattr(self._bm25, "scores", None) or {}).get("num_docs")
+        if n_docs is not None and int(n_docs) != len(self.ids):
+            raise ValueError(f"{directory}: the BM25 index holds {n_docs} documents but meta.json lists "
+                             f"{len(self.ids)} ids (mismatched or partial index)")

@@ -2,7 +2,11 @@
 
 ``tasks``: retrieval tasks (BEIR layout, and MTOP / Break / AmbigQA / SciFact cast as retrieval) with
 their instructions; ``evaluation``: NDCG@10 / Recall@100 / MRR@10 of any retriever, with or without
-instructions, on each task's own corpus (closed) or on all corpora pooled; ``cli``: ``taskret tart ...``.
+instructions, on each task's own corpus (closed) or on all corpora pooled, optionally reranked;
+``training_data``: rows of (instruction, query, positive, negatives); ``dual``: TART-dual;
+``cross_encoder``: TART-full and the ``Reranker`` API; ``distil``: TART-full distilled into a dual
+encoder; ``search``: a saved index searched with an instruction; ``pipeline``: ``taskret tart run``;
+``cli``: ``taskret tart ...``.
 """
 
 from .evaluation import METRICS, compute_metrics, evaluate_retriever, format_query

@@ -1,25 +1,25 @@
-"""``taskret tart ...``: evaluate retrievers with and without instructions; index a task's corpus and
-search it with an instruction; build TART training data and train TART-dual."""
+"""``taskret tart ...``: evaluate retrievers with and without instructions (optionally reranked by
+TART-full); index a task's corpus and search it with an instruction; build TART training data, train
+TART-dual and TART-full, distil TART-full into TART-dual, and ``run`` the whole pipeline from one config."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
 
 from ..data import DataError
 from ..models import ModelNotInstalled
+from .search import DOCS_FILE, TART_META
 
-app = typer.Typer(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual).", no_args_is_help=True)
+app = typer.Typer(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual, "
+                  "train-full, distil, run).", no_args_is_help=True)
 console = Console(stderr=True)
 ERRORS = (DataError, ModelNotInstalled, ValueError, FileNotFoundError, RuntimeError)
-
-DOCS_FILE = "docs.jsonl"
-TART_META = "tart.json"
 
 
 def _fail(err: Exception | str) -> None:
@@ -49,6 +49,12 @@ def evaluate(
     limit: Optional[int] = typer.Option(None, help="a fixed seeded sample of N queries per task (the corpus stays whole)"),
     seed: int = typer.Option(0, help="seed of the query sample"),
     k: int = typer.Option(100, help="documents retrieved per query"),
+    rerank: Optional[Path] = typer.Option(None, help="rerank with a TART-full folder (`taskret tart train-full`) or "
+                                          "any CrossEncoder folder"),
+    rerank_top_k: int = typer.Option(100, help="how many first-stage documents per query the reranker reorders"),
+    first_stage_instruction: Optional[bool] = typer.Option(
+        None, "--first-stage-instruction/--no-first-stage-instruction",
+        help="with --rerank: whether the first stage reads the instruction too (default: as --instruction)"),
     data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data (default $TASKRET_DATA_DIR "
                                             "or ../shared/data)"),
     out: Path = typer.Option(Path("runs/tart-evaluate"), help="output folder: metrics.json and runs/{setting}/{task}.jsonl"),
@@ -67,16 +73,25 @@ def evaluate(
             raise ValueError("--limit must be at least 1")
         loaded = [load_retrieval_task(name, data_dir, split).sample(limit, seed=seed) for name in _task_names(tasks)]
         start = time.perf_counter()
-        with console.status(f"evaluating {retriever} on {', '.join(t.name for t in loaded)}"):
+        reranker = None
+        if rerank is not None:
+            from .cross_encoder import load_reranker
+
+            with console.status(f"loading the reranker {rerank}"):
+                reranker = load_reranker(rerank)
+        with console.status(f"evaluating {retriever}{' + ' + str(rerank) if rerank else ''} on "
+                            f"{', '.join(t.name for t in loaded)}"):
             result = evaluate_retriever(retriever, loaded, setting=setting, use_instruction=instruction, k=k,
-                                        run_dir=out / "runs")
+                                        run_dir=out / "runs", reranker=reranker, rerank_top_k=rerank_top_k,
+                                        first_stage_instruction=first_stage_instruction)
         result.update({"split": split, "limit": limit, "seed": seed, "wall_time_s": round(time.perf_counter() - start, 2)})
         write_json(out / "metrics.json", result)
     except ERRORS as err:
         _fail(err)
     from rich.table import Table
 
-    table = Table("setting", "task", "N queries", "N docs", *METRICS, title=f"{retriever}, "
+    name = f"{retriever} + rerank top {rerank_top_k} by {rerank}" if rerank else retriever
+    table = Table("setting", "task", "N queries", "N docs", *METRICS, title=f"{name}, "
                   f"{'with' if instruction else 'without'} instructions")
     for name, per_task in result["settings"].items():
         for task_name, entry in per_task.items():
@@ -116,24 +131,6 @@ def index(
     console.print(f"indexed {len(loaded.corpus)} documents of {loaded.name} with {retriever} -> {out}")
 
 
-def _read_docs(index_dir: Path) -> dict[str, dict]:
-    from ..data import iter_records
-
-    path = index_dir / DOCS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: missing; this folder was not written by `taskret tart index`")
-    return {str(r["id"]): r for _, r in iter_records(path)}
-
-
-def _snippet(doc: dict | None, width: int = 200) -> str:
-    if doc is None:
-        return "(document text not stored)"
-    title = (doc.get("title") or "").strip()
-    text = " ".join((doc.get("text") or "").split())
-    text = text[:width] + ("..." if len(text) > width else "")
-    return f"{title} | {text}" if title else text
-
-
 @app.command()
 def search(
     query: list[str] = typer.Argument(..., help="one or more queries"),
@@ -141,27 +138,27 @@ def search(
     instruction: Optional[str] = typer.Option(None, help="what to find, e.g. 'Retrieve scientific evidence to "
                                               "verify this claim' (default: the query alone)"),
     k: int = typer.Option(5, help="how many documents"),
+    rerank: Optional[Path] = typer.Option(None, help="rerank with a TART-full folder (or any CrossEncoder folder)"),
+    rerank_top_k: int = typer.Option(100, help="how many first-stage documents the reranker reorders"),
     as_json: bool = typer.Option(False, "--json", help="JSONL on stdout instead of text"),
 ):
     """Search an index with an instruction: prints rank, document id, score and the document's title / first 200 chars."""
-    from ..retrieval import Retriever
-    from .evaluation import format_query
+    from .search import search_index, snippet
 
     try:
-        docs = _read_docs(index_dir)
-        ret = Retriever.load(index_dir)
-        texts = [format_query(instruction, q) for q in query]
-        result = ret.retrieve(texts, k=k)
+        texts, hits = search_index(index_dir, query, instruction=instruction, k=k, reranker=rerank,
+                                   rerank_top_k=rerank_top_k)
     except ERRORS as err:
         _fail(err)
-    for text, ids, scores in zip(texts, result.ids, result.scores):
+    for text, row in zip(texts, hits):
         if as_json:
-            sys.stdout.write(json.dumps({"query": text, "ids": ids, "scores": [round(float(s), 4) for s in scores[: len(ids)]],
-                                         "snippets": [_snippet(docs.get(d)) for d in ids]}, ensure_ascii=False) + "\n")
+            sys.stdout.write(json.dumps({"query": text, "ids": [h.doc_id for h in row],
+                                         "scores": [round(h.score, 4) for h in row],
+                                         "snippets": [snippet(h.doc) for h in row]}, ensure_ascii=False) + "\n")
             continue
         sys.stdout.write(f"query: {text}\n")
-        for rank, (doc_id, score) in enumerate(zip(ids, scores), start=1):
-            sys.stdout.write(f"{rank:3d}. {doc_id}\t{float(score):.4f}\t{_snippet(docs.get(doc_id))}\n")
+        for rank, hit in enumerate(row, start=1):
+            sys.stdout.write(f"{rank:3d}. {hit.doc_id}\t{hit.score:.4f}\t{snippet(hit.doc)}\n")
 
 
 @app.command("build-data")
@@ -174,9 +171,15 @@ def build_data(
     n_hard: int = typer.Option(5, help="hard negatives per query (top unjudged first-stage documents)"),
     n_random: int = typer.Option(2, help="random negatives per query (the task's own corpus)"),
     n_unfollowing: int = typer.Option(2, help="instruction-unfollowing negatives per query (other tasks' corpora)"),
-    denoiser: Optional[str] = typer.Option(None, help="a sentence-transformers CrossEncoder (name or folder) that "
-                                           "drops hard negatives it scores above --denoise-threshold"),
-    denoise_threshold: float = typer.Option(0.5, help="denoiser score above which a hard negative is dropped"),
+    denoiser: Optional[str] = typer.Option(None, help="a TART-full folder (`taskret tart train-full`) or any "
+                                           "sentence-transformers CrossEncoder (name or folder) that drops hard "
+                                           "negatives it scores above --denoise-threshold"),
+    denoise_threshold: float = typer.Option(0.5, help="denoiser score (a probability for TART-full) above which a hard "
+                                            "negative is dropped"),
+    denoise_instruction: Optional[bool] = typer.Option(
+        None, "--denoise-instruction/--no-denoise-instruction",
+        help="give the denoiser '{instruction} [SEP] {query}' (default: yes for a TART-full folder trained with "
+        "instructions, else the query alone)"),
     limit: Optional[int] = typer.Option(None, help="a fixed seeded sample of N queries per task (the corpus stays whole)"),
     seed: int = typer.Option(0, help="seed of the instructions, positives, random negatives and query sample"),
     data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data"),
@@ -184,35 +187,28 @@ def build_data(
     """Mine TART training rows (instruction, query, positive, hard/random/unfollowing negatives) to JSONL."""
     import time
 
-    from .tasks import RETRIEVAL_TASKS, load_retrieval_task
+    from .tasks import load_training_tasks
     from .training_data import build_training_examples, write_training_examples
 
     try:
         if limit is not None and limit < 1:
             raise ValueError("--limit must be at least 1")
-        loaded = []
-        for name in _task_names(tasks):
-            if name in RETRIEVAL_TASKS and split not in RETRIEVAL_TASKS[name].splits:
-                console.print(f"[yellow]warning:[/] task '{name}' has no split '{split}' "
-                              f"(splits: {', '.join(RETRIEVAL_TASKS[name].splits)}); skipped")
-                continue
-            loaded.append(load_retrieval_task(name, data_dir, split).sample(limit, seed=seed))
-        if not loaded:
-            raise ValueError(f"no task has a '{split}' split")
-        score = None
+        loaded, skipped = load_training_tasks(_task_names(tasks), data_dir, split, limit=limit, seed=seed)
+        for message in skipped:
+            console.print(f"[yellow]warning:[/] {message}; skipped")
+        score, with_instruction = None, False
         if denoiser is not None:
-            from sentence_transformers import CrossEncoder
+            from .cross_encoder import make_denoiser
 
-            from ..models import resolve_model
-
-            model = CrossEncoder(str(resolve_model(denoiser)), device="cpu")
-            score = lambda pairs: model.predict(pairs, batch_size=64, show_progress_bar=False)  # noqa: E731
+            score, with_instruction = make_denoiser(denoiser)
+            with_instruction = with_instruction if denoise_instruction is None else denoise_instruction
         stats: dict = {}
         start = time.perf_counter()
         with console.status(f"mining negatives for {', '.join(t.name for t in loaded)}"):
             rows = build_training_examples(loaded, first_stage=first_stage, n_hard=n_hard, n_random=n_random,
                                            n_unfollowing=n_unfollowing, seed=seed, denoiser=score,
-                                           denoise_threshold=denoise_threshold, stats=stats)
+                                           denoise_threshold=denoise_threshold, stats=stats,
+                                           denoise_with_instruction=with_instruction)
         write_training_examples(out, rows)
     except ERRORS as err:
         _fail(err)
@@ -223,36 +219,134 @@ def build_data(
                   f"denoiser" if denoiser else "") + f" in {time.perf_counter() - start:.1f}s -> {out}")
 
 
-@app.command("train-dual")
-def train_dual(
-    data: Path = typer.Option(..., "--data", help="training rows written by `taskret tart build-data`"),
-    out: Path = typer.Option(..., help="output folder: model/, tart_dual_config.json, training_log.jsonl"),
-    instruction: bool = typer.Option(True, "--instruction/--no-instruction",
-                                     help="encode queries as '{instruction} [SEP] {query}' (off: the query alone, "
-                                     "the no-instruction ablation)"),
-    base_model: str = typer.Option("minilm-l6", help="sentence-transformers base model (name or folder)"),
-    epochs: int = typer.Option(1, help="passes over the rows (a new negative is drawn per row per epoch)"),
-    batch_size: int = typer.Option(64, help="triplets per optimiser step (in-batch negatives)"),
-    mini_batch_size: int = typer.Option(16, help="sequences embedded at a time (GradCache; bounds memory)"),
-    learning_rate: float = typer.Option(2e-5, help="peak learning rate (linear schedule, 10% warm-up)"),
-    negatives: str = typer.Option("random,hard,unfollowing", help="kinds of negatives to draw from"),
-    seed: int = typer.Option(0, help="seed of the negatives, batches and initialisation"),
-    progress: bool = typer.Option(True, "--progress/--quiet", help="show the trainer's progress bar"),
-):
-    """Train TART-dual: one shared encoder for instructed queries and documents; use it as dense:OUT/model."""
-    from .dual import CONFIG_FILE, TartDualConfig, train_tart_dual
+# Options shared by the training commands.
+DATA_OPT = typer.Option(..., "--data", help="training rows written by `taskret tart build-data`")
+INSTRUCTION_OPT = typer.Option(True, "--instruction/--no-instruction",
+                               help="queries as '{instruction} [SEP] {query}' (off: the query alone, the "
+                               "no-instruction ablation)")
+EPOCHS_OPT = typer.Option(1, help="passes over the rows (new negatives are drawn per row per epoch)")
+LR_OPT = typer.Option(2e-5, help="peak learning rate (linear schedule, 10% warm-up)")
+NEGATIVES_OPT = typer.Option("random,hard,unfollowing", help="kinds of negatives to draw from")
+SEED_OPT = typer.Option(0, help="seed of the negatives, batches and initialisation")
+PROGRESS_OPT = typer.Option(True, "--progress/--quiet", help="show the trainer's progress bar")
+
+
+def _kinds(negatives: str) -> tuple[str, ...]:
+    return tuple(k.strip() for k in negatives.split(",") if k.strip())
+
+
+def _train(data: Path, out: Path, config_file: str, train: Callable[[list[dict]], Path], use: str) -> None:
+    """Read and check the rows, train, and report the run's summary (``out/config_file``)."""
     from .training_data import read_training_examples
 
     try:
-        config = TartDualConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
-                                mini_batch_size=mini_batch_size, learning_rate=learning_rate, seed=seed,
-                                use_instruction=instruction,
-                                negative_kinds=tuple(k.strip() for k in negatives.split(",") if k.strip()))
         rows = read_training_examples(data)
-        folder = train_tart_dual(rows, out, config, progress=progress, source=str(data))
+        folder = train(rows)
     except ERRORS as err:
         _fail(err)
-    summary = json.loads((out / CONFIG_FILE).read_text(encoding="utf-8"))
+    summary = json.loads((out / config_file).read_text(encoding="utf-8"))
     console.print(f"trained on {summary['n_used']} rows ({summary['n_skipped']} skipped), {summary['steps']} steps, "
                   f"mean loss {summary['mean_loss']:.4f}, {summary['wall_time_s']:.1f}s -> {folder} "
-                  f"(use --retriever dense:{folder})")
+                  f"({use.format(folder=folder, out=out)})")
+
+
+@app.command("train-dual")
+def train_dual(
+    data: Path = DATA_OPT,
+    out: Path = typer.Option(..., help="output folder: model/, tart_dual_config.json, training_log.jsonl"),
+    instruction: bool = INSTRUCTION_OPT,
+    base_model: str = typer.Option("minilm-l6", help="sentence-transformers base model (name or folder)"),
+    epochs: int = EPOCHS_OPT,
+    batch_size: int = typer.Option(64, help="triplets per optimiser step (in-batch negatives)"),
+    mini_batch_size: int = typer.Option(16, help="sequences embedded at a time (GradCache; bounds memory)"),
+    learning_rate: float = LR_OPT,
+    negatives: str = NEGATIVES_OPT,
+    seed: int = SEED_OPT,
+    progress: bool = PROGRESS_OPT,
+):
+    """Train TART-dual: one shared encoder for instructed queries and documents; use it as dense:OUT/model."""
+    from .dual import CONFIG_FILE, TartDualConfig, train_tart_dual
+
+    def train(rows):
+        config = TartDualConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
+                                mini_batch_size=mini_batch_size, learning_rate=learning_rate, seed=seed,
+                                use_instruction=instruction, negative_kinds=_kinds(negatives))
+        return train_tart_dual(rows, out, config, progress=progress, source=str(data))
+
+    _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")
+
+
+@app.command("train-full")
+def train_full(
+    data: Path = DATA_OPT,
+    out: Path = typer.Option(..., help="output folder: model/ (a CrossEncoder), tart_full_config.json, "
+                             "training_log.jsonl"),
+    instruction: bool = INSTRUCTION_OPT,
+    base_model: str = typer.Option("minilm-l6", help="encoder to start from (name or folder); a new 1-logit head "
+                                   "is added"),
+    epochs: int = EPOCHS_OPT,
+    batch_size: int = typer.Option(32, help="(query, document) pairs per optimiser step"),
+    n_negatives: int = typer.Option(4, help="negatives per positive (binary cross-entropy, 1:4 as in the paper)"),
+    max_length: int = typer.Option(256, help="tokens of query and document together"),
+    learning_rate: float = LR_OPT,
+    negatives: str = NEGATIVES_OPT,
+    seed: int = SEED_OPT,
+    progress: bool = PROGRESS_OPT,
+):
+    """Train TART-full: a cross-encoder over '{instruction} [SEP] {query}' and a document; rerank with --rerank OUT."""
+    from .cross_encoder import CONFIG_FILE, TartFullConfig, train_tart_full
+
+    def train(rows):
+        config = TartFullConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
+                                max_length=max_length, learning_rate=learning_rate, seed=seed,
+                                use_instruction=instruction, negative_kinds=_kinds(negatives))
+        return train_tart_full(rows, out, config, progress=progress, source=str(data))
+
+    _train(data, out, CONFIG_FILE, train, "use --rerank {out}")
+
+
+@app.command()
+def distil(
+    data: Path = DATA_OPT,
+    teacher: Path = typer.Option(..., help="a TART-full folder (`taskret tart train-full`)"),
+    out: Path = typer.Option(..., help="output folder: model/, tart_distil_config.json, training_log.jsonl"),
+    base_model: str = typer.Option("minilm-l6", help="the student to start from: a TART-dual folder, or a "
+                                   "sentence-transformers model (name or folder)"),
+    instruction: bool = INSTRUCTION_OPT,
+    epochs: int = EPOCHS_OPT,
+    batch_size: int = typer.Option(32, help="rows (1 positive + n negatives each) per optimiser step"),
+    n_negatives: int = typer.Option(4, help="negatives per row whose teacher scores the student learns"),
+    temperature: float = typer.Option(1.0, help="the teacher's logits are divided by this before the softmax"),
+    learning_rate: float = LR_OPT,
+    negatives: str = NEGATIVES_OPT,
+    seed: int = SEED_OPT,
+    progress: bool = PROGRESS_OPT,
+):
+    """Distil TART-full into a dual encoder (KL between the teacher's and the student's scores of each row's
+    positive and negatives); use the result as dense:OUT/model."""
+    from .distil import CONFIG_FILE, TartDistilConfig, train_tart_distil
+
+    def train(rows):
+        config = TartDistilConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
+                                  temperature=temperature, learning_rate=learning_rate, seed=seed,
+                                  use_instruction=instruction, negative_kinds=_kinds(negatives))
+        return train_tart_distil(rows, teacher, out, config, progress=progress, source=str(data))
+
+    _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")
+
+
+@app.command()
+def run(config: Path = typer.Argument(..., help="TART config (JSON); see taskret.tart.pipeline.TartRunConfig")):
+    """build-data -> train-dual -> train-full -> (distil) -> evaluate from one config file, skipping stages whose
+    outputs exist."""
+    from pydantic import ValidationError
+
+    from .pipeline import TartRunConfig, run_pipeline
+
+    try:
+        cfg = TartRunConfig.from_file(config)
+        run_pipeline(cfg, console=console)
+    except ValidationError as err:
+        _fail(ValueError(f"{config}: {err}"))
+    except ERRORS as err:
+        _fail(err)

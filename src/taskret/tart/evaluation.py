@@ -140,17 +140,46 @@ def build_indexes(retriever_spec: str, tasks: Sequence[RetrievalTask], setting: 
 # --- evaluation -----------------------------------------------------------------------------------
 
 
+def _doc_texts(tasks: Sequence[RetrievalTask], task: RetrievalTask, setting: str) -> Callable[[str], str]:
+    """Document id -> indexed text, in the setting's ids (``"{task}/{doc id}"`` when pooled)."""
+    from .tasks import doc_text
+
+    if setting == "closed":
+        return lambda doc_id: doc_text(task.corpus[doc_id])
+    by_name = {t.name: t for t in tasks}
+
+    def pooled_text(pooled: str) -> str:
+        name, doc_id = split_pooled_id(pooled)
+        return doc_text(by_name[name].corpus[doc_id])
+
+    return pooled_text
+
+
 def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dict, use_instruction: bool, k: int,
-                      run_dir: Path | None) -> dict:
+                      run_dir: Path | None, reranker=None, rerank_top_k: int = 100,
+                      first_stage_instruction: bool | None = None) -> dict:
     results: dict[str, dict] = {}
     for task in tasks:
         retriever, index_s = indexes[task.name] if setting == "closed" else indexes[POOLED]
         qids = [q for q in task.queries if q in task.qrels]
         instruction = task.instruction if use_instruction else None
         texts = [format_query(instruction, task.queries[q]) for q in qids]
+        first_instruction = instruction if first_stage_instruction is None else (
+            task.instruction if first_stage_instruction else None)
+        first_texts = [format_query(first_instruction, task.queries[q]) for q in qids]
         start = time.perf_counter()
-        result = retriever.retrieve(texts, k=k)
+        result = retriever.retrieve(first_texts, k=max(k, rerank_top_k) if reranker is not None else k)
         query_s = time.perf_counter() - start
+        rerank_entry: dict = {}
+        if reranker is not None:
+            n_pairs = sum(min(len(ids), rerank_top_k) for ids in result.ids)
+            start = time.perf_counter()
+            result = reranker.rerank(texts, result, _doc_texts(tasks, task, setting), top_k=rerank_top_k)
+            rerank_s = time.perf_counter() - start
+            result = type(result)([ids[:k] for ids in result.ids], result.scores[:, :k])
+            rerank_entry = {"rerank_s": round(rerank_s, 3), "rerank_pairs": n_pairs,
+                            "rerank_pairs_per_s": round(n_pairs / rerank_s, 1) if rerank_s > 0 else None,
+                            "first_stage_instruction": first_instruction}
         if setting == "pooled":
             qrels = {q: {pooled_id(task.name, d): r for d, r in task.qrels[q].items()} for q in qids}
         else:
@@ -160,7 +189,8 @@ def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dic
         per_query = metrics.pop("per_query")
         entry: dict = {"metrics": {m: metrics[m] for m in METRICS}, "n_queries": metrics["n_queries"],
                        "n_docs": len(task.corpus) if setting == "closed" else len(retriever.ids),
-                       "instruction": instruction, "index_s": round(index_s, 3), "query_s": round(query_s, 3)}
+                       "instruction": instruction, "index_s": round(index_s, 3), "query_s": round(query_s, 3),
+                       **rerank_entry}
         if setting == "pooled":
             # How much of each top 10 comes from other tasks' corpora: documents of the wrong kind.
             foreign = [sum(split_pooled_id(d)[0] != task.name for d in ids[:10]) / max(len(ids[:10]), 1)
@@ -203,7 +233,8 @@ def _mean(per_task: dict[str, dict]) -> dict[str, float]:
 
 def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], setting: str = "closed",
                        use_instruction: bool = True, k: int = 100, run_dir: str | Path | None = None,
-                       indexes: dict | None = None, make: Callable | None = None) -> dict:
+                       indexes: dict | None = None, make: Callable | None = None, reranker=None,
+                       rerank_top_k: int = 100, first_stage_instruction: bool | None = None) -> dict:
     """Evaluate one retriever (a ``make_retriever`` spec) on ``tasks``.
 
     ``setting``: ``closed``, ``pooled`` or ``both``. Queries are ``format_query(task.instruction, query)``
@@ -214,9 +245,21 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     With ``run_dir``, writes ``run_dir/{setting}/{task}.jsonl`` (qid, query, retrieved_ids, scores, relevant,
     per-query metrics). ``indexes`` (a dict, filled on first use) lets several calls share built indexes
     (keyed by retriever, setting, task names and corpus sizes: pass it only for the same corpora).
+
+    ``reranker`` (a :class:`~taskret.tart.cross_encoder.Reranker`, or a TART-full / CrossEncoder folder)
+    reranks each query's first ``rerank_top_k`` documents (the first stage retrieves ``max(k,
+    rerank_top_k)``); it reads the same query text as above, while the first stage reads the query with
+    the instruction if ``first_stage_instruction`` (default: as ``use_instruction``). Each task's entry
+    then also holds rerank_s, rerank_pairs and rerank_pairs_per_s.
     """
     if k < 1:
         raise ValueError("k must be at least 1")
+    if reranker is not None:
+        from .cross_encoder import load_reranker
+
+        if rerank_top_k < 1:
+            raise ValueError("rerank_top_k must be at least 1")
+        reranker = load_reranker(reranker)
     settings = list(SETTINGS) if setting == "both" else [setting]
     for name in settings:
         if name not in SETTINGS:
@@ -226,9 +269,13 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     run_path = Path(run_dir) if run_dir is not None else None
     out: dict = {"retriever": retriever_spec, "use_instruction": use_instruction, "k": k,
                  "tasks": [t.name for t in tasks], "settings": {}, "mean": {}}
+    if reranker is not None:
+        out.update({"reranker": getattr(reranker, "name", type(reranker).__name__), "rerank_top_k": rerank_top_k,
+                    "first_stage_instruction": use_instruction if first_stage_instruction is None
+                    else first_stage_instruction})
     for name in settings:
         per_task = _evaluate_setting(tasks, name, _indexes(cache, retriever_spec, tasks, name, make), use_instruction,
-                                     k, run_path)
+                                     k, run_path, reranker, rerank_top_k, first_stage_instruction)
         out["settings"][name] = per_task
         out["mean"][name] = _mean(per_task)
     if len(settings) == 2:

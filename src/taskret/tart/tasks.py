@@ -38,6 +38,9 @@ __all__ = [
     "scifact_task",
     "RETRIEVAL_TASKS",
     "load_retrieval_task",
+    "load_training_tasks",
+    "split_task_spec",
+    "task_source",
     "MTOP_INSTRUCTIONS",
     "BREAK_INSTRUCTIONS",
     "AMBIGQA_INSTRUCTIONS",
@@ -487,3 +490,51 @@ def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, sp
     if not path.exists():
         raise FileNotFoundError(f"{path}: data of task '{name}' ({split}) not found; set --data-dir or $TASKRET_DATA_DIR")
     return entry.build(path, split)
+
+
+def split_task_spec(spec: str, default_split: str) -> tuple[str, str]:
+    """``"name"`` -> (name, default_split); ``"name:split"`` -> (name, split), e.g. ``"ambigqa:dev"``
+    (only when ``name`` is a built-in task or an existing folder, so a path holding ``:`` still works)."""
+    name, sep, split = spec.rpartition(":")
+    if sep and split and (name in RETRIEVAL_TASKS or Path(name).is_dir()) and not Path(spec).is_dir():
+        return name, split
+    return spec, default_split
+
+
+def task_source(name: str, split: str, data_dir: str | os.PathLike | None = None) -> tuple[str, ...]:
+    """What a task's split is read from, to tell whether two task splits are the same data: the resolved
+    file (MTOP, Break, AmbigQA, whose dev and test are one file) or the folder and split (BEIR)."""
+    if name in RETRIEVAL_TASKS:
+        entry = RETRIEVAL_TASKS[name]
+        if split not in entry.splits:
+            raise ValueError(f"task '{name}' has no split '{split}'; splits: {', '.join(entry.splits)}")
+        path = (Path(data_dir) if data_dir is not None else default_data_dir()) / entry.splits[split]
+    else:
+        path = Path(name)
+    path = path.resolve()
+    return (str(path), split) if path.is_dir() else (str(path),)
+
+
+def load_training_tasks(specs: Sequence[str], data_dir: str | os.PathLike | None = None, split: str = "train",
+                        limit: int | None = None, seed: int = 0,
+                        instructions: dict[str, Sequence[str]] | None = None) -> tuple[list[RetrievalTask], list[str]]:
+    """The tasks of ``specs`` (``"name"`` or ``"name:split"``, see :func:`split_task_spec`; ``split`` by
+    default), each a seeded sample of ``limit`` queries, and a message for each built-in task skipped
+    because it lacks the split (AmbigQA has no ``train``). ``instructions`` gives tasks (by name)
+    instructions of their own: a BEIR folder has none, and training needs some.
+    Raises ``ValueError`` if no task is left.
+    """
+    loaded, skipped = [], []
+    for spec in specs:
+        name, task_split = split_task_spec(spec, split)
+        if name in RETRIEVAL_TASKS and task_split not in RETRIEVAL_TASKS[name].splits:
+            skipped.append(f"task '{name}' has no split '{task_split}' "
+                           f"(splits: {', '.join(RETRIEVAL_TASKS[name].splits)})")
+            continue
+        task = load_retrieval_task(name, data_dir, task_split).sample(limit, seed=seed)
+        if instructions and task.name in instructions:
+            task = task.with_instructions(instructions[task.name])
+        loaded.append(task)
+    if not loaded:
+        raise ValueError(f"no task has a '{split}' split")
+    return loaded, skipped

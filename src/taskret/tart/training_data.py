@@ -7,9 +7,10 @@ data (Asai et al., 2022, section 4):
 - ``random``: documents of the task's own corpus drawn at random, never a judged one;
 - ``hard``: the first stage's top documents for the query text (through the Retriever API, over the
   task's own corpus) that are not judged for the query. With a ``denoiser`` (a callable scoring
-  ``(query, document text)`` pairs, e.g. ``CrossEncoder(...).predict``), mined hard negatives that it
-  scores above ``denoise_threshold`` are dropped as likely false negatives (not replaced), and the
-  count is reported in ``stats["n_denoised"]``;
+  ``(query, document text)`` pairs, e.g. ``CrossEncoder(...).predict``, or a trained TART-full's
+  :meth:`~taskret.tart.cross_encoder.CrossEncoderReranker.predict` with ``denoise_with_instruction``),
+  mined hard negatives that it scores above ``denoise_threshold`` are dropped as likely false
+  negatives (not replaced), and the count is reported in ``stats["n_denoised"]``;
 - ``unfollowing`` (instruction-unfollowing): documents the first stage retrieves for the same query
   from the OTHER tasks' corpora. They may well match the query, but they are not the kind of
   document the instruction asks for, so they are negatives only because of the instruction. Their
@@ -31,20 +32,23 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import numpy as np
 
 from ..data import DataError, iter_records
 from ..io import write_jsonl
-from .evaluation import _check_names, pooled_id
+from ..training import TrainerSettings, check_training_values
+from .evaluation import _check_names, format_query, pooled_id
 from .tasks import RetrievalTask, doc_text
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["NEGATIVE_KINDS", "ROW_FIELDS", "build_training_examples", "write_training_examples",
-           "read_training_examples", "validate_training_row"]
+           "read_training_examples", "validate_training_row", "usable_rows", "draw_negatives",
+           "check_negative_kinds", "TartSettings"]
 
 NEGATIVE_KINDS = ("random", "hard", "unfollowing")
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
@@ -96,7 +100,7 @@ def _random_ids(rng: np.random.Generator, ids: list[str], n: int, excluded: set[
 def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "bm25", n_hard: int = 5,
                             n_random: int = 2, n_unfollowing: int = 2, seed: int = 0,
                             denoiser: Denoiser | None = None, denoise_threshold: float = 0.5,
-                            stats: dict | None = None) -> list[dict]:
+                            stats: dict | None = None, denoise_with_instruction: bool = False) -> list[dict]:
     """TART training rows for every judged query of ``tasks`` (see the module docstring).
 
     ``first_stage``: a :func:`~taskret.retrieval.make_retriever` spec (``"bm25"``, ``"dense:..."``) or a
@@ -104,7 +108,9 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
     with the query text alone (no instruction). ``n_hard``/``n_random``/``n_unfollowing``: negatives of
     each kind per row (fewer when a corpus is too small; hard ones fewer also after denoising).
     ``denoiser``: called once per task with every (query, mined hard negative text) pair; hard negatives
-    it scores above ``denoise_threshold`` are dropped. ``stats``, when given, is filled with counts:
+    it scores above ``denoise_threshold`` are dropped; with ``denoise_with_instruction`` the pairs' queries
+    are ``format_query(row instruction, query)``, as a TART-full model trained with instructions reads
+    them (re-denoising with TART-full, as the paper does). ``stats``, when given, is filled with counts:
     n_rows, n_skipped (queries without a relevant document), n_negatives per kind, n_denoised and
     denoised (the dropped ``[task, qid, doc id]``), and per_task rows.
     """
@@ -155,7 +161,9 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
             for i, ranked in enumerate(rankings(task, query_texts, k)):
                 hard[i] = [d for d in ranked if d not in judged[i]][:n_hard]
         if denoiser is not None and any(hard):
-            pairs = [(query_texts[i], doc_text(task.corpus[d])) for i in range(len(qids)) for d in hard[i]]
+            denoise_queries = [format_query(instructions[i], query_texts[i]) if denoise_with_instruction
+                               else query_texts[i] for i in range(len(qids))]
+            pairs = [(denoise_queries[i], doc_text(task.corpus[d])) for i in range(len(qids)) for d in hard[i]]
             scores = np.asarray(denoiser(pairs), dtype=np.float64).reshape(-1)
             if len(scores) != len(pairs):
                 raise ValueError(f"the denoiser returned {len(scores)} scores for {len(pairs)} pairs")
@@ -255,6 +263,69 @@ def validate_training_row(row: Any, source: str | os.PathLike = "rows", line: in
         if negative["id"] == row["positive"] and negative["kind"] != "unfollowing":
             raise DataError(source, line, f"{where}.id", f"the row's positive '{row['positive']}' is also a negative")
     return row
+
+
+# -- using rows for training --------------------------------------------------------------------
+
+
+def check_negative_kinds(config) -> None:
+    """Make ``config.negative_kinds`` a tuple; raise unless it is a non-empty subset of the known kinds."""
+    config.negative_kinds = tuple(config.negative_kinds)
+    unknown = [k for k in config.negative_kinds if k not in NEGATIVE_KINDS]
+    if unknown or not config.negative_kinds:
+        raise ValueError(f"negative_kinds must be a non-empty subset of {NEGATIVE_KINDS}, got {config.negative_kinds}")
+
+
+@dataclass
+class TartSettings(TrainerSettings):
+    """The hyperparameters every TART training run has (TART-dual, TART-full, distillation): the shared
+    trainer settings, the epochs, whether queries carry their instruction, and the kinds of negatives drawn.
+    ``POSITIVE_INTS`` names the fields that must be positive integers."""
+
+    epochs: int = 1
+    use_instruction: bool = True
+    negative_kinds: tuple[str, ...] = NEGATIVE_KINDS
+
+    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "logging_steps")
+
+    def __post_init__(self) -> None:
+        check_training_values(self, self.POSITIVE_INTS)
+        check_negative_kinds(self)
+
+
+def usable_rows(rows: Sequence[dict], negative_kinds: Sequence[str],
+                source: str) -> tuple[list[tuple[dict, list[dict]]], int]:
+    """(row, its negatives of ``negative_kinds``) for the rows that have some, and how many were skipped.
+
+    Every row is validated first (:func:`~taskret.tart.training_data.validate_training_row`): a bad one
+    raises a DataError naming ``source``, the row's line (its 1-based position) and the field.
+    """
+    usable, skipped = [], 0
+    for index, row in enumerate(rows):
+        validate_training_row(row, source, index + 1)
+        negatives = [n for n in row["negatives"] if n["kind"] in negative_kinds]
+        if negatives:
+            usable.append((row, negatives))
+        else:
+            skipped += 1
+    if skipped:
+        logger.warning("%s: skipped %d of %d rows with no negative of kinds %s", source, skipped, len(rows),
+                       ", ".join(negative_kinds))
+    if not usable:
+        raise ValueError(f"{source}: no usable training rows" + (" (none has a negative of kinds "
+                         f"{', '.join(negative_kinds)})" if rows else ""))
+    return usable, skipped
+
+
+def draw_negatives(rng: np.random.Generator, negatives: list[dict], n: int, fill: bool = False) -> list[dict]:
+    """``n`` distinct negatives drawn uniformly; all of them, in random order, when there are fewer than ``n``
+    (then, with ``fill``, topped up to ``n`` by drawing again among them)."""
+    if len(negatives) >= n:
+        return [negatives[int(i)] for i in rng.choice(len(negatives), size=n, replace=False)]
+    drawn = [negatives[int(i)] for i in rng.permutation(len(negatives))]
+    if fill:
+        drawn += [negatives[int(i)] for i in rng.integers(len(negatives), size=n - len(drawn))]
+    return drawn
 
 
 def write_training_examples(path: str | os.PathLike, rows: Iterable[dict]) -> Path:

@@ -1,0 +1,184 @@
+"""The one interface every language-model backend implements, and ``make_backend(spec)``.
+
+taskret needs two things from a language model: ``score`` (the log-probability of a target
+continuation given a prompt: EPR's scoring LM, the oracles) and ``generate`` (greedy decoding up to a
+stop string: in-context learning), plus the tokenizer's length to fill prompts to a budget. Each
+backend lives in its own module and is imported only when it is chosen, so the HTTP backend needs no
+GPU stack and the vLLM backend is never imported on a laptop:
+
+=================  ===================================================  ===========================
+spec               what                                                 needs
+=================  ===================================================  ===========================
+``NAME|PATH``      transformers in this process (the default)           (core dependencies)
+``transformers:X`` the same, explicitly
+``openai:URL#M``   an OpenAI-compatible completions server, model ``M``  ``pip install taskret[http]``
+``openai:M``       the same at ``$OPENAI_BASE_URL``
+``vllm:NAME|PATH`` vLLM in this process, on a GPU                        ``pip install taskret[vllm]``
+=================  ===================================================  ===========================
+
+Options (``make_backend(spec, concurrency=8)``, ``--lm-option concurrency=8`` on the command line) go
+to the backend's ``from_spec``; an unknown option is an error that lists the known ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+ProgressFn = Callable[[int], None]
+
+DEFAULT_STOP = "\n"
+
+
+@dataclass(frozen=True)
+class TargetScore:
+    """Sum of the target's token log-probabilities (nats) and how many tokens it has."""
+
+    logprob: float
+    n_tokens: int
+
+    @property
+    def mean(self) -> float:
+        return self.logprob / max(self.n_tokens, 1)
+
+
+class BackendError(RuntimeError):
+    """A backend that cannot do what was asked (server errors, missing features); the message says why."""
+
+
+class BackendNotInstalled(BackendError):
+    """A backend whose optional dependencies are missing; the message says what to install."""
+
+
+class LMBackend(ABC):
+    """A causal language model seen through the two operations taskret needs.
+
+    ``score`` and ``generate`` return results in input order, whatever the backend batches or sends
+    in parallel. ``name`` identifies the model in output files (``scoring_meta.json``, ``summary.json``):
+    two backends with the same name are expected to give the same scores up to float rounding.
+    """
+
+    backend: ClassVar[str] = "base"
+    name: str = "model"
+
+    @abstractmethod
+    def score(self, prompts: Sequence[str], targets: Sequence[str], progress: ProgressFn | None = None
+              ) -> list[TargetScore]:
+        """log P(target | prompt) for each pair, summed over the target's tokens only."""
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 128, stop: str | None = DEFAULT_STOP,
+                 progress: ProgressFn | None = None) -> list[str]:
+        """Greedy continuations, cut at the first ``stop`` (not included) and stripped."""
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """The model tokenizer's length of ``text`` (no special tokens): prompts are filled by it."""
+
+    @property
+    def context_length(self) -> int:
+        return 2048
+
+    def close(self) -> None:
+        """Release connections, threads or GPU memory; the backend is unusable afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def cut_at_stop(text: str, stop: str | Sequence[str] | None) -> str:
+    """``text`` up to the earliest of the stop strings."""
+    if not stop:
+        return text
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    cut = len(text)
+    for s in stops:
+        if s:
+            at = text.find(s)
+            if at != -1:
+                cut = min(cut, at)
+    return text[:cut]
+
+
+# -- choosing a backend by name --------------------------------------------------------------------
+
+# kind -> (module, class): imported only when chosen (the style of the `rerankers` library).
+BACKENDS: dict[str, tuple[str, str]] = {
+    "transformers": ("taskret.backends.transformers", "TransformersBackend"),
+    "openai": ("taskret.backends.openai", "OpenAIBackend"),
+    "vllm": ("taskret.backends.vllm", "VLLMBackend"),
+}
+DEFAULT_BACKEND = "transformers"
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``"openai:http://h:8000/v1#m"`` -> ``("openai", "http://h:8000/v1#m")``; a bare name or path is
+    ``("transformers", spec)``. Only a known backend name counts as a prefix, so paths with colons work."""
+    spec = str(spec)
+    kind, sep, target = spec.partition(":")
+    if sep and kind in BACKENDS:
+        if not target:
+            raise ValueError(f"LM spec '{spec}' names the {kind} backend but no model")
+        return kind, target
+    return DEFAULT_BACKEND, spec
+
+
+def backend_class(kind: str) -> type[LMBackend]:
+    if kind not in BACKENDS:
+        raise ValueError(f"unknown LM backend '{kind}'; known: {', '.join(BACKENDS)}")
+    module, cls = BACKENDS[kind]
+    return getattr(importlib.import_module(module), cls)
+
+
+def backend_options(kind: str) -> dict[str, Any]:
+    """The options a backend's ``from_spec`` accepts, with their defaults."""
+    params = inspect.signature(backend_class(kind).from_spec).parameters
+    return {name: p.default for name, p in params.items()
+            if name not in ("target", "cls") and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def make_backend(spec: str, **options: Any) -> LMBackend:
+    """Load the LM named by ``spec`` (see the module docstring). Options a backend does not know
+    are an error; ``None`` values are dropped, so callers can pass optional CLI values straight on."""
+    kind, target = parse_spec(spec)
+    cls = backend_class(kind)
+    known = backend_options(kind)
+    options = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for the {kind} LM backend; "
+                         f"known: {', '.join(sorted(known))}")
+    return cls.from_spec(target, **options)
+
+
+def load_lm(spec: str, options: Mapping[str, Any] | None = None, **common: Any) -> LMBackend:
+    """``make_backend`` for command lines: ``common`` (e.g. ``device``, ``dtype``) are passed only to the
+    backends that take them, while ``options`` (``--lm-option``) must all be known to the backend."""
+    kind, _ = parse_spec(spec)
+    known = backend_options(kind)
+    merged = {k: v for k, v in common.items() if k in known and v is not None}
+    merged.update(options or {})
+    return make_backend(spec, **merged)
+
+
+def parse_options(pairs: Sequence[str] | None) -> dict[str, Any]:
+    """``["concurrency=8", "api_key_env=MY_KEY"]`` -> ``{"concurrency": 8, "api_key_env": "MY_KEY"}``;
+    values are read as JSON when they parse (numbers, booleans, null), else kept as strings."""
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"LM option '{pair}' is not KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options

@@ -1,0 +1,181 @@
+"""Distil TART-full (the cross-encoder) into a TART-dual encoder with a KL loss.
+
+For each training row, the teacher scores the instructed query against the row's positive and
+``n_negatives`` of its negatives; the student (one shared sentence-transformers encoder, as TART-dual)
+scores the same candidates as ``scale * cosine(query, document)``, and training minimises
+``KL(softmax(teacher / temperature) || softmax(student))`` over each row's candidates
+(sentence-transformers' ``DistillKLDivLoss``). The student starts from ``base_model``: MiniLM, or
+better a trained TART-dual (its run folder or its ``model/``).
+
+Public API::
+
+    TartDistilConfig                                       # hyperparameters, JSON round-trip
+    teacher_scores(rows, teacher, config)                  # {(query text, document text): teacher logit}
+    build_distillation_rows(rows, scores, config, epoch)   # -> anchor, positive, negative_1.., label columns
+    train_tart_distil(rows, teacher, out_dir, config)      # -> out_dir / "model"
+    distillation_kl(model, columns, config)                # the objective, no gradients
+
+Design notes
+------------
+* The teacher scores every (query, positive or negative) pair of the usable rows ONCE, before training
+  (raw logits, its queries formatted as it was trained: with the instruction or not); each epoch then
+  draws ``n_negatives`` of a row's negatives (seeded by ``(seed, epoch)``). A row with fewer negatives
+  repeats some of them to fill its ``1 + n_negatives`` columns: the loss needs a fixed number, and a
+  repeated candidate weighs twice in both distributions alike.
+* Output: ``out_dir/model`` (a SentenceTransformer, use it as ``dense:OUT/model``),
+  ``out_dir/training_log.jsonl`` and, last, ``out_dir/tart_distil_config.json``, which marks a finished run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from ..training import LOG_FILE, RUN_KEYS, fit_and_record
+from .evaluation import format_query
+from .training_data import TartSettings, draw_negatives, usable_rows
+
+__all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "train_tart_distil", "distillation_kl",
+           "scaled_cos_sim", "student_model_folder", "CONFIG_FILE", "LOG_FILE"]
+
+CONFIG_FILE = "tart_distil_config.json"
+
+#: Keys of ``tart_distil_config.json`` that describe the run rather than configure it.
+RESULT_KEYS = ("teacher", "n_rows", "n_used", "n_skipped", "n_examples", "n_teacher_pairs", "teacher_s",
+               "teacher_pairs_per_s", *RUN_KEYS)
+
+
+@dataclass
+class TartDistilConfig(TartSettings):
+    """Hyperparameters of distillation: ``batch_size`` rows (of ``1 + n_negatives`` candidates) per step;
+    the student's scores are ``scale * cosine``, the teacher's logits are divided by ``temperature``."""
+
+    batch_size: int = 32
+    n_negatives: int = 4
+    max_seq_length: int = 128
+    scale: float = 20.0
+    temperature: float = 1.0
+    teacher_batch_size: int = 32
+
+    RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS
+    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "n_negatives", "max_seq_length",
+                                                "logging_steps", "teacher_batch_size")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.temperature < float("inf"):
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+
+
+def scaled_cos_sim(a, b, scale: float = 20.0):
+    """``scale * cosine`` of paired rows: the student's score, as TART-dual's contrastive loss uses it."""
+    from sentence_transformers.util import pairwise_cos_sim
+
+    return scale * pairwise_cos_sim(a, b)
+
+
+def student_model_folder(spec: str | os.PathLike) -> str:
+    """A TART-dual (or distillation) run folder -> its ``model/``; anything else as it is."""
+    path = Path(spec)
+    if (path / "model").is_dir() and not (path / "modules.json").exists():
+        return str(path / "model")
+    return str(spec)
+
+
+def _teacher_query(row: dict, teacher) -> str:
+    return format_query(row["instruction"] if teacher.use_instruction else None, row["query"])
+
+
+def teacher_scores(rows: Sequence[dict], teacher, config: TartDistilConfig | None = None, *,
+                   source: str = "rows") -> dict[tuple[str, str], float]:
+    """The teacher's logit for every (its query text, document text) pair of the usable rows."""
+    config = config or TartDistilConfig()
+    usable, _ = usable_rows(rows, config.negative_kinds, source)
+    pairs = list(dict.fromkeys((_teacher_query(row, teacher), text) for row, negatives in usable
+                               for text in [row["positive_text"], *(n["text"] for n in negatives)]))
+    scores = np.asarray(teacher.score_pairs(pairs), dtype=np.float64).reshape(-1)
+    if len(scores) != len(pairs):
+        raise ValueError(f"the teacher returned {len(scores)} scores for {len(pairs)} pairs")
+    return {pair: float(s) for pair, s in zip(pairs, scores)}
+
+
+def _sample_epoch(usable, scores: dict, teacher, config: TartDistilConfig, epoch: int) -> dict[str, list]:
+    rng = np.random.default_rng([config.seed, epoch])
+    names = ["anchor", "positive", *(f"negative_{i + 1}" for i in range(config.n_negatives))]
+    columns: dict[str, list] = {name: [] for name in [*names, "label"]}
+    for row, negatives in usable:
+        query = _teacher_query(row, teacher)
+        docs = [row["positive_text"], *(n["text"] for n in draw_negatives(rng, negatives, config.n_negatives, True))]
+        columns["anchor"].append(format_query(row["instruction"] if config.use_instruction else None, row["query"]))
+        for name, text in zip(names[1:], docs):
+            columns[name].append(text)
+        columns["label"].append([scores[query, text] for text in docs])
+    return columns
+
+
+def build_distillation_rows(rows: Sequence[dict], scores: dict[tuple[str, str], float], teacher,
+                            config: TartDistilConfig, epoch: int = 0, *, source: str = "rows") -> dict[str, list]:
+    """One epoch of distillation examples in row order: ``anchor`` (the student's query), ``positive``,
+    ``negative_1..n`` and ``label`` (the teacher's ``1 + n`` logits, from :func:`teacher_scores`)."""
+    usable, _ = usable_rows(rows, config.negative_kinds, source)
+    return _sample_epoch(usable, scores, teacher, config, epoch)
+
+
+def _loss(model, config: TartDistilConfig):
+    from sentence_transformers.sentence_transformer.losses import DistillKLDivLoss
+
+    return DistillKLDivLoss(model, similarity_fct=functools.partial(scaled_cos_sim, scale=config.scale),
+                            temperature=1.0, teacher_temperature=config.temperature)
+
+
+def distillation_kl(model, columns: dict[str, list], config: TartDistilConfig, batch_size: int = 64) -> float:
+    """The distillation objective (mean KL over the rows of ``columns``), without gradients."""
+    import torch
+
+    loss = _loss(model, config)
+    names = [name for name in columns if name != "label"]
+    kwargs = dict(batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+    total = 0.0
+    with torch.no_grad():
+        embeddings = [model.encode(list(columns[name]), **kwargs).float().cpu() for name in names]
+        labels = torch.tensor(columns["label"], dtype=torch.float32)
+        for start in range(0, len(labels), batch_size):
+            part = [e[start:start + batch_size] for e in embeddings]
+            total += float(loss.compute_loss_from_embeddings(part, labels[start:start + batch_size])) * len(part[0])
+    return total / len(labels)
+
+
+def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
+                      config: TartDistilConfig | None = None, progress: bool = True, source: str = "rows") -> Path:
+    """Distil ``teacher`` (a TART-full folder or a :class:`~taskret.tart.cross_encoder.Reranker`) into a dual
+    encoder initialised from ``config.base_model``; return ``out_dir / "model"``.
+
+    A failed run leaves no ``model`` folder of its own (an older one stays) and no config file.
+    """
+    from ..epr.training import TrainingConfig, build_model
+    from .cross_encoder import load_reranker
+
+    config = config or TartDistilConfig()
+    started = time.perf_counter()
+    teacher_name = str(teacher) if not hasattr(teacher, "score_pairs") else getattr(teacher, "name", "teacher")
+    teacher = load_reranker(teacher, batch_size=config.teacher_batch_size)
+    usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
+    teacher_start = time.perf_counter()
+    scores = teacher_scores([row for row, _ in usable], teacher, config, source=source)
+    teacher_s = time.perf_counter() - teacher_start
+    epochs = [_sample_epoch(usable, scores, teacher, config, epoch) for epoch in range(config.epochs)]
+    counts = {"teacher": teacher_name, "n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
+              "n_examples": sum(len(cols["label"]) for cols in epochs), "n_teacher_pairs": len(scores),
+              "teacher_s": round(teacher_s, 3),
+              "teacher_pairs_per_s": round(len(scores) / teacher_s, 1) if teacher_s > 0 else None}
+    student = student_model_folder(config.base_model)
+    return fit_and_record(config, lambda: build_model(TrainingConfig(base_model=student, shared_encoder=True,
+                                                                     max_seq_length=config.max_seq_length)),
+                          lambda model: _loss(model, config), epochs, out_dir, CONFIG_FILE, counts, started=started,
+                          progress=progress)

@@ -1,0 +1,206 @@
+"""``taskret tart run``: the whole TART pipeline from one config file, skipping stages whose outputs exist.
+
+Stages: build-data -> train-dual -> train-full -> (re-denoise with TART-full) -> (distil) -> evaluate.
+Layout of the work folder (every file can be inspected, and each stage can be run alone)::
+
+    pipeline_config.json   the config the folder was made with (a changed config is refused)
+    train.jsonl            training rows (instruction, query, positive, negatives); train_stats.json
+    dual/                  TART-dual: model/, training_log.jsonl, tart_dual_config.json
+    full/                  TART-full: model/ (a CrossEncoder), training_log.jsonl, tart_full_config.json
+    train.denoised.jsonl   with ``redenoise``: the rows re-mined with TART-full as the denoiser
+    distil/                with ``distil``: TART-full distilled into TART-dual (tart_distil_config.json)
+    eval/{system}/         metrics.json and runs/ per evaluated system (dual, full, distil)
+    metrics.json           every system's mean metrics, written last
+
+A stage is done when its marker exists (the file, or the config file its run writes last); training
+data and evaluations never mix the evaluation split into training: a training task whose data is an
+evaluation task's (same file, or same BEIR folder and split) is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..io import guard_config, read_json, write_json
+
+__all__ = ["TartRunConfig", "run_pipeline"]
+
+
+class TartRunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    work_dir: str = "runs/tart"
+    data_dir: Optional[str] = None
+    seed: int = 0
+    # build-data
+    train_tasks: list[str] = Field(default_factory=lambda: ["mtop", "break"],
+                                   description="built-in tasks or BEIR folders, each 'name' or 'name:split'")
+    train_split: str = "train"
+    instructions: dict[str, list[str]] = Field(default_factory=dict,
+                                               description="instructions by task name (a BEIR folder has none)")
+    max_train_queries: Optional[int] = Field(None, ge=1, description="a seeded sample of N queries per task")
+    first_stage: str = "bm25"
+    n_hard: int = Field(5, ge=0)
+    n_random: int = Field(2, ge=0)
+    n_unfollowing: int = Field(2, ge=0)
+    denoiser: Optional[str] = Field(None, description="a CrossEncoder that drops likely false hard negatives")
+    denoise_threshold: float = 0.5
+    # training: the fields of TartDualConfig, TartFullConfig and TartDistilConfig (seed defaults to ours)
+    dual: dict = Field(default_factory=dict)
+    full: dict = Field(default_factory=dict)
+    redenoise: bool = Field(False, description="re-mine the rows with TART-full as the denoiser, for distillation")
+    distil: Optional[dict] = Field(None, description="TartDistilConfig fields; None: no distillation. Its student "
+                                   "starts from TART-dual unless base_model says otherwise")
+    # evaluation
+    eval_tasks: list[str] = Field(default_factory=lambda: ["scifact"])
+    eval_split: str = "test"
+    eval_limit: Optional[int] = Field(None, ge=1)
+    eval_setting: str = "closed"
+    eval_instruction: bool = True
+    k: int = Field(100, ge=1)
+    rerank_first_stage: str = "bm25"
+    rerank_top_k: int = Field(100, ge=1)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "TartRunConfig":
+        return cls.model_validate(read_json(path))
+
+    def dual_config(self):
+        from .dual import TartDualConfig
+
+        return TartDualConfig.from_dict({"seed": self.seed, **self.dual})
+
+    def full_config(self):
+        from .cross_encoder import TartFullConfig
+
+        return TartFullConfig.from_dict({"seed": self.seed, **self.full})
+
+    def distil_config(self, dual_model: Path):
+        from .distil import TartDistilConfig
+
+        return TartDistilConfig.from_dict({"seed": self.seed, "base_model": str(dual_model), **(self.distil or {})})
+
+
+def _check_leakage(config: TartRunConfig) -> None:
+    from .tasks import split_task_spec, task_source
+
+    evaluated = {task_source(name, config.eval_split, config.data_dir): name for name in config.eval_tasks}
+    for spec in config.train_tasks:
+        name, split = split_task_spec(spec, config.train_split)
+        try:
+            source = task_source(name, split, config.data_dir)
+        except ValueError:
+            continue  # a built-in task without the split: skipped when the data is built
+        if source in evaluated:
+            raise ValueError(f"training task '{spec}' reads the data of evaluation task '{evaluated[source]}' "
+                             f"({config.eval_split}); keep evaluation data out of training")
+
+
+def _build_rows(config: TartRunConfig, path: Path, say, denoiser=None, with_instruction: bool = False) -> None:
+    from .tasks import load_training_tasks
+    from .training_data import build_training_examples, write_training_examples
+
+    tasks, skipped = load_training_tasks(config.train_tasks, config.data_dir, config.train_split,
+                                         limit=config.max_train_queries, seed=config.seed,
+                                         instructions=config.instructions)
+    for message in skipped:
+        say(f"build-data: {message}; skipped")
+    stats: dict = {}
+    rows = build_training_examples(tasks, first_stage=config.first_stage, n_hard=config.n_hard,
+                                   n_random=config.n_random, n_unfollowing=config.n_unfollowing, seed=config.seed,
+                                   denoiser=denoiser, denoise_threshold=config.denoise_threshold, stats=stats,
+                                   denoise_with_instruction=with_instruction)
+    write_json(path.with_name(path.stem + "_stats.json"), {k: v for k, v in stats.items() if k != "denoised"})
+    write_training_examples(path, rows)  # last: its presence marks the stage done
+    say(f"build-data: {stats['n_rows']} rows ({', '.join(f'{k} {v}' for k, v in stats['per_task'].items())}), "
+        f"{stats['n_denoised']} hard negatives dropped by the denoiser -> {path}")
+
+
+def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> dict:
+    """Run every stage whose output is missing; return ``{system: mean metrics}`` (also in ``metrics.json``)."""
+    from rich.markup import escape
+
+    from .cross_encoder import CONFIG_FILE as FULL_FILE
+    from .cross_encoder import load_reranker, make_denoiser, train_tart_full
+    from .distil import CONFIG_FILE as DISTIL_FILE
+    from .distil import train_tart_distil
+    from .dual import CONFIG_FILE as DUAL_FILE
+    from .dual import train_tart_dual
+    from .evaluation import evaluate_retriever
+    from .tasks import load_retrieval_task
+    from .training_data import read_training_examples
+
+    say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
+    work = Path(config.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    if config.eval_setting not in ("closed", "pooled", "both"):
+        raise ValueError(f"unknown eval_setting '{config.eval_setting}'; expected closed, pooled or both")
+    # Every training config is checked before anything runs.
+    dual_config, full_config = config.dual_config(), config.full_config()
+    distil_config = config.distil_config(work / "dual" / "model") if config.distil is not None else None
+    _check_leakage(config)
+    guard_config(work / "pipeline_config.json", config)
+
+    data_path = work / "train.jsonl"
+    if data_path.exists():
+        say(f"build-data: {data_path} exists, skipped")
+    else:
+        _build_rows(config, data_path, say)
+    rows = read_training_examples(data_path)
+
+    stages = [("train-dual", work / "dual", DUAL_FILE, lambda out: train_tart_dual(
+                  rows, out, dual_config, progress=progress, source=str(data_path))),
+              ("train-full", work / "full", FULL_FILE, lambda out: train_tart_full(
+                  rows, out, full_config, progress=progress, source=str(data_path)))]
+    for name, out, marker, train in stages:
+        if (out / marker).exists():
+            say(f"{name}: {out / marker} exists, skipped")
+        else:
+            say(f"{name}: -> {train(out)}")
+
+    distil_rows, distil_path = rows, data_path
+    if config.redenoise:
+        distil_path = work / "train.denoised.jsonl"
+        if distil_path.exists():
+            say(f"re-denoise: {distil_path} exists, skipped")
+        else:
+            denoiser, with_instruction = make_denoiser(work / "full")
+            _build_rows(config, distil_path, say, denoiser=denoiser, with_instruction=with_instruction)
+        distil_rows = read_training_examples(distil_path)
+    if distil_config is not None:
+        out = work / "distil"
+        if (out / DISTIL_FILE).exists():
+            say(f"distil: {out / DISTIL_FILE} exists, skipped")
+        else:
+            folder = train_tart_distil(distil_rows, work / "full", out, distil_config, progress=progress,
+                                       source=str(distil_path))
+            say(f"distil: -> {folder}")
+
+    tasks = [load_retrieval_task(name, config.data_dir, config.eval_split).sample(config.eval_limit, seed=config.seed)
+             for name in config.eval_tasks]
+    systems = {"dual": (f"dense:{work / 'dual' / 'model'}", None), "full": (config.rerank_first_stage, work / "full")}
+    if distil_config is not None:
+        systems["distil"] = (f"dense:{work / 'distil' / 'model'}", None)
+    summary: dict = {}
+    indexes: dict = {}
+    for system, (retriever, rerank) in systems.items():
+        eval_dir = work / "eval" / system
+        if (eval_dir / "metrics.json").exists():
+            result = read_json(eval_dir / "metrics.json")
+            say(f"evaluate {system}: {eval_dir / 'metrics.json'} exists, skipped")
+        else:
+            result = evaluate_retriever(retriever, tasks, setting=config.eval_setting,
+                                        use_instruction=config.eval_instruction, k=config.k, run_dir=eval_dir / "runs",
+                                        indexes=indexes, reranker=load_reranker(rerank) if rerank else None,
+                                        rerank_top_k=config.rerank_top_k)
+            result.update({"system": system, "split": config.eval_split, "limit": config.eval_limit})
+            write_json(eval_dir / "metrics.json", result)
+        summary[system] = result["mean"]
+        say(f"{system} ({retriever}{' + rerank' if rerank else ''}): " + "; ".join(
+            f"{setting} " + ", ".join(f"{m} {v:.1f}" for m, v in metrics.items())
+            for setting, metrics in result["mean"].items()))
+    write_json(work / "metrics.json", summary)
+    return summary

@@ -1,0 +1,140 @@
+"""Distillation of TART-full into a dual encoder: teacher scores, fixed-width candidate rows, a tiny KL run
+that lowers the KL to the teacher, and `taskret tart distil` with a trained TART-full folder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from taskret.cli import app
+from taskret.data import DataError
+from taskret.tart.cross_encoder import Reranker, TartFullConfig, train_tart_full
+from taskret.tart.distil import (CONFIG_FILE, LOG_FILE, TartDistilConfig, build_distillation_rows,
+                                 distillation_kl, student_model_folder, teacher_scores, train_tart_distil)
+from taskret.tart.evaluation import SEP, format_query
+from taskret.tart.training_data import write_training_examples
+
+from .test_training_data import make_tasks
+
+ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
+
+
+class Overlap(Reranker):
+    """A deterministic teacher: twice the number of shared lower-cased words."""
+
+    name = "overlap"
+
+    def __init__(self, use_instruction: bool = True):
+        self.use_instruction = use_instruction
+        self.n_pairs = 0
+
+    def score_pairs(self, pairs):
+        self.n_pairs += len(pairs)
+        return np.array([2.0 * len(set(q.lower().split()) & set(d.lower().split())) for q, d in pairs])
+
+
+def tiny_config(base, **overrides) -> TartDistilConfig:
+    settings = dict(base_model=str(base), epochs=3, batch_size=4, learning_rate=1e-3, warmup_ratio=0.0,
+                    max_seq_length=32, seed=0)
+    settings.update(overrides)
+    return TartDistilConfig(**settings)
+
+
+def test_config_round_trips_and_validates():
+    config = TartDistilConfig(epochs=2, n_negatives=3, temperature=2.0, negative_kinds=("hard", "random"))
+    assert TartDistilConfig.from_json(config.to_json()) == config
+    assert TartDistilConfig.from_dict({**config.to_dict(), "teacher": "x", "steps": 1}) == config
+    with pytest.raises(ValueError, match="temperature"):
+        TartDistilConfig(temperature=0)
+    with pytest.raises(ValueError, match="teacher_batch_size"):
+        TartDistilConfig(teacher_batch_size=0)
+
+
+def test_teacher_scores_every_pair_once_with_its_own_query_format(rows):
+    teacher = Overlap()
+    scores = teacher_scores(rows, teacher)
+    expected = {(format_query(r["instruction"], r["query"]), t) for r in rows
+                for t in [r["positive_text"], *(n["text"] for n in r["negatives"])]}
+    assert set(scores) == expected and teacher.n_pairs == len(expected)
+    plain = teacher_scores(rows, Overlap(use_instruction=False))
+    assert not any(SEP in q for q, _ in plain)
+
+
+def test_rows_have_fixed_width_and_the_teachers_labels(rows):
+    teacher = Overlap()
+    config = TartDistilConfig(n_negatives=4)
+    scores = teacher_scores(rows, teacher, config)
+    columns = build_distillation_rows(rows, scores, teacher, config)
+    assert list(columns) == ["anchor", "positive", "negative_1", "negative_2", "negative_3", "negative_4", "label"]
+    for i, row in enumerate(rows):
+        docs = [columns[name][i] for name in list(columns)[1:-1]]
+        assert docs[0] == row["positive_text"]
+        negatives = {n["text"] for n in row["negatives"]}
+        assert set(docs[1:]) <= negatives
+        # fewer negatives than columns: each one at least once, the rest repeated
+        assert len(set(docs[1:])) == min(4, len(negatives))
+        query = format_query(row["instruction"], row["query"])
+        assert columns["label"][i] == [scores[query, d] for d in docs]
+        assert columns["anchor"][i] == query
+    no_instruction = build_distillation_rows(rows, scores, teacher, TartDistilConfig(use_instruction=False))
+    assert no_instruction["anchor"] == [r["query"] for r in rows]
+    assert no_instruction["label"] == build_distillation_rows(rows, scores, teacher, TartDistilConfig())["label"]
+
+
+def test_bad_rows_name_the_source_line_and_field(rows):
+    bad = [rows[0], rows[1], {k: v for k, v in rows[2].items() if k != "query"}]
+    with pytest.raises(DataError, match=r"rows\.jsonl, line 3, field 'query'"):
+        teacher_scores(bad, Overlap(), source="rows.jsonl")
+
+
+def test_training_lowers_the_kl_to_the_teacher(tmp_path, rows, tiny_bert_dir):
+    from sentence_transformers import SentenceTransformer
+
+    from taskret.epr.training import TrainingConfig, build_model
+
+    teacher = Overlap()
+    config = tiny_config(tiny_bert_dir)
+    columns = build_distillation_rows(rows, teacher_scores(rows, teacher, config), teacher, config)
+    before = distillation_kl(build_model(TrainingConfig(base_model=str(tiny_bert_dir), shared_encoder=True,
+                                                        max_seq_length=32)), columns, config)
+    folder = train_tart_distil(rows, teacher, tmp_path / "out", config, progress=False)
+    after = distillation_kl(SentenceTransformer(str(folder)), columns, config)
+    assert after < 0.8 * before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([LOG_FILE, "model", CONFIG_FILE])
+    summary = json.loads((tmp_path / "out" / CONFIG_FILE).read_text())
+    assert TartDistilConfig.from_dict(summary) == config and summary["teacher"] == "overlap"
+    assert summary["n_examples"] == len(rows) * config.epochs and summary["steps"] == config.epochs * -(-len(rows) // 4)
+    log = [json.loads(line) for line in (tmp_path / "out" / LOG_FILE).read_text().splitlines()]
+    assert log[-1]["epoch"] == config.epochs and all(np.isfinite(r["loss"]) for r in log)
+
+
+def test_student_folder_of_a_run(tmp_path):
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    assert student_model_folder(tmp_path / "run") == str(tmp_path / "run" / "model")
+    assert student_model_folder("minilm-l6") == "minilm-l6"
+
+
+def test_cli_distils_a_trained_tart_full_into_tart_dual(tmp_path, rows, tiny_bert_dir):
+    full = tmp_path / "full"
+    train_tart_full(rows, full, TartFullConfig(base_model=str(tiny_bert_dir), epochs=1, batch_size=16, max_length=64),
+                    progress=False)
+    data = write_training_examples(tmp_path / "train.jsonl", rows)
+    out = tmp_path / "distil"
+    result = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", str(full), "--out", str(out),
+                                      "--base-model", str(tiny_bert_dir), "--batch-size", "4", "--quiet"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "use --retriever dense:" in result.output
+    summary = json.loads((out / CONFIG_FILE).read_text())
+    assert summary["teacher"] == str(full) and summary["n_teacher_pairs"] > 0 and summary["teacher_pairs_per_s"] > 0
+
+    from taskret.tart.evaluation import evaluate_retriever
+
+    metrics = evaluate_retriever(f"dense:{out / 'model'}", make_tasks(), k=5)
+    assert set(metrics["settings"]["closed"]) == {"facts", "parses", "steps"}
+
+    missing = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", str(tmp_path / "nope"),
+                                       "--out", str(tmp_path / "x")], env=ENV)
+    assert missing.exit_code == 2 and "nope" in missing.output

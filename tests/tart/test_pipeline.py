@@ -1,0 +1,143 @@
+"""`taskret tart run`: build-data -> train-dual -> train-full -> re-denoise -> distil -> evaluate on tiny BEIR
+tasks written in tmp_path, with tiny BERTs; stages are skipped when done, a changed config is refused, and
+evaluation data never goes into training."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from taskret.cli import app
+from taskret.tart.pipeline import TartRunConfig, run_pipeline
+
+from .test_tasks import write_beir
+from .test_training_data import make_tasks
+
+ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
+
+
+class Say:
+    """A console that keeps what it is told."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def print(self, text):
+        self.lines.append(str(text))
+
+
+def write_task(root, task, split):
+    corpus = [{"_id": d.id, "title": d.title, "text": d.text} for d in task.corpus.values()]
+    queries = [{"_id": q, "text": text} for q, text in task.queries.items()]
+    qrels = [(q, d, r) for q, judged in task.qrels.items() for d, r in judged.items()]
+    return write_beir(root / task.name, corpus=corpus, queries=queries, qrels={split: qrels})
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("beir")
+    facts, parses, steps = make_tasks()
+    return {"facts": write_task(root, facts, "test"), "parses": write_task(root, parses, "train"),
+            "steps": write_task(root, steps, "train"), "instructions": {t.name: t.instructions for t in make_tasks()}}
+
+
+def make_config(beir, work, tiny, **overrides) -> TartRunConfig:
+    settings = dict(
+        work_dir=str(work), train_tasks=[str(beir["parses"]), str(beir["steps"])], instructions=beir["instructions"],
+        n_hard=2, n_random=1, n_unfollowing=2,
+        dual={"base_model": str(tiny), "batch_size": 4, "mini_batch_size": 4, "max_seq_length": 32,
+              "learning_rate": 1e-3},
+        full={"base_model": str(tiny), "batch_size": 16, "max_length": 64},
+        redenoise=True, distil={"batch_size": 4, "max_seq_length": 32},
+        eval_tasks=[str(beir["facts"])], k=5, rerank_top_k=4)
+    settings.update(overrides)
+    return TartRunConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, beir, tiny_bert_dir):
+    work = tmp_path_factory.mktemp("tart-run")
+    config = make_config(beir, work, tiny_bert_dir)
+    say = Say()
+    summary = run_pipeline(config, console=say, progress=False)
+    return work, config, summary, say
+
+
+def test_every_stage_writes_its_outputs(finished):
+    work, config, summary, say = finished
+    for path in ("pipeline_config.json", "train.jsonl", "train_stats.json", "train.denoised.jsonl",
+                 "dual/tart_dual_config.json", "dual/model", "full/tart_full_config.json", "full/model",
+                 "distil/tart_distil_config.json", "distil/model", "metrics.json"):
+        assert (work / path).exists(), path
+    assert set(summary) == {"dual", "full", "distil"} == set(json.loads((work / "metrics.json").read_text()))
+    full = json.loads((work / "eval" / "full" / "metrics.json").read_text())
+    assert full["reranker"] == f"cross-encoder:{work / 'full'}" and full["rerank_top_k"] == 4
+    assert full["settings"]["closed"]["facts"]["n_queries"] == 3
+    distil = json.loads((work / "distil" / "tart_distil_config.json").read_text())
+    assert distil["base_model"] == str(work / "dual" / "model") and distil["teacher"] == str(work / "full")
+    rows = [json.loads(line) for line in (work / "train.jsonl").read_text().splitlines()]
+    assert {r["task"] for r in rows} == {"parses", "steps"}  # the evaluation task stays out of training
+    assert not any(line.endswith("skipped") for line in say.lines)
+
+
+def test_a_second_run_skips_every_stage(finished):
+    work, config, summary, _ = finished
+    say = Say()
+    assert run_pipeline(config, console=say, progress=False) == summary
+    assert sum("skipped" in line for line in say.lines) == 8  # data, dual, full, re-denoise, distil, 3 evaluations
+    result = CliRunner().invoke(app, ["tart", "run", str(work / "pipeline_config.json")], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "train-full:" in result.output and "exists, skipped" in result.output
+
+
+def test_a_changed_config_is_refused(finished, beir, tiny_bert_dir):
+    work, config, _, _ = finished
+    changed = make_config(beir, work, tiny_bert_dir, rerank_top_k=3)
+    with pytest.raises(ValueError, match="another config.*rerank_top_k"):
+        run_pipeline(changed, progress=False)
+
+
+def test_evaluation_data_cannot_be_trained_on(tmp_path, beir, tiny_bert_dir):
+    config = make_config(beir, tmp_path / "work", tiny_bert_dir, train_tasks=[str(beir["facts"]) + ":test"])
+    with pytest.raises(ValueError, match="reads the data of evaluation task"):
+        run_pipeline(config, progress=False)
+    assert not (tmp_path / "work" / "pipeline_config.json").exists()
+
+
+def test_ambigqa_dev_is_ambigqa_test(tmp_path, tiny_bert_dir):
+    from .test_tasks import make_data_dir
+
+    data_dir = make_data_dir(tmp_path / "data")
+    config = TartRunConfig(work_dir=str(tmp_path / "work"), data_dir=str(data_dir), train_tasks=["mtop", "ambigqa:dev"],
+                           eval_tasks=["ambigqa"])
+    with pytest.raises(ValueError, match="'ambigqa:dev' reads the data of evaluation task 'ambigqa'"):
+        run_pipeline(config, progress=False)
+
+
+def test_bad_configs_fail_before_any_stage(tmp_path, beir, tiny_bert_dir):
+    with pytest.raises(ValueError, match="unknown TartFullConfig keys: lr"):
+        run_pipeline(make_config(beir, tmp_path / "a", tiny_bert_dir, full={"lr": 1}), progress=False)
+    assert not (tmp_path / "a" / "train.jsonl").exists()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"work_dir": str(tmp_path / "b"), "epochs": 3}))
+    result = CliRunner().invoke(app, ["tart", "run", str(path)], env=ENV)
+    assert result.exit_code == 2 and "config.json" in result.output and "epochs" in result.output
+    path.write_text(json.dumps({"work_dir": str(tmp_path / "c"), "train_tasks": [str(beir["parses"])],
+                                "eval_tasks": [str(beir["facts"])]}))
+    result = CliRunner().invoke(app, ["tart", "run", str(path)], env=ENV)
+    assert result.exit_code == 2 and "has no instructions" in result.output  # a BEIR folder needs instructions
+
+
+def test_task_specs_name_a_split(tmp_path, beir):
+    from taskret.tart.tasks import load_training_tasks, split_task_spec
+
+    assert split_task_spec("ambigqa:dev", "train") == ("ambigqa", "dev")
+    assert split_task_spec("mtop", "train") == ("mtop", "train")
+    assert split_task_spec(f"{beir['facts']}:test", "train") == (str(beir["facts"]), "test")
+    assert split_task_spec("no/such:thing", "train") == ("no/such:thing", "train")
+    tasks, skipped = load_training_tasks([str(beir["parses"]), f"{beir['facts']}:test"], split="train",
+                                         instructions={"facts": ["Find evidence"]}, limit=2)
+    assert [t.name for t in tasks] == ["parses", "facts"] and tasks[1].instructions == ["Find evidence"]
+    assert len(tasks[0].queries) == 2 and not tasks[0].instructions and skipped == []
