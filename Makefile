@@ -36,10 +36,17 @@ DATA_DIR ?= ../shared/data
 bench: setup
 	$(BIN)/python benchmarks/bm25_speed.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/icl_baselines.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/lm_throughput.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/scoring_speed.py --data-dir $(DATA_DIR)
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
 	$(BIN)/python benchmarks/epr_analysis.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/lm_throughput.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/serve_load.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/dense_latency.py
+	$(BIN)/python benchmarks/ray_scoring.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/robustness.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/report.py --readme
 
 clean:
 	rm -rf $(VENV) runs

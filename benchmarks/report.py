@@ -1,14 +1,21 @@
 """Render the benchmark results in benchmarks/results/ as the Markdown tables the README shows.
 
-    python benchmarks/report.py > benchmarks/results/REPORT.md
+    python benchmarks/report.py                # print the tables
+    python benchmarks/report.py --readme       # rewrite the README's block between the BENCHMARKS markers
+
+Every number comes from a JSON file a benchmark script wrote; a benchmark that has not been run yet is
+left out rather than shown with made-up values.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+README = Path(__file__).parent.parent / "README.md"
+START, END = "<!-- BENCHMARKS:START (benchmarks/report.py --readme) -->", "<!-- BENCHMARKS:END -->"
 
 
 def _load(name: str):
@@ -117,10 +124,137 @@ def tart_table() -> list[str]:
     return out
 
 
+def scoring_speed_table() -> list[str]:
+    d = _load("scoring_speed.json")
+    if not d:
+        return []
+    t, b = d["taskret"], d["batch_size_1_loop"]
+    return [f"EPR scoring throughput (`{d['command']}`; {d['machine']}; {d['lm']} in {d['dtype']}): "
+            f"{d['n_pairs']} MTOP (example, candidate) pairs, {d['n_target_tokens']} target tokens, batches of "
+            f"up to {d['max_batch_tokens']} tokens.", "",
+            "| scorer | seconds | pairs/s | target tokens/s |", "|---|---|---|---|",
+            f"| taskret (length-grouped, token-budget batches, target-only projection) | {t['seconds']} | "
+            f"{t['pairs_per_s']} | {t['target_tokens_per_s']} |",
+            f"| batch-size-1 loop, full-vocabulary logits (the original code's way) | {b['seconds']} | "
+            f"{b['pairs_per_s']} | {b['target_tokens_per_s']} |", "",
+            f"Speed-up **{d['speedup']}x**, largest |log-probability difference| {d['max_abs_logprob_diff']:.2e}. "
+            f"Matrix-multiply peak of this machine: {d['matmul_gflops']['float32']} GFLOP/s float32, "
+            f"{d['matmul_gflops']['bfloat16']} GFLOP/s bf16; the scorer reaches {d['scorer_gflops']} GFLOP/s "
+            f"({100 * d['scorer_fraction_of_matmul']['float32']:.0f}% of float32 peak, "
+            f"{100 * d['scorer_fraction_of_matmul']['bfloat16']:.0f}% of bf16 peak)."]
+
+
+def tart_trained_table() -> list[str]:
+    d = _load("tart_trained.json")
+    if not d:
+        return []
+    tr, sf = d["training"], d["scifact_test"]
+    out = [f"TART trained here (`{d['command']}`): {tr['limit_per_task']} training queries per task from "
+           f"{', '.join(tr['tasks'])}; evaluated zero-shot on SciFact test ({sf['n_queries']} claims, "
+           f"{sf['n_docs']} abstracts), which no model saw. NDCG@10 (Recall@100):", "",
+           "| system | no instruction | with instruction | eval time (s) |", "|---|---|---|---|"]
+    for system, r in sf["results"].items():
+        cells = [f"{r[tag]['ndcg@10']:.1f} ({r[tag]['recall@100']:.1f})" if tag in r else "–"
+                 for tag in ("no_instruction", "instruction")]
+        seconds = " / ".join(f"{r[tag]['eval_s']:.0f}" for tag in ("no_instruction", "instruction") if tag in r)
+        out.append(f"| {system} | " + " | ".join(cells) + f" | {seconds} |")
+    out += ["", "| model | training time (s) |", "|---|---|"]
+    for name, m in tr["models"].items():
+        out.append(f"| {name} | {m['wall_time_s']:.0f} |")
+    rerank = [r[tag] for r in sf["results"].values() for tag in r if "rerank_pairs_per_s" in r[tag]]
+    if rerank:
+        out += ["", "Reranking throughput (TART-full, MiniLM cross-encoder): "
+                + ", ".join(f"{r['rerank_pairs_per_s']} pairs/s" for r in rerank) + f" ({d['machine']})."]
+    return out
+
+
+def serve_table() -> list[str]:
+    d = _load("serve_load.json")
+    if not d:
+        return []
+    lat = d["latency_ms"]
+    return [f"Retrieval service under load (`{d['command']}`; {d['machine']}): {d['clients']} concurrent clients "
+            f"for {d['duration_s']:.0f} s against `{d['endpoint']}` over a {d['index']['retriever']} index of the "
+            f"{d['index']['n_examples']} Break training examples.", "",
+            "| requests/s | p50 ms | p90 ms | p99 ms | errors | server RSS before -> after (MiB) |",
+            "|---|---|---|---|---|---|",
+            f"| {d['requests_per_s']} | {lat['p50']} | {lat['p90']} | {lat['p99']} | {d['errors']} | "
+            f"{d['server_rss_mib']['before']} -> {d['server_rss_mib']['after']} |"]
+
+
+def dense_latency_table() -> list[str]:
+    d = _load("dense_latency.json")
+    if not d:
+        return []
+    out = [f"Dense retrieval latency (`{d['command']}`; {d['machine']}; {d['vectors']}), top-{d['k']}, "
+           f"{d['search_threads']} search thread. Single query p50 / p99 ms; batched: queries/s for a batch of "
+           f"{d['batch']}; HNSW recall@{d['k']} against exact search:", "",
+           "| n | index | single p50 | single p99 | batched q/s | recall@10 |", "|---|---|---|---|---|---|"]
+    for run in d["runs"]:
+        flat = run["flat"]
+        batched = flat.get("batched_blas", flat["batched"])
+        out.append(f"| {run['n']:,} | exact (flat IP) | {flat['single']['p50_ms']:.2f} | "
+                   f"{flat['single']['p99_ms']:.2f} | {batched['queries_per_s']} | 1.00 |")
+        for h in (run.get("hnsw") or {}).get("by_ef_search", []):
+            out.append(f"| {run['n']:,} | HNSW ef={h['ef_search']} | {h['single']['p50_ms']:.2f} | "
+                       f"{h['single']['p99_ms']:.2f} | {h['batched']['queries_per_s']} | {h['recall@10']:.2f} |")
+    return out
+
+
+def ray_table() -> list[str]:
+    d = _load("ray_scoring.json")
+    if not d:
+        return []
+    out = [f"EPR scoring on Ray (`{d['command']}`; {d['lm']}, {d['n_pairs']} pairs, shards of {d['shard_size']} "
+           "examples, a local Ray cluster on this 2-core machine):", "",
+           "| run | scoring s | pairs/s | output identical to the local scorer |", "|---|---|---|---|"]
+    for r in d["runs"]:
+        out.append(f"| {r['run']} | {r['scoring_s']} | {r['pairs_per_s']} | "
+                   f"{'yes' if r['identical'] else 'no'} (max diff {r['max_abs_diff']}) |")
+    return out
+
+
+def robustness_table() -> list[str]:
+    d = _load("robustness.json")
+    if not d:
+        return []
+    kr, bad = d["kill_resume"], d["bad_inputs_summary"]
+    return [f"Robustness (`{d['command']}`): a scoring job ({kr['n_pairs']} pairs, {kr['n_shards']} shards) "
+            f"SIGKILLed at {kr['kills_that_landed']} random moments and restarted each time ends "
+            f"{'byte-identical to' if kr['identical_to_uninterrupted'] else 'DIFFERENT from'} an uninterrupted run, "
+            f"with {len(kr['temp_files_after_final_run'])} temporary files left. {bad['cases']} bad inputs "
+            f"(malformed JSON, wrong types, empty strings, invalid UTF-8, huge lines, missing files, mismatched "
+            f"indexes) across every reader and endpoint: {bad['as_expected']} behave as expected "
+            f"({bad['clean_error_exit_2']} clean errors naming file/line/field, the rest accepted on purpose), "
+            f"{len(bad['cases_with_temp_files_left'])} leave temporary files, "
+            f"{len(bad['failed_cases_with_outputs_written'])} leave a half-written output; each message is "
+            "listed in `benchmarks/results/robustness.json`."]
+
+
+SECTIONS = (icl_table, bm25_table, throughput_table, scoring_speed_table, analysis_table, tart_table,
+            tart_trained_table, serve_table, dense_latency_table, ray_table, robustness_table)
+
+
+def render() -> str:
+    return "\n".join("\n".join(section) + "\n" for section in (f() for f in SECTIONS) if section)
+
+
 def main() -> None:
-    for section in (icl_table(), bm25_table(), throughput_table(), analysis_table(), tart_table()):
-        if section:
-            print("\n".join(section) + "\n")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--readme", action="store_true", help="rewrite README.md's benchmark block in place")
+    args = parser.parse_args()
+    tables = render()
+    if not args.readme:
+        print(tables)
+        return
+    text = README.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"{README}: no {START} ... {END} block to rewrite")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    tmp = README.with_suffix(".md.tmp")
+    tmp.write_text(f"{head}{START}\n{tables}{END}{tail}")
+    tmp.replace(README)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,16 @@
-"""A progress bar with rate and ETA for long jobs (rich), as a plain ``advance(n)`` callback."""
+"""A progress bar with rate and ETA for long jobs (rich), as a plain ``advance(n)`` callback.
+
+On a terminal it is a live rich bar. Elsewhere (a log file, CI, ``nohup``) a live bar prints nothing
+until the end, so a plain line with the count, rate and ETA is written to stderr every ``log_every``
+seconds instead: a long job sent to a file still shows that it is moving and when it will finish.
+"""
 
 from __future__ import annotations
 
+import sys
+import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TextIO
 
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -21,10 +28,49 @@ class _RateColumn(TextColumn):
         return Text(f"{speed:.2f} {self.unit}/s" if speed else f"- {self.unit}/s")
 
 
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
 @contextmanager
-def progress_bar(total: int, description: str, unit: str = "ex", enabled: bool = True) -> Iterator[Callable[[int], None]]:
+def progress_lines(total: int, description: str, unit: str = "ex", log_every: float = 30.0,
+                   stream: TextIO | None = None) -> Iterator[Callable[[int], None]]:
+    """``advance(n)`` that writes ``description: done/total (pct) rate unit/s, elapsed, ETA`` lines,
+    at most one per ``log_every`` seconds, and a last one when the block ends."""
+    stream = stream or sys.stderr
+    start = time.monotonic()
+    state = {"done": 0, "last": start}
+
+    def line() -> str:
+        elapsed = time.monotonic() - start
+        done = state["done"]
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = _duration((total - done) / rate) if rate > 0 and total > done else "-"
+        pct = f"{100 * done / total:.0f}%" if total else "-"
+        return (f"{description}: {done}/{total} ({pct}) {rate:.2f} {unit}/s, elapsed {_duration(elapsed)}, "
+                f"ETA {eta}")
+
+    def advance(n: int = 1) -> None:
+        state["done"] += n
+        now = time.monotonic()
+        if now - state["last"] >= log_every:
+            state["last"] = now
+            print(line(), file=stream, flush=True)
+
+    yield advance
+    print(line(), file=stream, flush=True)
+
+
+@contextmanager
+def progress_bar(total: int, description: str, unit: str = "ex", enabled: bool = True,
+                 log_every: float = 30.0) -> Iterator[Callable[[int], None]]:
     if not enabled:
         yield lambda n=1: None
+        return
+    if not sys.stderr.isatty():
+        with progress_lines(total, description, unit, log_every=log_every) as advance:
+            yield advance
         return
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                _RateColumn(unit), TimeElapsedColumn(),
