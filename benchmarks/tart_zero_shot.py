@@ -13,6 +13,14 @@ instructions (documents do not depend on them); MiniLM document embeddings are c
 so the pooled index reuses the closed indexes' embeddings (its index time is then mostly FAISS).
 
     OMP_NUM_THREADS=1 python benchmarks/tart_zero_shot.py --data-dir ../shared/data
+
+The same script evaluates trained models (any ``dense:FOLDER`` or ``bm25``), e.g. the TART-dual models of
+``benchmarks/tart_trained.py`` on the tasks they were not trained on (their training queries come from
+the train splits of MTOP and Break and from AmbigQA's only split, so AmbigQA is left out of the pool)::
+
+    python benchmarks/tart_zero_shot.py --retrievers bm25,dense:minilm-l6,dense:runs/bench/tart_trained/dual/model,\
+        dense:runs/bench/tart_trained/dual_no_instruction/model --cross-tasks scifact,mtop,break \
+        --out benchmarks/results/tart_trained_pooled.json
 """
 
 from __future__ import annotations
@@ -94,6 +102,7 @@ def main() -> None:
     parser.add_argument("--retrievers", default="bm25,dense:minilm-l6")
     parser.add_argument("--limit", type=int, default=200, help="queries per task in the cross-task part")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cross-tasks", default=",".join(CROSS_TASKS), help="tasks pooled in the cross-task part")
     parser.add_argument("--runs", default=None, help="also write the run files (retrieved ids per query) here")
     parser.add_argument("--out", default="benchmarks/results/tart_zero_shot.json")
     args = parser.parse_args()
@@ -111,7 +120,7 @@ def main() -> None:
     scifact = load_retrieval_task("scifact", data_dir, "test").with_instructions(eval_instructions["beir/scifact"])
     # Part 2: four tasks, closed and pooled, with the paper's X^2 instructions where it has them.
     cross = []
-    for name in CROSS_TASKS:
+    for name in [t.strip() for t in args.cross_tasks.split(",") if t.strip()]:
         task = load_retrieval_task(name, data_dir, "test")
         x2 = eval_instructions.get(f"x2_retrieval/{name}")
         cross.append((task.with_instructions(x2) if x2 else task).sample(args.limit, seed=args.seed))
@@ -156,10 +165,12 @@ def main() -> None:
     result = {
         "benchmark": "tart_zero_shot",
         "command": f"OMP_NUM_THREADS=1 python benchmarks/tart_zero_shot.py --data-dir {args.data_dir} "
-                   f"--retrievers {args.retrievers} --limit {args.limit} --seed {args.seed}",
+                   f"--retrievers {args.retrievers} --limit {args.limit} --seed {args.seed}"
+                   + (f" --cross-tasks {args.cross_tasks}" if args.cross_tasks != ",".join(CROSS_TASKS) else "")
+                   + (f" --out {args.out}" if args.out != "benchmarks/results/tart_zero_shot.json" else ""),
         "machine": _machine(),
         "metrics_note": "percent; NDCG@10 and Recall@100 from trec_eval (pytrec-eval-terrier), MRR@10 from the "
-                        "same ranking; closed = each task's own corpus, pooled = all four corpora merged",
+                        "same ranking; closed = each task's own corpus, pooled = the cross-task corpora merged",
         "scifact_test": {
             "n_queries": len(scifact.queries), "n_docs": len(scifact.corpus), "instruction": scifact.instruction,
             "reference_bm25_ndcg@10_beir": BEIR_SCIFACT_BM25,
