@@ -57,6 +57,35 @@ def icl_table() -> list[str]:
     return out
 
 
+def epr_table() -> list[str]:
+    """The paper's Table 2, one row per task that benchmarks/epr_table.py has run."""
+    runs = [_load(p.name) for p in sorted(RESULTS.glob("epr_table_*.json"))]
+    runs = [d for d in runs if d]
+    if not runs:
+        return []
+    methods = ["random", "bm25", "sbert", "dr-bm25", "cbr", "epr", "bm25-oracle", "lm-oracle"]
+    out = ["EPR and the paper's other methods on the same test examples (`benchmarks/epr_table.py`; the "
+           "scoring and inference LM is the same). EM (Break: normalised match in brackets):", "",
+           "| task | N | scale | " + " | ".join(methods) + " |", "|---|---|---|" + "---|" * len(methods)]
+    for d in runs:
+        sc = d["scale"]
+        cells = []
+        for m in methods:
+            r = d["results"].get(m)
+            if r is None:
+                cells.append("–")
+                continue
+            cell = f"{r['metrics']['em']:.1f}"
+            if "normalized_match" in r["metrics"]:
+                cell += f" ({r['metrics']['normalized_match']:.1f})"
+            cells.append(cell)
+        scale = (f"{sc['examples_labelled']}/{sc['train_pool']} labelled x L={sc['n_candidates']}, k={sc['k']}, "
+                 f"{sc['epochs']} epochs, batch {sc['effective_batch']}")
+        out.append(f"| {d['task']} ({d['lm']}) | {d['n']} | {scale} | " + " | ".join(cells) + " |")
+    out += [""] + [f"- {d['task']}: `{d['command']}`" for d in runs]
+    return out
+
+
 def bm25_table() -> list[str]:
     d = _load("bm25_speed.json")
     if not d:
@@ -237,7 +266,7 @@ def tart_pooled_table() -> list[str]:
                       "pooled, on tasks whose test queries no model trained on")
 
 
-SECTIONS = (icl_table, bm25_table, throughput_table, scoring_speed_table, analysis_table, tart_table,
+SECTIONS = (icl_table, epr_table, bm25_table, throughput_table, scoring_speed_table, analysis_table, tart_table,
             tart_trained_table, tart_pooled_table, serve_table, dense_latency_table, ray_table, robustness_table)
 
 
