@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -21,6 +22,24 @@ START, END = "<!-- BENCHMARKS:START (benchmarks/report.py --readme) -->", "<!-- 
 def _load(name: str):
     path = RESULTS / name
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def _correct(path: Path) -> dict[str, bool] | None:
+    if not path.exists():
+        return None
+    return {row["id"]: bool(row["correct"]) for row in map(json.loads, path.read_text().splitlines()) if row}
+
+
+def mcnemar(a: dict[str, bool], b: dict[str, bool]) -> tuple[int, int, float]:
+    """Examples only ``a`` solves, only ``b`` solves, and the exact two-sided McNemar p-value (a binomial
+    test on the discordant pairs): whether two methods' EM on the same examples really differ."""
+    only_a = sum(a[k] and not b[k] for k in a)
+    only_b = sum(b[k] and not a[k] for k in a)
+    n = only_a + only_b
+    if n == 0:
+        return 0, 0, 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2 ** n
+    return only_a, only_b, min(1.0, 2 * tail)
 
 
 def icl_table() -> list[str]:
@@ -34,7 +53,8 @@ def icl_table() -> list[str]:
     methods = ["random", "sbert", "bm25", "epr"]
     out = [f"In-context learning with SmolLM2-135M (`{data['command']}`; EPR: "
            "`taskret epr run benchmarks/configs/epr_mtop_small.json`). Same seeded sample of test examples for "
-           "every method; context window 640 tokens (512 for the prompt, ~14 MTOP / ~6 Break demonstrations).", "",
+           "every method; context window 640 tokens (512 for the prompt; the mean number of demonstrations per "
+           "run is in the second table).", "",
            "| task | N | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
     for task in ("mtop", "break"):
         cells = []
@@ -50,7 +70,18 @@ def icl_table() -> list[str]:
                 metric += f" ({r['metrics']['normalized_match']:.1f})"
             cells.append(metric)
         out.append(f"| {task} EM{' (normalised match)' if task == 'break' else ''} | {n} | " + " | ".join(cells) + " |")
-    out += ["", "| run | wall time (s) | examples/s | prompt tokens/s | mean demos |", "|---|---|---|---|---|"]
+    pairs = []
+    for task, a, b in (("mtop", "sbert", "bm25"), ("break", "sbert", "bm25"), ("mtop", "epr", "bm25")):
+        base = RESULTS / ("epr_mtop_small/eval" if a == "epr" else f"icl_baselines/{task}/{a}")
+        ca, cb = _correct(base / "predictions.jsonl"), _correct(RESULTS / f"icl_baselines/{task}/{b}/predictions.jsonl")
+        if ca and cb and ca.keys() == cb.keys():
+            only_a, only_b, p = mcnemar(ca, cb)
+            pairs.append(f"{task} {a} vs {b}: {only_a} examples only {a} solves, {only_b} only {b}, McNemar p={p:.2f}")
+    if pairs:
+        out += ["", "Paired on the same examples: " + "; ".join(pairs) + "."]
+    out += ["", "Wall times below were taken while other benchmarks shared the 2 cores (1 thread each), so they "
+            "vary between runs; `benchmarks/lm_throughput.py` is the clean speed measurement.", "",
+            "| run | wall time (s) | examples/s | prompt tokens/s | mean demos |", "|---|---|---|---|---|"]
     for (task, m), r in rows.items():
         out.append(f"| {task}/{m} | {r['wall_time_s']:.0f} | {r['examples_per_s']} | {r['prompt_tokens_per_s']} | "
                    f"{r['mean_demos']:.1f} |")
