@@ -76,7 +76,7 @@ def icl_table() -> list[str]:
         ca, cb = _correct(base / "predictions.jsonl"), _correct(RESULTS / f"icl_baselines/{task}/{b}/predictions.jsonl")
         if ca and cb and ca.keys() == cb.keys():
             only_a, only_b, p = mcnemar(ca, cb)
-            pairs.append(f"{task} {a} vs {b}: {only_a} examples only {a} solves, {only_b} only {b}, McNemar p={p:.2f}")
+            pairs.append(f"{task} {a} vs {b}: {only_a} examples only {a} solves, {only_b} only {b}, McNemar p{'<0.001' if p < 0.001 else f'={p:.2f}'}")
     if pairs:
         out += ["", "Paired on the same examples: " + "; ".join(pairs) + "."]
     out += ["", "Wall times below were taken while other benchmarks shared the 2 cores (1 thread each), so they "
