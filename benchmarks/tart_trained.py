@@ -90,6 +90,9 @@ def main() -> None:
     parser.add_argument("--rerank-top-k", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", default=None,
+                        help="evaluate only these SYSTEM.TAG entries (e.g. bm25+tart_full.instruction), for spreading "
+                             "the evaluations over processes; writes their files, not --out")
     args = parser.parse_args()
 
     import torch
@@ -167,6 +170,8 @@ def main() -> None:
         for use_instruction in (False, True):
             tag = "instruction" if use_instruction else "no_instruction"
             path = eval_dir / f"{system}.{tag}.json"
+            if args.only and f"{system}.{tag}" not in args.only.split(","):
+                continue
             if path.exists():
                 entry = read_json(path)
                 _stamp(start, f"evaluate {system}, {tag}: {path} exists, skipped")
@@ -189,6 +194,9 @@ def main() -> None:
             _stamp(start, f"    {system}, {tag}: NDCG@10 {entry['ndcg@10']:.1f} ({entry['eval_s']:.0f}s"
                           + (f", {entry['rerank_pairs_per_s']} pairs/s)" if "rerank_pairs_per_s" in entry else ")"))
 
+    if args.only:
+        print(f"evaluated {args.only}; run again without --only to write {args.out}")
+        return
     result = {
         "benchmark": "tart_trained",
         "command": "python benchmarks/tart_trained.py " + " ".join(
