@@ -225,7 +225,8 @@ def tart_trained_table() -> list[str]:
     rerank = [r[tag] for r in sf["results"].values() for tag in r if "rerank_pairs_per_s" in r[tag]]
     if rerank:
         out += ["", "Reranking throughput (TART-full, MiniLM cross-encoder): "
-                + ", ".join(f"{r['rerank_pairs_per_s']} pairs/s" for r in rerank) + f" ({d['machine']})."]
+                + ", ".join(f"{r['rerank_pairs_per_s']} pairs/s" for r in rerank)
+                + f" ({d['machine']['cpu']}, {d['machine']['threads']} torch thread, 256-token pairs)."]
     return out
 
 

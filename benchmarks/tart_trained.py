@@ -93,6 +93,9 @@ def main() -> None:
     parser.add_argument("--only", default=None,
                         help="evaluate only these SYSTEM.TAG entries (e.g. bm25+tart_full.instruction), for spreading "
                              "the evaluations over processes; writes their files, not --out")
+    parser.add_argument("--skip", default=None,
+                        help="leave these SYSTEM.TAG entries out of --out (recorded in its command), e.g. an "
+                             "evaluation too slow for the time at hand")
     args = parser.parse_args()
 
     import torch
@@ -171,6 +174,8 @@ def main() -> None:
             tag = "instruction" if use_instruction else "no_instruction"
             path = eval_dir / f"{system}.{tag}.json"
             if args.only and f"{system}.{tag}" not in args.only.split(","):
+                continue
+            if args.skip and f"{system}.{tag}" in args.skip.split(",") and not path.exists():
                 continue
             if path.exists():
                 entry = read_json(path)
