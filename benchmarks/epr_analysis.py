@@ -7,6 +7,9 @@
 3. The oracles on the same examples: BM25-Oracle, LM-Oracle (full context) and AnyCorrect-Oracle (one-shot).
 
     python benchmarks/epr_analysis.py --data-dir ../shared/data --n 100
+
+Every evaluation is kept under --out/<system>/ and reused when the script runs again (a killed run resumes);
+--parts picks the sections to run (recall,one_shot,oracles,any_correct).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import platform
 import time
 from pathlib import Path
 
+import numpy as np
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from taskret.data import load_task, sample  # noqa: E402
@@ -25,7 +30,7 @@ from taskret.epr.methods import any_correct_oracle, bm25_oracle, lm_rank  # noqa
 from taskret.evaluation import evaluate  # noqa: E402
 from taskret.io import write_json  # noqa: E402
 from taskret.lm import CausalLM  # noqa: E402
-from taskret.retrieval import make_retriever  # noqa: E402
+from taskret.retrieval import RetrievalResult, make_retriever  # noqa: E402
 
 
 def recall_at(ranked: list[list[str]], positives: list[list[str]], k: int) -> float:
@@ -42,8 +47,10 @@ def main() -> None:
     parser.add_argument("--context-window", type=int, default=640)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--out", default="benchmarks/results/epr_analysis")
+    parser.add_argument("--parts", default="recall,one_shot,oracles,any_correct")
     args = parser.parse_args()
     out = Path(args.out)
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
 
     task = load_task("mtop", data_dir=args.data_dir)
     examples = sample(task.test, args.n, seed=0)
@@ -52,9 +59,30 @@ def main() -> None:
 
     start = time.perf_counter()
     candidates = bm25_oracle(task, examples, k=args.n_candidates)
-    lm_ranked = lm_rank(task, examples, candidates, lm, gold_output=True)
+    labels_path = out / "lm_labels.json"
+    if labels_path.exists():  # the LM ranking of the test candidates, kept: it is the slowest shared step
+        saved = json.loads(labels_path.read_text())
+        if saved["ids"] != [e.id for e in examples] or saved["n_candidates"] != args.n_candidates:
+            raise SystemExit(f"{labels_path} was made for other examples or --n-candidates; use another --out")
+        lm_ranked = RetrievalResult(saved["ranked"], np.array(saved["scores"], dtype=np.float32))
+    else:
+        lm_ranked = lm_rank(task, examples, candidates, lm, gold_output=True)
+        write_json(labels_path, {"ids": [e.id for e in examples], "n_candidates": args.n_candidates,
+                                 "ranked": lm_ranked.ids, "scores": lm_ranked.scores.tolist()})
     timings["lm_labelling_s"] = round(time.perf_counter() - start, 1)
     positives = [ids[: args.k_positives] for ids in lm_ranked.ids]
+
+    def evaluated(name: str, **kwargs) -> float:
+        """EM of one system, evaluated once and reused from --out/<name>/summary.json afterwards."""
+        path = out / name / "summary.json"
+        if not path.exists():
+            evaluate(task, kwargs.pop("retriever", None), lm, examples, out / name, retriever_name=name,
+                     context_window=args.context_window, max_new_tokens=args.max_new_tokens, **kwargs)
+        summary = json.loads(path.read_text())
+        if summary["n"] != len(examples):
+            raise SystemExit(f"{path} holds {summary['n']} examples, not {len(examples)}; use another --out")
+        print(f"{name}: EM {summary['metrics']['em']:.1f}", flush=True)
+        return round(summary["metrics"]["em"], 2)
 
     retrievers = {"bm25": make_retriever("bm25"), "sbert": make_retriever("sbert"),
                   "epr": make_retriever(f"epr:{args.epr}")}
@@ -67,20 +95,26 @@ def main() -> None:
         recall[name] = {k: round(recall_at(ranked, positives, k), 2) for k in ks}
 
     em = {}
-    for name, retriever in retrievers.items():
-        for label, max_demos in (("one_shot", 1), ("full", None)):
-            summary = evaluate(task, retriever, lm, examples, out / f"{name}_{label}", retriever_name=name,
-                               context_window=args.context_window, max_new_tokens=args.max_new_tokens,
-                               max_demos=max_demos)
-            em[f"{name}/{label}"] = round(summary["metrics"]["em"], 2)
-    for name, ranked in (("bm25-oracle", candidates), ("lm-oracle", lm_ranked)):
-        summary = evaluate(task, None, lm, examples, out / name, retriever_name=name, retrieved=ranked,
-                           context_window=args.context_window, max_new_tokens=args.max_new_tokens)
-        em[f"{name}/full"] = round(summary["metrics"]["em"], 2)
-    start = time.perf_counter()
-    any_correct = any_correct_oracle(task, examples, lm, candidates, max_new_tokens=args.max_new_tokens)
-    timings["any_correct_s"] = round(time.perf_counter() - start, 1)
-    em["anycorrect-oracle/one_shot"] = round(any_correct["any_correct"], 2)
+    if "one_shot" in parts:
+        for name, retriever in retrievers.items():
+            for label, max_demos in (("one_shot", 1), ("full", None)):
+                em[f"{name}/{label}"] = evaluated(f"{name}_{label}", retriever=retriever, max_demos=max_demos)
+    if "oracles" in parts:
+        # Both oracles fill the prompt from BM25-Oracle's top 100; LM-Oracle re-orders its first --n-candidates.
+        oracle = bm25_oracle(task, examples, k=100)
+        filled = RetrievalResult([head + [i for i in ids if i not in head] for head, ids in zip(lm_ranked.ids, oracle.ids)],
+                                 oracle.scores)
+        for name, ranked in (("bm25-oracle", oracle), ("lm-oracle", filled)):
+            em[f"{name}/full"] = evaluated(name, retrieved=ranked)
+    if "any_correct" in parts:
+        path = out / "any_correct.json"
+        if not path.exists():
+            start = time.perf_counter()
+            report = any_correct_oracle(task, examples, lm, candidates, max_new_tokens=args.max_new_tokens)
+            write_json(path, {**report, "wall_time_s": round(time.perf_counter() - start, 1)})
+        any_correct = json.loads(path.read_text())
+        timings["any_correct_s"] = any_correct["wall_time_s"]
+        em["anycorrect-oracle/one_shot"] = round(any_correct["any_correct"], 2)
 
     import matplotlib
 
@@ -102,7 +136,8 @@ def main() -> None:
     result = {
         "benchmark": "epr_analysis",
         "command": f"python benchmarks/epr_analysis.py --n {args.n} --n-candidates {args.n_candidates} "
-                   f"--k-positives {args.k_positives} --context-window {args.context_window}",
+                   f"--k-positives {args.k_positives} --context-window {args.context_window} --epr {args.epr} "
+                   f"--parts {args.parts}",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "n": len(examples), "recall_at_k": recall, "em": em, "timings": timings,
     }

@@ -61,6 +61,9 @@ def main() -> None:
     parser.add_argument("--mini-batch-size", type=int, default=16, help="GradCache chunk: memory, not the result")
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--shard-size", type=int, default=25)
+    parser.add_argument("--oracle-candidates", type=int, default=50,
+                        help="L for LM-Oracle: BM25-Oracle's top L re-ranked by the LM (the rest of the prompt is "
+                             "filled in BM25-Oracle order); L x N pairs are scored")
     parser.add_argument("--context-window", type=int, default=640)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
@@ -115,10 +118,12 @@ def main() -> None:
         else:
             if method in ORACLES:
                 retriever = None
-                # lm-oracle scores (example, candidate) pairs: up to 50 BM25-by-gold-output candidates each.
-                n_pairs = len(examples) * min(50, len(task.train)) if method == "lm-oracle" else len(examples)
+                # lm-oracle scores (example, candidate) pairs: L BM25-by-gold-output candidates each.
+                n_pairs = (len(examples) * min(args.oracle_candidates, len(task.train)) if method == "lm-oracle"
+                           else len(examples))
                 with progress_bar(n_pairs, f"{args.task}/{method}: ranking", unit="pairs") as advance:
-                    retrieved = rank_test_examples(method, task, examples, lm(), seed=args.seed, progress=advance)
+                    retrieved = rank_test_examples(method, task, examples, lm(), seed=args.seed, progress=advance,
+                                                   n_candidates=args.oracle_candidates)
                     if method == "bm25-oracle":  # no LM calls: done at once
                         advance(n_pairs)
             else:
@@ -144,7 +149,7 @@ def main() -> None:
         "task": args.task, "lm": args.lm, "n": len(examples), "seed": args.seed,
         "scale": {"train_pool": len(task.train), "examples_labelled": labelled, "n_candidates": args.n_candidates,
                   "pairs_scored": labelled * args.n_candidates, "k": args.k, "epochs": args.epochs,
-                  "effective_batch": args.batch_size},
+                  "effective_batch": args.batch_size, "lm_oracle_candidates": args.oracle_candidates},
         "context_window": args.context_window,
         "results": results,
         "wall_time_s_this_run": round(time.perf_counter() - started, 1),

@@ -77,7 +77,10 @@ def main() -> None:
     parser.add_argument("--work", default="runs/bench/tart_trained", help="stage outputs (models, data, evaluations)")
     parser.add_argument("--train-tasks", default="mtop,break,ambigqa:dev",
                         help="training tasks ('name' or 'name:split'; AmbigQA has only its dev split, not evaluated "
-                        "here); scifact is refused")
+                        "here); scifact is refused unless --scifact-train")
+    parser.add_argument("--scifact-train", action="store_true",
+                        help="also train on SciFact's train claims (809 claims, disjoint from the 300 test claims, same "
+                             "corpus): an in-domain row beside the zero-shot one, not a zero-shot result")
     parser.add_argument("--limit", type=int, default=300, help="training queries per task (seeded sample; 300 x 3 tasks "
                         "trains the three models in about 15 min on 2 cores)")
     parser.add_argument("--eval-limit", type=int, default=None, help="SciFact test claims (default: all 300)")
@@ -86,10 +89,14 @@ def main() -> None:
     parser.add_argument("--dual-lr", type=float, default=5e-5)
     parser.add_argument("--full-batch-size", type=int, default=32)
     parser.add_argument("--full-lr", type=float, default=3e-5)
+    parser.add_argument("--full-epochs", type=int, default=None, help="epochs of TART-full (default: --epochs); its "
+                        "new classification head needs more steps than the dual encoders")
     parser.add_argument("--max-length", type=int, default=256, help="tokens seen by every trained model")
     parser.add_argument("--rerank-top-k", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", default="tart_dual,tart_dual_no_instruction,tart_full",
+                        help="the models to train (and the systems that need them to evaluate)")
     parser.add_argument("--only", default=None,
                         help="evaluate only these SYSTEM.TAG entries (e.g. bm25+tart_full.instruction), for spreading "
                              "the evaluations over processes; writes their files, not --out")
@@ -107,9 +114,18 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     train_specs = [t.strip() for t in args.train_tasks.split(",") if t.strip()]
     if any(split_task_spec(spec, "train")[0] == "scifact" or Path(spec).name == "scifact" for spec in train_specs):
-        raise SystemExit("scifact is the evaluation task: keep it out of --train-tasks")
+        raise SystemExit("scifact is the evaluation task: keep it out of --train-tasks (--scifact-train adds its "
+                         "train claims only)")
+    if args.scifact_train:
+        train_specs.append("scifact:train")
+    full_epochs = args.full_epochs or args.epochs
     settings = {k: getattr(args, k) for k in ("train_tasks", "limit", "epochs", "dual_batch_size", "dual_lr",
                                               "full_batch_size", "full_lr", "max_length", "seed")}
+    # Added later: recorded only when used, so work folders made before them stay reusable.
+    if args.scifact_train:
+        settings["scifact_train"] = True
+    if full_epochs != args.epochs:
+        settings["full_epochs"] = full_epochs
     _guard(work, {**settings, "data_dir": str(data_dir.resolve())})
 
     # 1. training data
@@ -139,9 +155,13 @@ def main() -> None:
         "tart_dual_no_instruction": (work / "dual_no_instruction", DUAL_FILE,
                                      lambda out: train_tart_dual(rows, out, dual(False), source=str(data_path))),
         "tart_full": (work / "full", FULL_FILE, lambda out: train_tart_full(rows, out, TartFullConfig(
-            epochs=args.epochs, batch_size=args.full_batch_size, learning_rate=args.full_lr,
+            epochs=full_epochs, batch_size=args.full_batch_size, learning_rate=args.full_lr,
             max_length=args.max_length, seed=args.seed), source=str(data_path))),
     }
+    wanted = {m.strip() for m in args.models.split(",") if m.strip()}
+    if wanted - set(runs):
+        raise SystemExit(f"unknown --models {', '.join(sorted(wanted - set(runs)))}; expected some of {', '.join(runs)}")
+    runs = {name: run for name, run in runs.items() if name in wanted}
     training = {}
     for name, (out, marker, train) in runs.items():
         if (out / marker).exists():
@@ -156,6 +176,12 @@ def main() -> None:
 
     # 3. evaluation on SciFact test
     scifact = load_retrieval_task("scifact", data_dir, "test").sample(args.eval_limit, seed=args.seed)
+    if args.scifact_train:
+        # The in-domain row is only honest if no test claim was trained on.
+        trained = {row["qid"] for row in rows if row["task"] == "scifact"}
+        overlap = trained & set(scifact.queries)
+        if overlap:
+            raise SystemExit(f"{len(overlap)} SciFact test claims are in the training data, e.g. {sorted(overlap)[:3]}")
     systems = {
         "bm25": ("bm25", None),
         "minilm_untrained": ("dense:minilm-l6", None),
@@ -164,6 +190,10 @@ def main() -> None:
         "bm25+tart_full": ("bm25", work / "full"),
     }
     # Evaluations are kept per evaluation setting: another --eval-limit or --rerank-top-k evaluates again.
+    needs = {"tart_dual": "tart_dual", "tart_dual_no_instruction": "tart_dual_no_instruction",
+             "bm25+tart_full": "tart_full"}
+    systems = {name: system for name, system in systems.items() if needs.get(name, name) not in needs.values()
+               or needs[name] in runs}
     eval_dir = work / f"eval-{args.eval_limit or 'all'}-top{args.rerank_top_k}"
     indexes: dict = {}
     reranker = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from taskret.data import Example, Task
@@ -39,6 +40,15 @@ def test_lm_oracle_scores_match_direct_scoring(task, tiny_lm):
         prompt, target = scoring_pair(pool[ids[0]], example)
         direct = tiny_lm.score([prompt], [target])[0].logprob
         assert math.isclose(float(scores[0]), direct, abs_tol=1e-3)
+
+
+def test_lm_oracle_fills_past_its_lm_ranked_head_in_bm25_oracle_order(task, tiny_lm):
+    oracle = bm25_oracle(task, task.test, k=5)
+    result = lm_oracle(task, task.test, tiny_lm, n_candidates=2, fill_to=5)
+    for ids, scores, oracle_ids in zip(result.ids, result.scores, oracle.ids):
+        assert sorted(ids[:2]) == sorted(oracle_ids[:2])  # the head is the oracle's top 2, in the LM's order
+        assert ids[2:] == oracle_ids[2:5]  # the tail keeps BM25-Oracle's order
+        assert not np.isnan(scores[:2]).any() and np.isnan(scores[2:]).all()
 
 
 def test_bruteforce_ranks_random_draws_by_log_p_of_the_input(task, tiny_lm):

@@ -61,9 +61,22 @@ def lm_rank(task: Task, examples: Sequence[Example], candidates: RetrievalResult
 
 
 def lm_oracle(task: Task, examples: Sequence[Example], lm: LMBackend, n_candidates: int = 50,
-              progress: Progress = None) -> RetrievalResult:
-    return lm_rank(task, examples, bm25_oracle(task, examples, k=n_candidates), lm, gold_output=True,
-                   progress=progress)
+              progress: Progress = None, fill_to: int = 0) -> RetrievalResult:
+    """BM25-Oracle's top ``n_candidates`` re-ranked by the LM with the gold output.
+
+    ``fill_to`` > ``n_candidates`` appends BM25-Oracle's ranks ``n_candidates..fill_to`` after the LM-ranked
+    ones (with NaN scores), so a small L still fills the prompt like the other methods: only the order of the
+    first L is the LM's. The appended examples sit farthest from the test input in the prompt.
+    """
+    oracle = bm25_oracle(task, examples, k=max(n_candidates, fill_to))
+    head = RetrievalResult([ids[:n_candidates] for ids in oracle.ids], oracle.scores[:, :n_candidates])
+    ranked = lm_rank(task, examples, head, lm, gold_output=True, progress=progress)
+    if fill_to <= n_candidates:
+        return ranked
+    ids = [top + all_ids[n_candidates:] for top, all_ids in zip(ranked.ids, oracle.ids)]
+    scores = np.full((len(ids), max((len(i) for i in ids), default=0)), np.nan, dtype=np.float32)
+    scores[:, : ranked.scores.shape[1]] = ranked.scores
+    return RetrievalResult(ids, scores)
 
 
 def brute_force(task: Task, examples: Sequence[Example], lm: LMBackend, n_random: int = 200, seed: int = 0,
@@ -98,14 +111,15 @@ TEST_TIME_METHODS = ("bm25-oracle", "lm-oracle", "bruteforce")
 
 
 def rank_test_examples(method: str, task: Task, examples: Sequence[Example], scoring_lm: LMBackend | None = None,
-                       seed: int = 0, progress: Progress = None) -> RetrievalResult:
+                       seed: int = 0, progress: Progress = None, n_candidates: int = 50,
+                       fill_to: int = 100) -> RetrievalResult:
     """Rankings for the methods that look at each test example itself (``TEST_TIME_METHODS``)."""
     if method == "bm25-oracle":
         return bm25_oracle(task, examples)
     if scoring_lm is None:
         raise ValueError(f"{method} needs a scoring LM")
     if method == "lm-oracle":
-        return lm_oracle(task, examples, scoring_lm, progress=progress)
+        return lm_oracle(task, examples, scoring_lm, n_candidates=n_candidates, progress=progress, fill_to=fill_to)
     if method == "bruteforce":
         return brute_force(task, examples, scoring_lm, seed=seed, progress=progress)
     raise ValueError(f"unknown method '{method}'; expected one of {', '.join(TEST_TIME_METHODS)}")
