@@ -43,8 +43,12 @@ bench: setup
 	$(BIN)/python benchmarks/epr_table.py --task break --data-dir $(DATA_DIR) --max-train-examples 1237 \
 		--reuse benchmarks/results/icl_baselines
 	$(BIN)/python benchmarks/epr_analysis.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/epr_lm_transfer.py --data-dir $(DATA_DIR) --reuse smollm2-135m=benchmarks/results/epr_mtop_small
 	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR) --scifact-train --limit 200 --full-epochs 2 \
+		--full-lr 5e-5 --rerank-top-k 20 --models tart_full --work runs/bench/tart_trained_scifact_train \
+		--out benchmarks/results/tart_trained_scifact_train.json
 	$(BIN)/python benchmarks/serve_load.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/dense_latency.py
 	$(BIN)/python benchmarks/ray_scoring.py --data-dir $(DATA_DIR)

@@ -119,6 +119,25 @@ def epr_table() -> list[str]:
     return out
 
 
+def lm_transfer_table() -> list[str]:
+    """The paper's Table 4: EPR trained on one LM's scores, used to prompt another."""
+    out = []
+    for path in sorted(RESULTS.glob("epr_lm_transfer_*.json")):
+        d = _load(path.name)
+        if not d:
+            continue
+        lms, res = d["lms"], d["results"]
+        out += [f"Score with one LM, infer with another on {d['task']} (`{d['command']}`, N={d['n']}). EM; rows: "
+                "the LM whose scores trained EPR, columns: the inference LM:", "",
+                "| retriever | " + " | ".join(lms) + " |", "|---|" + "---|" * len(lms),
+                "| BM25 | " + " | ".join(f"{res['bm25'][lm]['em']:.1f}" for lm in lms) + " |"]
+        for scorer, row in res["epr"].items():
+            out.append(f"| EPR scored by {scorer} | " + " | ".join(
+                f"{row[lm]['em']:.1f}" if lm in row else "–" for lm in lms) + " |")
+        out.append("")
+    return out
+
+
 def bm25_table() -> list[str]:
     d = _load("bm25_speed.json")
     if not d:
@@ -310,8 +329,9 @@ def tart_pooled_table() -> list[str]:
                       "pooled, on tasks whose test queries no model trained on")
 
 
-SECTIONS = (icl_table, epr_table, bm25_table, throughput_table, scoring_speed_table, analysis_table, tart_table,
-            tart_trained_table, tart_in_domain_table, tart_pooled_table, serve_table, dense_latency_table, ray_table, robustness_table)
+SECTIONS = (icl_table, epr_table, lm_transfer_table, bm25_table, throughput_table, scoring_speed_table,
+            analysis_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, serve_table,
+            dense_latency_table, ray_table, robustness_table)
 
 
 def render() -> str:

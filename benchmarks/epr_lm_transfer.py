@@ -1,0 +1,138 @@
+"""Score with one LM, infer with another (the EPR paper's Table 4).
+
+For every scoring LM in --lms, EPR is trained at the small scale of benchmarks/configs/epr_mtop_small.json
+(``taskret epr run`` with that scoring LM); each trained retriever then fills the prompts of every inference LM
+in --lms. BM25 with each inference LM is the reference row. All cells use the same seeded test sample.
+
+    python benchmarks/epr_lm_transfer.py --data-dir ../shared/data --lms smollm2-135m,gemma3-270m --n 300 \\
+        --reuse smollm2-135m=benchmarks/results/epr_mtop_small
+    python benchmarks/epr_lm_transfer.py --task demo --n 4 --max-train-examples 12 --n-candidates 3 --epochs 1 \\
+        --lms smollm2-135m --work /tmp/t --out /tmp/t.json                                  # a smoke run
+
+Every cell is a folder under --work with its predictions.jsonl and summary.json, reused when the script runs
+again (a killed run resumes). Writes --out: EM per (scoring LM, inference LM), BM25 per inference LM, wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from taskret.backends.base import load_lm  # noqa: E402
+from taskret.data import load_task, sample  # noqa: E402
+from taskret.epr.pipeline import EPRConfig, run_pipeline  # noqa: E402
+from taskret.evaluation import evaluate  # noqa: E402
+from taskret.io import read_json, write_json  # noqa: E402
+from taskret.progress import progress_bar  # noqa: E402
+from taskret.retrieval import Retriever, make_retriever  # noqa: E402
+
+
+def _folder_name(lm: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in lm)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="mtop")
+    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
+    parser.add_argument("--lms", default="smollm2-135m,gemma3-270m", help="the LMs, each used to score and to infer")
+    parser.add_argument("--n", type=int, default=300, help="test examples (a seeded sample, the same for every cell)")
+    parser.add_argument("--max-train-examples", type=int, default=300)
+    parser.add_argument("--n-candidates", type=int, default=8)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--context-window", type=int, default=640)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reuse", action="append", default=[],
+                        help="SCORING_LM=DIR: a finished `taskret epr run` folder made with these settings and that "
+                             "scoring LM (its own evaluation is reused when it holds --n examples)")
+    parser.add_argument("--work", default="runs/bench/epr_lm_transfer")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    os.environ["TASKRET_DATA_DIR"] = args.data_dir  # for reused runs whose config names no data_dir
+
+    lm_names = [name.strip() for name in args.lms.split(",") if name.strip()]
+    reuse = dict(item.split("=", 1) for item in args.reuse)
+    work = Path(args.work) / args.task
+    out_path = Path(args.out or f"benchmarks/results/epr_lm_transfer_{args.task}.json")
+    task = load_task(args.task, data_dir=args.data_dir)
+    examples = sample(task.test, args.n, seed=args.seed)
+    started = time.perf_counter()
+
+    def cell(folder: Path, retriever, inference_lm: str, name: str) -> dict:
+        summary_path = folder / "summary.json"
+        if not summary_path.exists():
+            lm = load_lm(inference_lm)
+            with progress_bar(len(examples), f"{name} -> {inference_lm}") as advance:
+                evaluate(task, retriever, lm, examples, folder, retriever_name=name,
+                         context_window=args.context_window, max_new_tokens=args.max_new_tokens, progress=advance)
+        summary = json.loads(summary_path.read_text())
+        if summary["n"] != len(examples):
+            raise SystemExit(f"{summary_path} holds {summary['n']} examples, not {len(examples)}; use another --work")
+        print(f"{name} -> {inference_lm}: EM {summary['metrics']['em']:.1f}", flush=True)
+        return {"em": round(summary["metrics"]["em"], 2), "eval_wall_time_s": summary["wall_time_s"]}
+
+    bm25 = make_retriever("bm25", seed=args.seed).index(task.train)
+    results: dict = {"bm25": {}, "epr": {}}
+    for inference_lm in lm_names:
+        results["bm25"][inference_lm] = cell(work / "bm25" / _folder_name(inference_lm), bm25, inference_lm, "bm25")
+
+    for scoring_lm in lm_names:
+        run_dir = Path(reuse.get(scoring_lm, work / f"epr-scored-by-{_folder_name(scoring_lm)}"))
+        config = EPRConfig(task=args.task, data_dir=args.data_dir, work_dir=str(run_dir),
+                           max_train_examples=args.max_train_examples, n_candidates=args.n_candidates,
+                           scoring_lm=scoring_lm, k=args.k, labels="lm",
+                           training={"epochs": args.epochs, "batch_size": args.batch_size, "mini_batch_size": 16,
+                                     "learning_rate": 5e-5},
+                           inference_lm=scoring_lm, eval_limit=args.n, context_window=args.context_window,
+                           max_new_tokens=args.max_new_tokens, seed=args.seed)
+        if scoring_lm in reuse:
+            # A finished run is taken as it was configured, once the settings that shape the result agree.
+            used = EPRConfig.model_validate(read_json(run_dir / "pipeline_config.json"))
+            shaping = ("task", "max_train_examples", "n_candidates", "scoring_lm", "k", "labels", "training",
+                       "inference_lm", "eval_limit", "context_window", "max_new_tokens", "seed")
+            changed = [k for k in shaping if getattr(used, k) != getattr(config, k)]
+            if changed:
+                raise SystemExit(f"--reuse {scoring_lm}={run_dir}: made with other {', '.join(changed)}")
+            config = used
+        t0 = time.perf_counter()
+        run_pipeline(config)  # trains (or finds) the retriever and evaluates the diagonal cell
+        retriever = Retriever.load(run_dir / "index")
+        row = {}
+        for inference_lm in lm_names:
+            if inference_lm == scoring_lm:
+                summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+                row[inference_lm] = {"em": round(summary["metrics"]["em"], 2),
+                                     "eval_wall_time_s": summary["wall_time_s"]}
+            else:
+                row[inference_lm] = cell(work / f"epr-scored-by-{_folder_name(scoring_lm)}-infer" /
+                                         _folder_name(inference_lm), retriever, inference_lm, f"epr:{run_dir}")
+        row["pipeline_this_run_s"] = round(time.perf_counter() - t0, 1)
+        results["epr"][scoring_lm] = row
+
+    write_json(out_path, {
+        "benchmark": "epr_lm_transfer",
+        "command": "python benchmarks/epr_lm_transfer.py " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if v not in (None, []) and k not in ("data_dir", "work", "out", "reuse")),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "task": args.task, "n": len(examples), "lms": lm_names,
+        "scale": {"examples_labelled": args.max_train_examples, "n_candidates": args.n_candidates, "k": args.k,
+                  "epochs": args.epochs, "effective_batch": args.batch_size},
+        "results": results,
+        "wall_time_s_this_run": round(time.perf_counter() - started, 1),
+    })
+    print(f"-> {out_path}")
+
+
+if __name__ == "__main__":
+    main()
