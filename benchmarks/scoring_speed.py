@@ -1,10 +1,16 @@
 """EPR scoring speed: taskret's scorer against a plain batch-size-1 loop over the same pairs.
 
+The pairs are what the pipeline scores: one shard of ``taskret epr score`` (--shard-size training examples, taken
+in output order as the scorer cuts them, each with its top --n-candidates BM25 candidates; --shard picks which).
+
 The baseline is how the original EPR code scores: one (candidate, example) pair at a time, a full
 forward pass with the vocabulary projection at every position, log-softmax, and the target tokens'
-log-probabilities summed. taskret's scorer groups pairs by length into token-budgeted batches and
-projects onto the vocabulary only at target positions. Both run the same model in the same dtype; the
-largest absolute difference of the summed log-probabilities is reported.
+log-probabilities summed (timed on a seeded sample of --loop-pairs of the pairs: it is slow). taskret's
+scorer groups pairs by length into token-budgeted batches and projects onto the vocabulary only at target
+positions (``score``); ``score_shared``, what the pipeline uses, also computes each candidate's
+demonstration once per shard and runs every example that uses it on top of its cached keys and values. All
+run the same model in the same dtype; the largest absolute differences of the summed log-probabilities are
+reported.
 
 The same run measures the machine's matrix-multiply FLOP/s (float32 and bf16, 1024x1024 matmuls for ~3 s each) and
 the scorer's achieved FLOP/s (2 x non-embedding parameters per token + the attention score/value
@@ -18,15 +24,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from taskret.data import load_task, sample  # noqa: E402
+from taskret.data import load_task  # noqa: E402
 from taskret.epr.candidates import mine_candidates  # noqa: E402
-from taskret.epr.scoring import scoring_pair  # noqa: E402
+from taskret.epr.scoring import shard_pairs  # noqa: E402
 from taskret.io import write_json  # noqa: E402
 from taskret.lm import CausalLM  # noqa: E402
 
@@ -78,7 +85,10 @@ def main() -> None:
     parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
     parser.add_argument("--task", default="mtop")
     parser.add_argument("--lm", default="smollm2-135m")
-    parser.add_argument("--pairs", type=int, default=200)
+    parser.add_argument("--shard-size", type=int, default=25, help="training examples per shard (the pipeline's)")
+    parser.add_argument("--n-candidates", type=int, default=50)
+    parser.add_argument("--shard", type=int, default=None, help="which shard (default: a seeded random one)")
+    parser.add_argument("--loop-pairs", type=int, default=200, help="pairs the batch-size-1 loop is timed on")
     parser.add_argument("--max-batch-tokens", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/scoring_speed.json")
@@ -86,19 +96,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     task = load_task(args.task, data_dir=args.data_dir)
-    examples = sample(task.train, max(1, args.pairs // 10), seed=0)
-    pool = task.train
-    by_id = {e.id: e for e in pool}
-    rows = mine_candidates(pool, n=10)
-    chosen = {e.id for e in examples}
-    prompts, targets = [], []
-    for row in rows:
-        if row["id"] in chosen:
-            for cand in row["candidates"]:
-                prompt, target = scoring_pair(by_id[cand], by_id[row["id"]], task.output_format)
-                prompts.append(prompt)
-                targets.append(target)
-    prompts, targets = prompts[: args.pairs], targets[: args.pairs]
+    by_id = {e.id: e for e in task.train}
+    rows = sorted(mine_candidates(task.train, n=args.n_candidates), key=lambda r: (by_id[r["id"]].output, r["id"]))
+    shards = [rows[i: i + args.shard_size] for i in range(0, len(rows), args.shard_size)]
+    shard = args.shard if args.shard is not None else random.Random(0).randrange(len(shards))
+    prefixes, prompts, targets = shard_pairs(shards[shard], by_id, task.output_format)
+    reuse = len(prefixes) / len(set(prefixes))
 
     lm = CausalLM.load(args.lm, max_batch_tokens=args.max_batch_tokens)
     n_target = sum(len(lm.tokenizer(t, add_special_tokens=False).input_ids) for t in targets)
@@ -108,30 +111,48 @@ def main() -> None:
     fast = lm.score(prompts, targets)
     fast_s = time.perf_counter() - start
 
+    start = time.perf_counter()
+    shared = lm.score_shared(prefixes, prompts, targets)
+    shared_s = time.perf_counter() - start
+
+    loop_idx = sorted(random.Random(1).sample(range(len(prompts)), min(args.loop_pairs, len(prompts))))
     naive_scores(lm, prompts[:2], targets[:2])  # warm-up
     start = time.perf_counter()
-    slow = naive_scores(lm, prompts, targets)
+    slow = naive_scores(lm, [prompts[i] for i in loop_idx], [targets[i] for i in loop_idx])
     slow_s = time.perf_counter() - start
+    slow_rate = len(loop_idx) / slow_s
+    loop_target = sum(len(lm.tokenizer(targets[i], add_special_tokens=False).input_ids) for i in loop_idx)
 
-    max_diff = max(abs(a.logprob - b) for a, b in zip(fast, slow))
+    max_diff = max(abs(fast[i].logprob - b) for i, b in zip(loop_idx, slow))
+    max_diff_shared = max(abs(a.logprob - b.logprob) for a, b in zip(fast, shared))
     flops = scorer_flops(lm, prompts, targets)
     peak_fp32 = matmul_flops(torch.float32)
     peak_bf16 = matmul_flops(torch.bfloat16)
     achieved = flops / fast_s
     result = {
-        "command": "python benchmarks/scoring_speed.py --data-dir ../shared/data",
+        "command": "python benchmarks/scoring_speed.py " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k not in ("data_dir",
+                                                                                                        "out")),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads",
         "lm": args.lm,
         "dtype": str(next(lm.model.parameters()).dtype),
         "n_pairs": len(prompts),
+        "shard": {"index": shard, "of": len(shards), "examples": len(shards[shard]),
+                  "n_candidates": args.n_candidates, "distinct_candidates": len(set(prefixes)),
+                  "pairs_per_candidate": round(reuse, 2)},
         "n_target_tokens": n_target,
         "max_batch_tokens": args.max_batch_tokens,
         "taskret": {"seconds": round(fast_s, 2), "pairs_per_s": round(len(prompts) / fast_s, 2),
                     "target_tokens_per_s": round(n_target / fast_s, 1)},
-        "batch_size_1_loop": {"seconds": round(slow_s, 2), "pairs_per_s": round(len(prompts) / slow_s, 2),
-                              "target_tokens_per_s": round(n_target / slow_s, 1)},
-        "speedup": round(slow_s / fast_s, 2),
+        "taskret_shared_prefix": {"seconds": round(shared_s, 2), "pairs_per_s": round(len(prompts) / shared_s, 2),
+                                  "target_tokens_per_s": round(n_target / shared_s, 1)},
+        "batch_size_1_loop": {"seconds": round(slow_s, 2), "n_pairs": len(loop_idx),
+                              "pairs_per_s": round(slow_rate, 2),
+                              "target_tokens_per_s": round(loop_target / slow_s, 1)},
+        "speedup": round(len(prompts) / fast_s / slow_rate, 2),
+        "speedup_shared_prefix": round(len(prompts) / shared_s / slow_rate, 2),
         "max_abs_logprob_diff": max_diff,
+        "max_abs_logprob_diff_shared_prefix": max_diff_shared,
         "matmul_gflops": {"float32": round(peak_fp32 / 1e9, 1), "bfloat16": round(peak_bf16 / 1e9, 1)},
         "scorer_gflops": round(achieved / 1e9, 1),
         "scorer_fraction_of_matmul": {"float32": round(achieved / peak_fp32, 3),

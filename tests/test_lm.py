@@ -127,6 +127,57 @@ def test_score_nothing(tiny_lm):
     assert tiny_lm.score([], []) == []
 
 
+# --- scoring with shared prefixes (EPR: one candidate demonstration, many examples) -------------------
+
+DEMOS = ["set an alarm for 7am\t[IN:CREATE_ALARM [SL:DATE_TIME for 7am ] ]\n",
+         "call mom\t[IN:CREATE_CALL [SL:CONTACT mom ] ]\n",
+         "what is the weather in a very long city name like Llanfairpwllgwyngyll\t[IN:GET_WEATHER ]\n"]
+EXAMPLES = [("wake me up at 6\t", "[IN:CREATE_ALARM [SL:DATE_TIME at 6 ] ]"),
+            ("ring dad\t", "[IN:CREATE_CALL [SL:CONTACT dad ] ]"),
+            ("is it raining\t", "[IN:GET_WEATHER [SL:WEATHER_ATTRIBUTE raining ] ]"),
+            ("remind me\t", "")]
+
+
+def _shared_pairs():
+    prefixes, prompts, targets = [], [], []
+    for demo in DEMOS:
+        for rest, target in EXAMPLES:
+            prefixes.append(demo)
+            prompts.append(demo + rest)
+            targets.append(target)
+    return prefixes, prompts, targets
+
+
+@pytest.mark.parametrize("budget", [(1_000_000, 64), (60, 64), (1, 1), (200, 3)])
+def test_score_shared_equals_score(tiny_lm, budget):
+    prefixes, prompts, targets = _shared_pairs()
+    lm = _wrap(tiny_lm, max_batch_tokens=budget[0], max_batch_size=budget[1])
+    calls: list[int] = []
+    shared = lm.score_shared(prefixes, prompts, targets, progress=calls.append)
+    plain = tiny_lm.score(prompts, targets)
+    assert sum(calls) == len(prompts)
+    for a, b in zip(shared, plain):
+        assert a.n_tokens == b.n_tokens
+        assert abs(a.logprob - b.logprob) < 1e-3
+    assert shared[3] == TargetScore(0.0, 0)  # an empty target
+    # The scores differ between demonstrations, so rows really read their own prefix's cache.
+    assert len({round(s.logprob, 4) for s in shared[0::4]}) == len(DEMOS)
+
+
+def test_score_shared_falls_back_when_a_prefix_is_not_a_token_boundary(tiny_lm):
+    # "set an al" ends inside a word, so its tokens are not a prefix of the prompt's: no sharing, same scores.
+    prompts = ["set an alarm\t", "set an alarm please\t", "x\t"]
+    targets = ["[IN:CREATE_ALARM ]", "[IN:CREATE_ALARM ]", "y"]
+    shared = tiny_lm.score_shared(["set an al", "set an al", "x\t"], prompts, targets)
+    for a, b in zip(shared, tiny_lm.score(prompts, targets)):
+        assert a.n_tokens == b.n_tokens and abs(a.logprob - b.logprob) < 1e-3
+
+
+def test_score_shared_lengths_must_match(tiny_lm):
+    with pytest.raises(ValueError, match="same length"):
+        tiny_lm.score_shared(["a"], ["a b", "c"], ["d", "e"])
+
+
 # --- generation -----------------------------------------------------------------------------------
 
 

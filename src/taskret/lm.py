@@ -180,6 +180,127 @@ class CausalLM(LMBackend):
         return results
 
     @torch.inference_mode()
+    def score_shared(self, prefixes: Sequence[str], prompts: Sequence[str], targets: Sequence[str],
+                     progress: ProgressFn | None = None) -> list[TargetScore]:
+        """:meth:`score`, computing each distinct prefix once: its keys and values are cached and every pair
+        that starts with it runs only the rest of its prompt and its target on top.
+
+        The token sequences are exactly :meth:`score`'s (prompt tokenised whole): a pair whose prefix does not
+        end on a token boundary of its prompt, or whose prefix is all of its prompt, is scored without sharing.
+        Results equal :meth:`score`'s up to float rounding. With EPR's pairs (candidate demonstration, then the
+        example) the prefix is about half the tokens, so the saving grows with how often candidates repeat.
+        """
+        if not (len(prefixes) == len(prompts) == len(targets)):
+            raise ValueError("prefixes, prompts and targets must have the same length")
+        prompt_ids = [self._encode_prompt(p) for p in prompts]
+        target_ids = [self.tokenizer(t, add_special_tokens=False).input_ids for t in targets]
+        prefix_cache: dict[str, list[int]] = {}
+        groups: dict[str, list[int]] = {}
+        plain: list[int] = []
+        for i, (prefix, ids) in enumerate(zip(prefixes, prompt_ids)):
+            if prefix not in prefix_cache:
+                prefix_cache[prefix] = self._encode_prompt(prefix) if prefix else []
+            head = prefix_cache[prefix]
+            if head and len(head) < len(ids) and ids[: len(head)] == head and prompts[i].startswith(prefix):
+                groups.setdefault(prefix, []).append(i)
+            else:
+                plain.append(i)
+        results: list[TargetScore] = [TargetScore(0.0, 0)] * len(prompts)
+        if plain:
+            for i, score in zip(plain, self.score([prompts[i] for i in plain], [targets[i] for i in plain],
+                                                  progress=progress)):
+                results[i] = score
+        # Sequences after the shared prefix: the rest of the prompt, then the target.
+        rests = {i: prompt_ids[i][len(prefix_cache[prefix]):] + target_ids[i]
+                 for prefix, members in groups.items() for i in members}
+        for group_batch in self._group_batches(groups, prefix_cache, rests):
+            sums = self._score_group_batch(group_batch, prefix_cache, rests, prompt_ids, target_ids)
+            for i, total in sums.items():
+                results[i] = TargetScore(total, len(target_ids[i]))
+            if progress:
+                progress(len(sums))
+        return results
+
+    def _group_batches(self, groups: dict[str, list[int]], prefix_ids: dict[str, list[int]],
+                       rests: dict[int, list[int]]) -> list[list[tuple[str, list[int]]]]:
+        """Batches of (prefix, its pairs), groups of similar prefix length together, each batch's rows
+        (prefix + rest) under the token budget; a group larger than a batch is split."""
+        pieces: list[tuple[str, list[int]]] = []
+        for prefix, members in groups.items():
+            members = sorted(members, key=lambda i: len(rests[i]), reverse=True)
+            for start in range(0, len(members), self.max_batch_size):
+                pieces.append((prefix, members[start: start + self.max_batch_size]))
+        pieces.sort(key=lambda piece: (len(prefix_ids[piece[0]]), len(rests[piece[1][0]])), reverse=True)
+        batches: list[list[tuple[str, list[int]]]] = []
+        current: list[tuple[str, list[int]]] = []
+        rows = longest_prefix = longest_rest = 0
+        for prefix, members in pieces:
+            n_prefix, n_rest = len(prefix_ids[prefix]), max(len(rests[i]) for i in members)
+            new_rows = rows + len(members)
+            cost = new_rows * (max(longest_prefix, n_prefix) + max(longest_rest, n_rest))
+            if current and (cost > self.max_batch_tokens or new_rows > self.max_batch_size):
+                batches.append(current)
+                current, rows, longest_prefix, longest_rest = [], 0, 0, 0
+            current.append((prefix, members))
+            rows += len(members)
+            longest_prefix, longest_rest = max(longest_prefix, n_prefix), max(longest_rest, n_rest)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _score_group_batch(self, batch: list[tuple[str, list[int]]], prefix_ids: dict[str, list[int]],
+                           rests: dict[int, list[int]], prompt_ids: list[list[int]],
+                           target_ids: list[list[int]]) -> dict[int, float]:
+        """One prefix pass (prefixes left-padded to a common end) and one pass of the rests on top of the
+        cached keys and values, each row reading its own prefix's cache."""
+        pad = self.tokenizer.pad_token_id
+        device = self.device
+        backbone = self.model.get_decoder()
+        head = self.model.get_output_embeddings()
+        softcap = getattr(self.model.config, "final_logit_softcapping", None)
+        n_prefix = max(len(prefix_ids[prefix]) for prefix, _ in batch)
+        prefix_input = torch.full((len(batch), n_prefix), pad, dtype=torch.long)
+        prefix_mask = torch.zeros((len(batch), n_prefix), dtype=torch.long)
+        for g, (prefix, _) in enumerate(batch):
+            ids = prefix_ids[prefix]
+            prefix_input[g, n_prefix - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            prefix_mask[g, n_prefix - len(ids):] = 1
+        prefix_positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = backbone(input_ids=prefix_input.to(device), attention_mask=prefix_mask.to(device),
+                         position_ids=prefix_positions.to(device), use_cache=True).past_key_values
+        members = [(g, i) for g, (_, group) in enumerate(batch) for i in group]
+        owner = torch.tensor([g for g, _ in members], dtype=torch.long)
+        cache.batch_select_indices(owner.to(device))
+        n_rest = max(len(rests[i]) for _, i in members)
+        rest_input = torch.full((len(members), n_rest), pad, dtype=torch.long)
+        rest_mask = torch.zeros((len(members), n_rest), dtype=torch.long)
+        rows, positions, labels = [], [], []
+        for row, (g, i) in enumerate(members):
+            seq = rests[i]
+            rest_input[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            rest_mask[row, : len(seq)] = 1
+            # The target starts after the rest of the prompt; the state before a token predicts it.
+            start = len(prompt_ids[i]) - len(prefix_ids[batch[g][0]])
+            for pos in range(start, len(seq)):
+                rows.append(row)
+                positions.append(pos - 1)
+                labels.append(seq[pos])
+        lengths = prefix_mask.sum(-1)[owner]
+        rest_positions = lengths[:, None] + torch.arange(n_rest)[None, :]
+        hidden = backbone(input_ids=rest_input.to(device),
+                          attention_mask=torch.cat([prefix_mask[owner], rest_mask], dim=1).to(device),
+                          position_ids=rest_positions.to(device), past_key_values=cache,
+                          use_cache=True).last_hidden_state
+        rows_t = torch.tensor(rows, dtype=torch.long)
+        logits = head(hidden[rows_t, torch.tensor(positions, dtype=torch.long)]).float()
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        picked_labels = torch.tensor(labels, dtype=torch.long)
+        token_logprobs = torch.log_softmax(logits, dim=-1)[torch.arange(len(labels)), picked_labels]
+        sums = torch.zeros(len(members), dtype=torch.float64).index_add_(0, rows_t, token_logprobs.double().cpu())
+        return {i: float(sums[row]) for row, (_, i) in enumerate(members)}
+
+    @torch.inference_mode()
     def token_logprobs(self, sequences: Sequence[Sequence[int]], top_k: int = 0
                        ) -> list[tuple[list[float], list[list[tuple[int, float]]]]]:
         """For each token sequence, log P(token_i | tokens before it) for every i >= 1 (the first token

@@ -71,7 +71,9 @@ def test_two_workers_match_local_scoring_and_survive_a_killed_worker(tmp_path, r
 
     (out / "shards").mkdir(parents=True)
     partial = tmp_path / "partial"
-    score_candidates(rows[:2], by_id, make_backend(str(tiny_model_dir), **LM_OPTIONS), partial, shard_size=1)
+    # File order: shards 0 and 1 of the two-row job are then shards 0 and 1 of the whole job.
+    score_candidates(rows[:2], by_id, make_backend(str(tiny_model_dir), **LM_OPTIONS), partial, shard_size=1,
+                     shard_order="file")
     for name in ("shard-00000.jsonl", "shard-00001.jsonl"):
         shutil.copy(partial / "shards" / name, out / "shards" / name)
 
@@ -86,7 +88,7 @@ def test_two_workers_match_local_scoring_and_survive_a_killed_worker(tmp_path, r
                 os.kill(victim, signal.SIGKILL)
 
         path = score_candidates(rows, by_id, runner.lm_name, out, shard_size=1, progress=progress,
-                                shard_runner=runner)
+                                shard_runner=runner, shard_order="file")
         stats = dict(runner.stats)
     assert path.read_bytes() == reference
     assert sum(done) == sum(len(r["candidates"]) for r in rows)

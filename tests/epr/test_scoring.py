@@ -137,6 +137,36 @@ def test_resume_rescores_only_missing_shards(tmp_path, tiny_lm, examples, cand_r
     assert sum(done) == n_pairs and path.read_bytes() == first
 
 
+def test_shard_order_changes_the_shards_not_the_scores(tmp_path, tiny_lm, examples, cand_rows):
+    by_id = {e.id: e for e in examples}
+    by_output = score_candidates(cand_rows, by_id, tiny_lm, tmp_path / "o", shard_size=2)
+    by_file = score_candidates(cand_rows, by_id, tiny_lm, tmp_path / "f", shard_size=2, shard_order="file")
+    a, b = read_jsonl_rows(by_output), read_jsonl_rows(by_file)
+    assert [r["id"] for r in a] == [r["id"] for r in b] == [r["id"] for r in cand_rows]  # the file's order
+    for x, y in zip(a, b):
+        assert [c["id"] for c in x["candidates"]] == [c["id"] for c in y["candidates"]]
+        for c, d in zip(x["candidates"], y["candidates"]):
+            assert c["n_tokens"] == d["n_tokens"] and c["logprob"] == pytest.approx(d["logprob"], abs=1e-3)
+    # "output" fills the first shard with the examples whose outputs sort first
+    first = [r["id"] for r in read_jsonl_rows(tmp_path / "o" / "shards" / "shard-00000.jsonl")]
+    assert first == [r["id"] for r in sorted(cand_rows, key=lambda r: (by_id[r["id"]].output, r["id"]))][:2]
+    assert first != [r["id"] for r in cand_rows[:2]]
+    with pytest.raises(ValueError, match="shard_order"):
+        score_candidates(cand_rows, by_id, tiny_lm, tmp_path / "x", shard_order="random")
+
+
+def test_a_job_started_before_shard_order_resumes_in_file_order(tmp_path, tiny_lm, examples, cand_rows):
+    by_id = {e.id: e for e in examples}
+    out = tmp_path / "scoring"
+    path = score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2, shard_order="file")
+    first = path.read_bytes()
+    meta = json.loads((out / "scoring_meta.json").read_text())
+    del meta["shard_order"]  # as written by earlier versions
+    (out / "scoring_meta.json").write_text(json.dumps(meta))
+    (out / "shards" / "shard-00001.jsonl").unlink()
+    assert score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2).read_bytes() == first
+
+
 def test_another_job_in_the_same_folder_is_refused(tmp_path, tiny_model, tokenizer, tiny_lm, examples, cand_rows):
     from taskret.lm import CausalLM
 

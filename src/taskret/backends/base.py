@@ -70,6 +70,14 @@ class LMBackend(ABC):
               ) -> list[TargetScore]:
         """log P(target | prompt) for each pair, summed over the target's tokens only."""
 
+    def score_shared(self, prefixes: Sequence[str], prompts: Sequence[str], targets: Sequence[str],
+                     progress: ProgressFn | None = None) -> list[TargetScore]:
+        """As :meth:`score`, told that ``prefixes[i]`` starts ``prompts[i]`` and that many pairs share it (EPR:
+        one candidate demonstration scored for many examples). A backend that can compute a shared prefix once
+        overrides this; the default scores the prompts as they are (servers such as vLLM cache prefixes
+        themselves)."""
+        return self.score(prompts, targets, progress=progress)
+
     @abstractmethod
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 128, stop: str | None = DEFAULT_STOP,
                  progress: ProgressFn | None = None) -> list[str]:

@@ -68,8 +68,8 @@ class _ScoringWorker:
 
         return {"name": self.lm.name, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
-    def score(self, prompts: list[str], targets: list[str]) -> list[tuple[float, int]]:
-        return [(s.logprob, s.n_tokens) for s in self.lm.score(prompts, targets)]
+    def score(self, prefixes: list[str], prompts: list[str], targets: list[str]) -> list[tuple[float, int]]:
+        return [(s.logprob, s.n_tokens) for s in self.lm.score_shared(prefixes, prompts, targets)]
 
 
 class RayScoring:
@@ -197,8 +197,8 @@ class RayScoring:
         while queue or in_flight:
             while queue and idle:
                 actor, shard = idle.pop(), queue.popleft()
-                prompts, targets = shard_pairs(shard[1], examples, fmt)
-                in_flight[actor.score.remote(prompts, targets)] = (actor, shard)
+                prefixes, prompts, targets = shard_pairs(shard[1], examples, fmt)
+                in_flight[actor.score.remote(prefixes, prompts, targets)] = (actor, shard)
             if not in_flight:
                 raise BackendError(f"no Ray worker is left to score {len(queue)} shard(s)")
             [ref], _ = ray.wait(list(in_flight), num_returns=1)

@@ -28,8 +28,14 @@ META_FILE = "scoring_meta.json"
 
 def scoring_pair(candidate: Example, example: Example, fmt: OutputFormat = OutputFormat()) -> tuple[str, str]:
     """``("{cand_input}\\t{cand_output}\\n{input}\\t", "{output}")``: only the output's tokens are scored."""
-    prompt = f"{candidate.input}\t{fmt.to_prompt(candidate.output)}\n{example.input}\t"
+    prompt = f"{demonstration_prefix(candidate, fmt)}{example.input}\t"
     return prompt, fmt.to_prompt(example.output)
+
+
+def demonstration_prefix(candidate: Example, fmt: OutputFormat = OutputFormat()) -> str:
+    """The start of every scoring prompt that uses ``candidate``: computed once per candidate by LMs that share
+    prefixes (:meth:`~taskret.backends.base.LMBackend.score_shared`)."""
+    return f"{candidate.input}\t{fmt.to_prompt(candidate.output)}\n"
 
 
 def _fingerprint(candidate_rows: Sequence[dict]) -> str:
@@ -40,23 +46,25 @@ def _fingerprint(candidate_rows: Sequence[dict]) -> str:
 
 
 def shard_pairs(rows: Sequence[dict], examples: Mapping[str, Example], fmt: OutputFormat = OutputFormat()
-                ) -> tuple[list[str], list[str]]:
-    """The (prompt, target) pairs of ``rows``, example by example, candidates in the file's order."""
-    prompts, targets = [], []
+                ) -> tuple[list[str], list[str], list[str]]:
+    """The (prefix, prompt, target) of every pair of ``rows``, example by example, candidates in the file's
+    order; the prefix is the candidate's demonstration, shared by every example that has the candidate."""
+    prefixes, prompts, targets = [], [], []
     for row in rows:
         example = examples[row["id"]]
         for cand_id in row["candidates"]:
             prompt, target = scoring_pair(examples[cand_id], example, fmt)
+            prefixes.append(demonstration_prefix(examples[cand_id], fmt))
             prompts.append(prompt)
             targets.append(target)
-    return prompts, targets
+    return prefixes, prompts, targets
 
 
 def score_shard(rows: Sequence[dict], examples: Mapping[str, Example], lm: LMBackend, fmt: OutputFormat,
                 progress: Callable[[int], None] | None = None) -> list[dict]:
     """Score every (example, candidate) pair of ``rows``; one output row per example."""
-    prompts, targets = shard_pairs(rows, examples, fmt)
-    return shard_rows(rows, lm.score(prompts, targets, progress=progress))
+    prefixes, prompts, targets = shard_pairs(rows, examples, fmt)
+    return shard_rows(rows, lm.score_shared(prefixes, prompts, targets, progress=progress))
 
 
 def shard_rows(rows: Sequence[dict], scores: Sequence[TargetScore]) -> list[dict]:
@@ -77,10 +85,15 @@ def shard_rows(rows: Sequence[dict], scores: Sequence[TargetScore]) -> list[dict
 def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Example], lm: LMBackend | str,
                      out_dir: str | os.PathLike, fmt: OutputFormat = OutputFormat(), shard_size: int = 32,
                      progress: Callable[[int], None] | None = None,
-                     shard_runner: ShardRunner | None = None) -> Path:
+                     shard_runner: ShardRunner | None = None, shard_order: str = "output") -> Path:
     """Score all pairs into ``out_dir/scores.jsonl``, resuming from finished shards.
 
     ``progress`` is called with the number of pairs done (finished shards count at once on resume).
+    ``shard_order="output"`` fills shards with examples sorted by output, so that examples with similar outputs,
+    which share many BM25 candidates, are scored together and an LM that shares prefixes computes each
+    candidate's demonstration once for several of them (MTOP, 25 examples x 50 candidates: each candidate
+    recurs 5.6 times per shard, against 1.8 in file order); ``"file"`` keeps the file's order. Either way
+    ``scores.jsonl`` lists the examples in the file's order.
     ``shard_runner`` (optional) scores the pending shards elsewhere (e.g. ``epr.distributed.RayScoring``
     on Ray workers) as ``shard_runner(pending, examples, fmt, progress)``, writing each shard with
     ``io.write_jsonl`` when it is done; ``lm`` may then be just the scoring LM's name (for the meta file).
@@ -95,16 +108,26 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
     for stale in [*shard_dir.glob(".shard-*.tmp"), *out_dir.glob(f".{SCORES_FILE}.*.tmp"),
                   *out_dir.glob(f".{META_FILE}.*.tmp")]:
         stale.unlink(missing_ok=True)
+    if shard_order not in ("output", "file"):
+        raise ValueError(f"shard_order must be 'output' or 'file', not {shard_order!r}")
     meta = {"lm": lm_name, "candidates": _fingerprint(candidate_rows), "shard_size": shard_size,
-            "n_examples": len(candidate_rows), "n_pairs": sum(len(r["candidates"]) for r in candidate_rows)}
+            "n_examples": len(candidate_rows), "n_pairs": sum(len(r["candidates"]) for r in candidate_rows),
+            "shard_order": shard_order}
     meta_path = out_dir / META_FILE
     if meta_path.exists():
         previous = read_json(meta_path)
-        if {k: previous.get(k) for k in meta} != meta:
+        previous.setdefault("shard_order", "file")  # jobs started before shard_order existed
+        if {k: previous.get(k) for k in meta if k != "shard_order"} != {k: v for k, v in meta.items()
+                                                                       if k != "shard_order"}:
             raise ValueError(f"{out_dir} holds scores of another job ({previous}); use a new output folder")
+        # A resumed job keeps the shard order it started with: its finished shards were cut that way.
+        shard_order = previous["shard_order"]
     else:
         write_json(meta_path, meta)
-    shards = [list(candidate_rows[i: i + shard_size]) for i in range(0, len(candidate_rows), shard_size)]
+    ordered = list(candidate_rows)
+    if shard_order == "output":
+        ordered.sort(key=lambda row: (examples[row["id"]].output, row["id"]))
+    shards = [ordered[i: i + shard_size] for i in range(0, len(ordered), shard_size)]
     pending = []
     for number, rows in enumerate(shards):
         path = shard_dir / f"shard-{number:05d}.jsonl"
@@ -121,10 +144,10 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
     else:
         for _, rows, path in pending:
             write_jsonl(path, score_shard(rows, examples, lm, fmt, progress=progress))
-    merged = []
+    scored = {}
     for number in range(len(shards)):
-        merged.extend(read_jsonl(shard_dir / f"shard-{number:05d}.jsonl"))
-    write_jsonl(out_dir / SCORES_FILE, merged)
+        scored.update((row["id"], row) for row in read_jsonl(shard_dir / f"shard-{number:05d}.jsonl"))
+    write_jsonl(out_dir / SCORES_FILE, [scored[row["id"]] for row in candidate_rows])
     return out_dir / SCORES_FILE
 
 
