@@ -22,7 +22,7 @@ from ..evaluation import exact_match
 from ..backends.base import LMBackend
 from ..prompt import render_demo
 from ..retrieval import BM25Retriever, RetrievalResult
-from .scoring import scoring_pair
+from .scoring import demonstration_prefix, scoring_pair
 
 Progress = Callable[[int], None] | None
 
@@ -45,17 +45,20 @@ def lm_rank(task: Task, examples: Sequence[Example], candidates: RetrievalResult
             gold_output: bool = True, progress: Progress = None) -> RetrievalResult:
     """Re-rank each example's candidates by the LM: log P(y | e, x) with the gold output, else log P(x | e)."""
     pool = {e.id: e for e in task.train}
-    prompts, targets = [], []
+    prefixes, prompts, targets = [], [], []
     for example, ids in zip(examples, candidates.ids):
         for cand_id in ids:
             if gold_output:
                 prompt, target = scoring_pair(pool[cand_id], example, task.output_format)
+                prefixes.append(demonstration_prefix(pool[cand_id], task.output_format))
             else:
                 cand = pool[cand_id]
                 prompt, target = render_demo(cand.input, task.prompt_output(cand)) + "\n", example.input
+                prefixes.append("")  # the demonstration is the whole prompt: nothing after it to share it with
             prompts.append(prompt)
             targets.append(target)
-    scores = iter(lm.score(prompts, targets, progress=progress))
+    # Candidates recur across test examples: each demonstration is computed once (LMs that share prefixes).
+    scores = iter(lm.score_shared(prefixes, prompts, targets, progress=progress))
     ranked_scores = [[next(scores).logprob for _ in ids] for ids in candidates.ids]
     return _ranked(candidates.ids, ranked_scores, k=max((len(i) for i in candidates.ids), default=1))
 
