@@ -211,19 +211,31 @@ def scoring_speed_table() -> list[str]:
     if not d:
         return []
     t, b = d["taskret"], d["batch_size_1_loop"]
-    return [f"EPR scoring throughput (`{d['command']}`; {d['machine']}; {d['lm']} in {d['dtype']}): "
-            f"{d['n_pairs']} MTOP (example, candidate) pairs, {d['n_target_tokens']} target tokens, batches of "
-            f"up to {d['max_batch_tokens']} tokens.", "",
-            "| scorer | seconds | pairs/s | target tokens/s |", "|---|---|---|---|",
-            f"| taskret (length-grouped, token-budget batches, target-only projection) | {t['seconds']} | "
-            f"{t['pairs_per_s']} | {t['target_tokens_per_s']} |",
-            f"| batch-size-1 loop, full-vocabulary logits (the original code's way) | {b['seconds']} | "
-            f"{b['pairs_per_s']} | {b['target_tokens_per_s']} |", "",
-            f"Speed-up **{d['speedup']}x**, largest |log-probability difference| {d['max_abs_logprob_diff']:.2e}. "
-            f"Matrix-multiply peak of this machine: {d['matmul_gflops']['float32']} GFLOP/s float32, "
-            f"{d['matmul_gflops']['bfloat16']} GFLOP/s bf16; the scorer reaches {d['scorer_gflops']} GFLOP/s "
+    shard = d.get("shard")
+    what = (f"one shard of the pipeline ({shard['examples']} MTOP examples x {shard['n_candidates']} BM25 candidates, "
+            f"{d['n_pairs']} pairs, {shard['pairs_per_candidate']} pairs per distinct candidate)" if shard
+            else f"{d['n_pairs']} MTOP (example, candidate) pairs")
+    out = [f"EPR scoring throughput (`{d['command']}`; {d['machine']}; {d['lm']} in {d['dtype']}): {what}, "
+           f"{d['n_target_tokens']} target tokens, batches of up to {d['max_batch_tokens']} tokens.", "",
+           "| scorer | seconds | pairs/s | target tokens/s | speed-up |", "|---|---|---|---|---|",
+           f"| taskret `score` (length-grouped, token-budget batches, target-only projection) | {t['seconds']} | "
+           f"{t['pairs_per_s']} | {t['target_tokens_per_s']} | {d['speedup']}x |"]
+    if "taskret_shared_prefix" in d:
+        sp = d["taskret_shared_prefix"]
+        out.append(f"| taskret `score_shared` (as above, each candidate's demonstration computed once; the pipeline's) "
+                   f"| {sp['seconds']} | {sp['pairs_per_s']} | {sp['target_tokens_per_s']} | "
+                   f"{d['speedup_shared_prefix']}x |")
+    loop_n = f" (timed on {b['n_pairs']} of the pairs)" if "n_pairs" in b else ""
+    out += [f"| batch-size-1 loop, full-vocabulary logits (the original code's way){loop_n} | {b['seconds']} | "
+            f"{b['pairs_per_s']} | {b['target_tokens_per_s']} | 1x |", "",
+            f"Largest |log-probability difference| against the loop {d['max_abs_logprob_diff']:.2e}"
+            + (f"; `score_shared` against `score` {d['max_abs_logprob_diff_shared_prefix']:.2e}"
+               if "max_abs_logprob_diff_shared_prefix" in d else "")
+            + f". Matrix-multiply peak of this machine: {d['matmul_gflops']['float32']} GFLOP/s float32, "
+            f"{d['matmul_gflops']['bfloat16']} GFLOP/s bf16; `score` reaches {d['scorer_gflops']} GFLOP/s "
             f"({100 * d['scorer_fraction_of_matmul']['float32']:.0f}% of float32 peak, "
             f"{100 * d['scorer_fraction_of_matmul']['bfloat16']:.0f}% of bf16 peak)."]
+    return out
 
 
 def tart_trained_table(name: str = "tart_trained.json") -> list[str]:
@@ -242,6 +254,8 @@ def tart_trained_table(name: str = "tart_trained.json") -> list[str]:
            "NDCG@10 (Recall@100):", "",
            "| system | no instruction | with instruction | eval time (s) |", "|---|---|---|---|"]
     for system, r in sf["results"].items():
+        if not r:  # left out of this run (--skip)
+            continue
         cells = [f"{r[tag]['ndcg@10']:.1f} ({r[tag]['recall@100']:.1f})" if tag in r else "–"
                  for tag in ("no_instruction", "instruction")]
         seconds = " / ".join(f"{r[tag]['eval_s']:.0f}" for tag in ("no_instruction", "instruction") if tag in r)
