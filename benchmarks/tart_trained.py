@@ -235,7 +235,8 @@ def main() -> None:
     result = {
         "benchmark": "tart_trained",
         "command": "python benchmarks/tart_trained.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k != "work"),
+            f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+            if v is not None and v is not False and k != "work"),
         "machine": _machine(),
         "metrics_note": "percent, trec_eval (pytrec-eval-terrier); SciFact test, each claim searching the whole "
                         "5,183-abstract corpus; 'instruction' = the paper's BEIR SciFact instruction before "
