@@ -39,6 +39,7 @@ bench: setup
 	$(BIN)/python benchmarks/lm_throughput.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/scoring_speed.py --data-dir $(DATA_DIR)
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_full.json  # hours: resumable
 	$(BIN)/python benchmarks/epr_table.py --task mtop --data-dir $(DATA_DIR) --reuse benchmarks/results/icl_baselines
 	$(BIN)/python benchmarks/epr_table.py --task break --data-dir $(DATA_DIR) --max-train-examples 1237 \
 		--reuse benchmarks/results/icl_baselines
