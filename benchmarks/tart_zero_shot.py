@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=200, help="queries per task in the cross-task part")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cross-tasks", default=",".join(CROSS_TASKS), help="tasks pooled in the cross-task part")
+    parser.add_argument("--no-scifact", action="store_true", help="skip part 1 (SciFact test, the slow part)")
     parser.add_argument("--runs", default=None, help="also write the run files (retrieved ids per query) here")
     parser.add_argument("--out", default="benchmarks/results/tart_zero_shot.json")
     args = parser.parse_args()
@@ -136,12 +137,13 @@ def main() -> None:
         for use_instruction in (False, True):
             tag = "instruction" if use_instruction else "no_instruction"
             runs = Path(args.runs) / spec.replace(":", "-") / tag if args.runs else None
-            print(f"[{time.perf_counter() - start_all:6.0f}s] {spec}, {tag}: scifact test", flush=True)
-            one = evaluate_retriever(spec, [scifact], "closed", use_instruction, run_dir=runs and runs / "scifact_test",
-                                     indexes=indexes, make=embeddings.make)
-            entry = one["settings"]["closed"]["scifact"]
-            scifact_results[spec][tag] = {**_round(entry["metrics"]), "query_s": entry["query_s"]}
-            scifact_results[spec]["index_s"] = entry["index_s"]
+            if not args.no_scifact:
+                print(f"[{time.perf_counter() - start_all:6.0f}s] {spec}, {tag}: scifact test", flush=True)
+                one = evaluate_retriever(spec, [scifact], "closed", use_instruction,
+                                         run_dir=runs and runs / "scifact_test", indexes=indexes, make=embeddings.make)
+                entry = one["settings"]["closed"]["scifact"]
+                scifact_results[spec][tag] = {**_round(entry["metrics"]), "query_s": entry["query_s"]}
+                scifact_results[spec]["index_s"] = entry["index_s"]
             print(f"[{time.perf_counter() - start_all:6.0f}s] {spec}, {tag}: cross-task closed + pooled", flush=True)
             both = evaluate_retriever(spec, cross, "both", use_instruction, run_dir=runs and runs / "cross_task",
                                       indexes=indexes, make=embeddings.make)
@@ -157,7 +159,8 @@ def main() -> None:
                 "query_s": {s: {t: e["query_s"] for t, e in both["settings"][s].items()} for s in both["settings"]}}
             timings[spec]["index_s"] = {"closed": {t: e["index_s"] for t, e in both["settings"]["closed"].items()},
                                         "pooled": next(iter(both["settings"]["pooled"].values()))["index_s"]}
-            print(f"    scifact NDCG@10 {scifact_results[spec][tag]['ndcg@10']:.1f}; cross-task NDCG@10 mean "
+            print(f"    scifact NDCG@10 {scifact_results[spec].get(tag, {}).get('ndcg@10', float('nan')):.1f}; "
+                  f"cross-task NDCG@10 mean "
                   f"closed {both['mean']['closed']['ndcg@10']:.1f}, pooled {both['mean']['pooled']['ndcg@10']:.1f}",
                   flush=True)
 
@@ -167,11 +170,12 @@ def main() -> None:
         "command": f"OMP_NUM_THREADS=1 python benchmarks/tart_zero_shot.py --data-dir {args.data_dir} "
                    f"--retrievers {args.retrievers} --limit {args.limit} --seed {args.seed}"
                    + (f" --cross-tasks {args.cross_tasks}" if args.cross_tasks != ",".join(CROSS_TASKS) else "")
+                   + (" --no-scifact" if args.no_scifact else "")
                    + (f" --out {args.out}" if args.out != "benchmarks/results/tart_zero_shot.json" else ""),
         "machine": _machine(),
         "metrics_note": "percent; NDCG@10 and Recall@100 from trec_eval (pytrec-eval-terrier), MRR@10 from the "
                         "same ranking; closed = each task's own corpus, pooled = the cross-task corpora merged",
-        "scifact_test": {
+        "scifact_test": None if args.no_scifact else {
             "n_queries": len(scifact.queries), "n_docs": len(scifact.corpus), "instruction": scifact.instruction,
             "reference_bm25_ndcg@10_beir": BEIR_SCIFACT_BM25,
             "results": scifact_results,
@@ -200,7 +204,7 @@ def main() -> None:
     print(f"-> {args.out} ({result['wall_time_s']:.0f}s)")
     for spec in retrievers:
         print(spec, "scifact test NDCG@10:", {tag: scifact_results[spec][tag]["ndcg@10"]
-                                             for tag in ("no_instruction", "instruction")})
+                                             for tag in ("no_instruction", "instruction") if tag in scifact_results[spec]})
         for tag in ("no_instruction", "instruction"):
             print("  ", tag, result["cross_task"]["ndcg@10"][spec][tag])
 

@@ -13,6 +13,7 @@ from taskret.tart.tasks import (
     AMBIGQA_INSTRUCTIONS,
     BREAK_INSTRUCTIONS,
     MTOP_INSTRUCTIONS,
+    MTOP_SIMILAR_INSTRUCTIONS,
     RETRIEVAL_TASKS,
     SCIFACT_TEST_INSTRUCTIONS,
     SCIFACT_TRAIN_INSTRUCTIONS,
@@ -22,7 +23,9 @@ from taskret.tart.tasks import (
     break_task,
     doc_text,
     load_retrieval_task,
+    mtop_similar_task,
     mtop_task,
+    parse_template,
     read_beir,
     read_instructions,
 )
@@ -261,6 +264,41 @@ def test_mtop_task_shares_one_document_per_distinct_parse(tmp_path):
     assert task.qrels == {"m1": {"m1": 1}, "m2": {"m2": 1}, "m3": {"m3": 1}, "m4": {"m3": 1}}
 
 
+def test_parse_template_keeps_intents_and_slot_labels_only():
+    assert parse_template("[IN:GET_WEATHER [SL:LOCATION new york ] [SL:DATE_TIME this week ] ]") == \
+        "[IN:GET_WEATHER [SL:LOCATION ] [SL:DATE_TIME ] ]"
+    assert parse_template("[IN:CREATE_ALARM  ]") == parse_template("[IN:CREATE_ALARM ]") == "[IN:CREATE_ALARM ]"
+
+
+def test_mtop_similar_task_pairs_commands_with_the_same_template(tmp_path):
+    corpus_path = write_jsonl_rows(tmp_path / "train.jsonl", [
+        {"idx": "t1", "question": "set an alarm for  6 pm", "logical_form": "[IN:CREATE_ALARM [SL:DATE_TIME for 6 pm ] ]"},
+        {"idx": "t2", "question": "alarm at noon please", "logical_form": "[IN:CREATE_ALARM [SL:DATE_TIME at noon ] ]"},
+        {"idx": "t3", "question": "new alarm", "logical_form": "[IN:CREATE_ALARM ]"},
+        {"idx": "m2", "question": "weather in rome", "logical_form": "[IN:GET_WEATHER [SL:LOCATION rome ] ]"},
+    ])
+    task = mtop_similar_task(write_mtop(tmp_path / "test.jsonl"), corpus_path)
+    assert task.name == "mtop-similar" and task.instructions == MTOP_SIMILAR_INSTRUCTIONS
+    assert {d.id: d.text for d in task.corpus.values()} == {
+        "t1": "set an alarm for 6 pm", "t2": "alarm at noon please", "t3": "new alarm", "m2": "weather in rome"}
+    # m1: same intent and slot, other value; m3/m4: the bare intent; m2 is its own id in the corpus, and a
+    # command never counts itself, so m2 has no relevant command and is left out.
+    assert task.qrels == {"m1": {"t1": 1, "t2": 1}, "m3": {"t3": 1}, "m4": {"t3": 1}}
+    # The train split: every query is in the corpus, judged 0 so it is neither its own positive nor negative.
+    train = mtop_similar_task(corpus_path, corpus_path)
+    assert train.qrels == {"t1": {"t2": 1, "t1": 0}, "t2": {"t1": 1, "t2": 0}}
+    assert set(task.queries) == {"m1", "m3", "m4"} and task.queries["m1"] == "wake me up at 7 am"
+    # The X^2 pair: the same queries as MTOP's, whose instructions ask for a different kind of document.
+    assert not set(task.instructions) & set(MTOP_INSTRUCTIONS)
+
+
+def test_mtop_similar_task_without_any_shared_template_is_an_error(tmp_path):
+    corpus_path = write_jsonl_rows(tmp_path / "train.jsonl", [
+        {"idx": "t1", "question": "play jazz", "logical_form": "[IN:PLAY_MUSIC [SL:MUSIC_GENRE jazz ] ]"}])
+    with pytest.raises(DataError, match="no command shares a parse template"):
+        mtop_similar_task(write_mtop(tmp_path / "test.jsonl"), corpus_path)
+
+
 def test_break_task_maps_questions_to_decompositions(tmp_path):
     task = break_task(write_break(tmp_path / "break.csv"))
     assert task.instructions == BREAK_INSTRUCTIONS and len(task.instructions) >= 3
@@ -325,7 +363,7 @@ def make_data_dir(root: Path) -> Path:
 
 def test_load_retrieval_task_reads_every_builtin_task_from_data_dir(tmp_path):
     data_dir = make_data_dir(tmp_path / "data")
-    assert set(RETRIEVAL_TASKS) == {"scifact", "mtop", "break", "ambigqa"}
+    assert set(RETRIEVAL_TASKS) == {"scifact", "mtop", "mtop-similar", "break", "ambigqa"}
     for name in RETRIEVAL_TASKS:
         task = load_retrieval_task(name, data_dir, "test")
         assert task.name == name and task.queries and task.corpus and len(task.instructions) >= 3
@@ -340,7 +378,7 @@ def test_load_retrieval_task_reads_every_builtin_task_from_data_dir(tmp_path):
 
 def test_load_retrieval_task_errors(tmp_path):
     data_dir = make_data_dir(tmp_path / "data")
-    with pytest.raises(ValueError, match="unknown retrieval task 'nope'.*scifact, mtop, break, ambigqa"):
+    with pytest.raises(ValueError, match="unknown retrieval task 'nope'.*scifact, mtop, mtop-similar, break, ambigqa"):
         load_retrieval_task("nope", data_dir)
     with pytest.raises(ValueError, match="no split 'train'; splits: test, dev"):
         load_retrieval_task("ambigqa", data_dir, "train")

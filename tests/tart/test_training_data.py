@@ -201,3 +201,22 @@ def test_a_bad_row_names_file_line_and_field(tmp_path, built, mutate, line_field
         read_training_examples(path)
     assert info.value.line == 3 and info.value.field == line_field
     assert str(path) in str(info.value) and "line 3" in str(info.value)
+
+
+def test_a_query_judged_zero_in_its_own_corpus_is_never_its_own_negative(tmp_path):
+    from taskret.tart.tasks import mtop_similar_task
+
+    from ..conftest import write_jsonl_rows
+
+    path = write_jsonl_rows(tmp_path / "train.jsonl", [
+        {"idx": f"t{i}", "question": f"set an alarm for {h} pm", "logical_form": f"[IN:CREATE_ALARM [SL:DATE_TIME {h} pm ] ]"}
+        for i, h in enumerate((5, 6, 7))] + [
+        {"idx": "w", "question": "weather in rome", "logical_form": "[IN:GET_WEATHER [SL:LOCATION rome ] ]"},
+        {"idx": "w2", "question": "weather in paris", "logical_form": "[IN:GET_WEATHER [SL:LOCATION paris ] ]"}])
+    task = mtop_similar_task(path, path)
+    rows = build_training_examples([task], n_hard=4, n_random=1, n_unfollowing=0)
+    assert len(rows) == 5
+    for row in rows:
+        ids = [n["id"] for n in row["negatives"]]
+        assert row["qid"] not in ids and row["positive"] != row["qid"]
+        assert ids and task.qrels[row["qid"]][row["positive"]] == 1

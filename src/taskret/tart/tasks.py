@@ -119,6 +119,13 @@ MTOP_INSTRUCTIONS = [
     "Map this request to a virtual assistant to its logical form",
     "I want to know what this command asks the assistant to do. Find its structured representation",
 ]
+# The X^2-style twin of MTOP: the same commands as queries, but the user wants *other commands*, not parses.
+# Pooled with MTOP, only the instruction says which of the two kinds of document to return.
+MTOP_SIMILAR_INSTRUCTIONS = [
+    "Retrieve other requests to a virtual assistant that ask for the same thing as this command",
+    "Find commands a user gave a virtual assistant with the same intent and arguments as this one",
+    "I want examples of users asking the assistant for this. Retrieve similar commands",
+]
 BREAK_INSTRUCTIONS = [
     "Retrieve the step-by-step decomposition of this question",
     "Find the sequence of simpler steps that answers this complex question",
@@ -362,6 +369,40 @@ def mtop_task(path: str | os.PathLike, instructions: Sequence[str] = MTOP_INSTRU
     return _pairs_task(name, [(e.id, e.input, e.output) for e in examples], "", instructions)
 
 
+def parse_template(logical_form: str) -> str:
+    """A TOP parse with its slot values removed: ``[IN:GET_WEATHER [SL:LOCATION paris ] ]`` ->
+    ``[IN:GET_WEATHER [SL:LOCATION ] ]`` (intents and slot labels, which say what is asked, in order)."""
+    tokens = logical_form.split()
+    return " ".join(t for t in tokens if t.startswith("[") or t == "]")
+
+
+def mtop_similar_task(path: str | os.PathLike, corpus_path: str | os.PathLike,
+                      instructions: Sequence[str] = MTOP_SIMILAR_INSTRUCTIONS,
+                      name: str = "mtop-similar") -> RetrievalTask:
+    """MTOP's commands (``path``) -> the commands of ``corpus_path`` (MTOP train) that ask for the same
+    thing: the same parse template (intents and slot labels; slot values may differ, see
+    :func:`parse_template`). A query in the corpus itself (the train split) is judged 0, not relevant;
+    queries whose template no other command has are left out. Pooled with :func:`mtop_task` it makes an X^2-style pair: one query, two
+    intents, and only the instruction tells a parse from a similar command."""
+    commands = read_examples(corpus_path, "question", "logical_form", "idx")
+    corpus = {e.id: Document(e.id, "", _collapse(e.input)) for e in commands}
+    by_template: dict[str, list[str]] = {}
+    for e in commands:
+        by_template.setdefault(parse_template(e.output), []).append(e.id)
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for e in read_examples(path, "question", "logical_form", "idx"):
+        relevant = {d: 1 for d in by_template.get(parse_template(e.output), []) if d != e.id}
+        if relevant:
+            queries[e.id] = e.input
+            # A command in its own corpus (the train split) is judged, not relevant: never its own
+            # positive, and never mined as its own hard or random negative either.
+            qrels[e.id] = {**relevant, e.id: 0} if e.id in corpus else relevant
+    if not queries:
+        raise DataError(Path(path), None, "logical_form", f"no command shares a parse template with {corpus_path}")
+    return RetrievalTask(name, corpus, queries, qrels, list(instructions))
+
+
 def break_task(path: str | os.PathLike, instructions: Sequence[str] = BREAK_INSTRUCTIONS,
                name: str = "break") -> RetrievalTask:
     """Break QDMR (``question_id, question_text, decomposition`` CSV): a question -> its decomposition
@@ -465,6 +506,9 @@ RETRIEVAL_TASKS: dict[str, TaskEntry] = {
                          "claim -> abstracts that support or refute it (BEIR layout)"),
     "mtop": TaskEntry("mtop", {"train": "mtop/train.jsonl", "test": "mtop/test.jsonl"},
                       lambda path, split: mtop_task(path), "command -> its TOP parse"),
+    "mtop-similar": TaskEntry("mtop-similar", {"train": "mtop/train.jsonl", "test": "mtop/test.jsonl"},
+                              lambda path, split: mtop_similar_task(path, path.parent / "train.jsonl"),
+                              "command -> training commands with the same parse template (MTOP's X^2 twin)"),
     "break": TaskEntry("break", {"train": "break/train.csv", "test": "break/test.csv"},
                        lambda path, split: break_task(path), "question -> its QDMR decomposition"),
     # AmbigNQ's test set is hidden; its dev set is the evaluation split (as in the paper).
@@ -474,7 +518,7 @@ RETRIEVAL_TASKS: dict[str, TaskEntry] = {
 
 
 def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, split: str = "test") -> RetrievalTask:
-    """A built-in task (``scifact``, ``mtop``, ``break``, ``ambigqa``) read from ``data_dir``
+    """A built-in task (``scifact``, ``mtop``, ``mtop-similar``, ``break``, ``ambigqa``) read from ``data_dir``
     (default :func:`taskret.data.default_data_dir`), or any folder in the BEIR layout given by path
     (named after the folder, without instructions)."""
     if name not in RETRIEVAL_TASKS:
