@@ -33,11 +33,14 @@ test: setup
 
 # Benchmarks read the shared data from $(DATA_DIR); override with `make bench DATA_DIR=...`.
 DATA_DIR ?= ../shared/data
+TART_POOLED = bm25,dense:minilm-l6,dense:runs/bench/tart_trained/dual/model,dense:runs/bench/tart_trained/dual_no_instruction/model
+
 bench: setup
 	$(BIN)/python benchmarks/bm25_speed.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/icl_baselines.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/lm_throughput.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/scoring_speed.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/scoring_precision.py --data-dir $(DATA_DIR)
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_full.json  # hours: resumable
 	$(BIN)/python benchmarks/epr_table.py --task mtop --data-dir $(DATA_DIR) --reuse benchmarks/results/icl_baselines
@@ -50,6 +53,16 @@ bench: setup
 	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR) --scifact-train --limit 200 --full-epochs 2 \
 		--full-lr 5e-5 --rerank-top-k 20 --models tart_full --work runs/bench/tart_trained_scifact_train \
 		--out benchmarks/results/tart_trained_scifact_train.json
+	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR) --retrievers $(TART_POOLED) \
+		--cross-tasks scifact,mtop,break --out benchmarks/results/tart_trained_pooled.json
+	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR) --retrievers $(TART_POOLED) \
+		--cross-tasks mtop,mtop-similar --no-scifact --out benchmarks/results/tart_x2_mtop.json
+	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR) --work runs/bench/tart_x2 \
+		--train-tasks mtop,mtop-similar,break,ambigqa:dev --models tart_dual,tart_dual_no_instruction \
+		--only bm25.no_instruction
+	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR) --cross-tasks mtop,mtop-similar --no-scifact \
+		--retrievers dense:runs/bench/tart_x2/dual/model,dense:runs/bench/tart_x2/dual_no_instruction/model \
+		--out benchmarks/results/tart_x2_mtop_trained.json
 	$(BIN)/python benchmarks/serve_load.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/dense_latency.py
 	$(BIN)/python benchmarks/ray_scoring.py --data-dir $(DATA_DIR)

@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reuse", action="append", default=[],
                         help="SCORING_LM=DIR: a finished `taskret epr run` folder made with these settings and that "
-                             "scoring LM (its own evaluation is reused when it holds --n examples)")
+                             "scoring LM (its own evaluation is reused when it holds --n examples, else redone here)")
     parser.add_argument("--work", default="runs/bench/epr_lm_transfer")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -98,8 +98,9 @@ def main() -> None:
         if scoring_lm in reuse:
             # A finished run is taken as it was configured, once the settings that shape the result agree.
             used = EPRConfig.model_validate(read_json(run_dir / "pipeline_config.json"))
+            # (its eval_limit may differ: the diagonal cell is then evaluated here on --n examples)
             shaping = ("task", "max_train_examples", "n_candidates", "scoring_lm", "k", "labels", "training",
-                       "inference_lm", "eval_limit", "context_window", "max_new_tokens", "seed")
+                       "inference_lm", "context_window", "max_new_tokens", "seed")
             changed = [k for k in shaping if getattr(used, k) != getattr(config, k)]
             if changed:
                 raise SystemExit(f"--reuse {scoring_lm}={run_dir}: made with other {', '.join(changed)}")
@@ -109,7 +110,7 @@ def main() -> None:
         retriever = Retriever.load(run_dir / "index")
         row = {}
         for inference_lm in lm_names:
-            if inference_lm == scoring_lm:
+            if inference_lm == scoring_lm and config.eval_limit == args.n:
                 summary = json.loads((run_dir / "eval" / "summary.json").read_text())
                 row[inference_lm] = {"em": round(summary["metrics"]["em"], 2),
                                      "eval_wall_time_s": summary["wall_time_s"]}

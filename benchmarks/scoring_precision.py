@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import time
 import warnings
 
@@ -28,9 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from taskret.data import load_task  # noqa: E402
-from taskret.epr.candidates import mine_candidates  # noqa: E402
-from taskret.epr.scoring import shard_pairs  # noqa: E402
+from scoring_speed import benchmark_shard  # noqa: E402  (benchmarks/, the script's own folder)
 from taskret.io import write_json  # noqa: E402
 from taskret.lm import CausalLM  # noqa: E402
 
@@ -80,12 +77,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    task = load_task(args.task, data_dir=args.data_dir)
-    by_id = {e.id: e for e in task.train}
-    rows = sorted(mine_candidates(task.train, n=args.n_candidates), key=lambda r: (by_id[r["id"]].output, r["id"]))
-    shards = [rows[i: i + 25] for i in range(0, len(rows), 25)]
-    shard = random.Random(0).randrange(len(shards))  # the same shard scoring_speed.py times
-    prefixes, prompts, targets = shard_pairs(shards[shard][: args.examples], by_id, task.output_format)
+    # The first --examples examples of the shard scoring_speed.py times.
+    shard, _, (prefixes, prompts, targets) = benchmark_shard(args.data_dir, args.task, args.n_candidates, 25,
+                                                             examples=args.examples)
 
     reference, reference_s = timed_scores(CausalLM.load(args.lm, dtype="float32"), prefixes, prompts, targets)
     runs = [{"precision": "float32", "pairs_per_s": round(len(prompts) / reference_s, 2)}]

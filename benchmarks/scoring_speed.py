@@ -38,6 +38,20 @@ from taskret.io import write_json  # noqa: E402
 from taskret.lm import CausalLM  # noqa: E402
 
 
+def benchmark_shard(data_dir: str, task_name: str, n_candidates: int, shard_size: int, shard: int | None = None,
+                    examples: int | None = None):
+    """One shard of ``taskret epr score`` as the pipeline cuts it (training examples in output order, each
+    with its top ``n_candidates`` BM25 candidates): (shard index, every shard's rows, (prefixes, prompts,
+    targets) of its first ``examples`` examples). ``shard=None`` picks a seeded random one."""
+    task = load_task(task_name, data_dir=data_dir)
+    by_id = {e.id: e for e in task.train}
+    rows = sorted(mine_candidates(task.train, n=n_candidates), key=lambda r: (by_id[r["id"]].output, r["id"]))
+    shards = [rows[i: i + shard_size] for i in range(0, len(rows), shard_size)]
+    if shard is None:
+        shard = random.Random(0).randrange(len(shards))
+    return shard, shards, shard_pairs(shards[shard][:examples], by_id, task.output_format)
+
+
 def matmul_flops(dtype: torch.dtype, size: int = 1024, seconds: float = 3.0) -> float:
     """Square matmuls repeated for about ``seconds`` (bf16 without native support is slow, so time-bound)."""
     a = torch.randn(size, size, dtype=dtype)
@@ -95,12 +109,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    task = load_task(args.task, data_dir=args.data_dir)
-    by_id = {e.id: e for e in task.train}
-    rows = sorted(mine_candidates(task.train, n=args.n_candidates), key=lambda r: (by_id[r["id"]].output, r["id"]))
-    shards = [rows[i: i + args.shard_size] for i in range(0, len(rows), args.shard_size)]
-    shard = args.shard if args.shard is not None else random.Random(0).randrange(len(shards))
-    prefixes, prompts, targets = shard_pairs(shards[shard], by_id, task.output_format)
+    shard, shards, (prefixes, prompts, targets) = benchmark_shard(args.data_dir, args.task, args.n_candidates,
+                                                                  args.shard_size, args.shard)
     reuse = len(prefixes) / len(set(prefixes))
 
     lm = CausalLM.load(args.lm, max_batch_tokens=args.max_batch_tokens)
