@@ -238,6 +238,23 @@ def scoring_speed_table() -> list[str]:
     return out
 
 
+def scoring_precision_table() -> list[str]:
+    d = _load("scoring_precision.json")
+    if not d:
+        return []
+    out = [f"EPR scoring precision (`{d['command']}`; {d['machine']}; {d['n_pairs']} pairs of one output-ordered "
+           "shard): agreement of each precision's candidate ranking with float32's, per training example.", "",
+           "| precision | pairs/s | speed-up | max abs log-prob diff | Spearman mean (min) | top-5 kept | bottom-5 kept |",
+           "|---|---|---|---|---|---|---|"]
+    for r in d["runs"]:
+        if r["precision"] == "float32":
+            out.append(f"| float32 | {r['pairs_per_s']} | 1.00x | 0 | 1 | 100% | 100% |")
+        else:
+            out.append(f"| {r['precision']} | {r['pairs_per_s']} | {r['speedup']:.2f}x | {r['max_abs_logprob_diff']} | "
+                       f"{r['spearman_mean']} ({r['spearman_min']}) | {r['top5_kept']:.0%} | {r['bottom5_kept']:.0%} |")
+    return out
+
+
 def tart_trained_table(name: str = "tart_trained.json") -> list[str]:
     d = _load(name)
     if not d:
@@ -378,6 +395,7 @@ def tart_x2_table() -> list[str]:
 
 
 SECTIONS = (icl_table, epr_table, lm_transfer_table, bm25_table, throughput_table, scoring_speed_table,
+            scoring_precision_table,
             analysis_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
             serve_table,
             dense_latency_table, ray_table, robustness_table)

@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/scoring_precision.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    load_at_start = os.getloadavg()  # other work on the machine slows both precisions alike
 
     # The first --examples examples of the shard scoring_speed.py times.
     shard, _, (prefixes, prompts, targets) = benchmark_shard(args.data_dir, args.task, args.n_candidates, 25,
@@ -100,6 +101,7 @@ def main() -> None:
         "command": "python benchmarks/scoring_precision.py " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("data_dir", "out")),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads",
+        "load_average_at_start": [round(x, 2) for x in load_at_start],
         "lm": args.lm, "task": args.task, "n_pairs": len(prompts), "shard": shard, "runs": runs,
     }
     write_json(args.out, result)
