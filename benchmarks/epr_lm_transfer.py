@@ -38,6 +38,30 @@ def _folder_name(lm: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in lm)
 
 
+def label_agreement(run_a: Path, run_b: Path, k: int) -> dict:
+    """Two scoring LMs on the same candidates: mean per-example Spearman correlation of their log-probabilities,
+    and the share of one's top-k positives (and bottom-k negatives) that the other's labels also hold."""
+    from scipy.stats import spearmanr
+
+    def scores(run: Path) -> dict[str, dict[str, float]]:
+        rows = map(json.loads, (run / "scoring" / "scores.jsonl").read_text().splitlines())
+        return {r["id"]: {c["id"]: c["logprob"] for c in r["candidates"]} for r in rows}
+
+    def labels(run: Path) -> dict[str, dict]:
+        return {r["id"]: r for r in map(json.loads, (run / "labels.jsonl").read_text().splitlines())}
+
+    sa, sb, la, lb = scores(run_a), scores(run_b), labels(run_a), labels(run_b)
+    shared = [i for i in sa if i in sb and sa[i].keys() == sb[i].keys() and len(sa[i]) > 2]
+    rhos = [spearmanr([sa[i][c] for c in sa[i]], [sb[i][c] for c in sa[i]]).correlation for i in shared]
+    rhos = [r for r in rhos if r == r]  # NaN when one LM scores every candidate alike
+    both = [i for i in la if i in lb]
+    kept = {kind: sum(len(set(la[i][kind]) & set(lb[i][kind])) / max(len(la[i][kind]), 1) for i in both) / len(both)
+            for kind in ("positives", "negatives")}
+    return {"n_examples": len(shared), "spearman_mean": round(sum(rhos) / len(rhos), 3),
+            f"top{k}_positives_shared": round(kept["positives"], 3),
+            f"bottom{k}_negatives_shared": round(kept["negatives"], 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="mtop")
@@ -120,6 +144,11 @@ def main() -> None:
         row["pipeline_this_run_s"] = round(time.perf_counter() - t0, 1)
         results["epr"][scoring_lm] = row
 
+    # How much do the scoring LMs agree on the same (example, candidate) pairs? Their labels are EPR's only signal.
+    run_dirs = {lm: Path(reuse.get(lm, work / f"epr-scored-by-{_folder_name(lm)}")) for lm in lm_names}
+    agreement = {f"{a} vs {b}": label_agreement(run_dirs[a], run_dirs[b], args.k)
+                 for i, a in enumerate(lm_names) for b in lm_names[i + 1:]}
+
     write_json(out_path, {
         "benchmark": "epr_lm_transfer",
         "command": "python benchmarks/epr_lm_transfer.py " + " ".join(
@@ -130,6 +159,7 @@ def main() -> None:
         "scale": {"examples_labelled": args.max_train_examples, "n_candidates": args.n_candidates, "k": args.k,
                   "epochs": args.epochs, "effective_batch": args.batch_size},
         "results": results,
+        "label_agreement": agreement,
         "wall_time_s_this_run": round(time.perf_counter() - started, 1),
     })
     print(f"-> {out_path}")

@@ -134,6 +134,11 @@ def lm_transfer_table() -> list[str]:
         for scorer, row in res["epr"].items():
             out.append(f"| EPR scored by {scorer} | " + " | ".join(
                 f"{row[lm]['em']:.1f}" if lm in row else "–" for lm in lms) + " |")
+        for pair, a in d.get("label_agreement", {}).items():
+            kept = [f"{v:.0%} of the {k.split('_')[0].replace('top', 'top-').replace('bottom', 'bottom-')} {k.split('_')[1]}"
+                    for k, v in a.items() if k.endswith("_shared")]
+            out += ["", f"Label agreement, {pair}, on the same {a['n_examples']} training examples' candidates: "
+                    f"Spearman {a['spearman_mean']} between their log-probabilities; " + ", ".join(kept) + " shared."]
         out.append("")
     return out
 
