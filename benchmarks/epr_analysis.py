@@ -30,6 +30,7 @@ from taskret.epr.methods import any_correct_oracle, bm25_oracle, lm_rank  # noqa
 from taskret.evaluation import evaluate  # noqa: E402
 from taskret.io import write_json  # noqa: E402
 from taskret.lm import CausalLM  # noqa: E402
+from taskret.progress import progress_bar  # noqa: E402
 from taskret.retrieval import RetrievalResult, make_retriever  # noqa: E402
 
 
@@ -110,7 +111,9 @@ def main() -> None:
         path = out / "any_correct.json"
         if not path.exists():
             start = time.perf_counter()
-            report = any_correct_oracle(task, examples, lm, candidates, max_new_tokens=args.max_new_tokens)
+            with progress_bar(len(examples) * args.n_candidates, "any-correct one-shot generations") as advance:
+                report = any_correct_oracle(task, examples, lm, candidates, max_new_tokens=args.max_new_tokens,
+                                            progress=advance)
             write_json(path, {**report, "wall_time_s": round(time.perf_counter() - start, 1)})
         any_correct = json.loads(path.read_text())
         timings["any_correct_s"] = any_correct["wall_time_s"]
