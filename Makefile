@@ -34,6 +34,7 @@ test: setup
 # Benchmarks read the shared data from $(DATA_DIR); override with `make bench DATA_DIR=...`.
 DATA_DIR ?= ../shared/data
 TART_POOLED = bm25,dense:minilm-l6,dense:runs/bench/tart_trained/dual/model,dense:runs/bench/tart_trained/dual_no_instruction/model
+X2_SKIP = minilm_untrained.no_instruction,minilm_untrained.instruction,tart_dual_no_instruction.no_instruction,tart_dual_no_instruction.instruction
 
 bench: setup
 	$(BIN)/python benchmarks/bm25_speed.py --data-dir $(DATA_DIR)
@@ -59,7 +60,7 @@ bench: setup
 		--cross-tasks mtop,mtop-similar --no-scifact --out benchmarks/results/tart_x2_mtop.json
 	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR) --work runs/bench/tart_x2 \
 		--train-tasks mtop,mtop-similar,break,ambigqa:dev --models tart_dual,tart_dual_no_instruction \
-		--only bm25.no_instruction
+		--skip $(X2_SKIP) --out benchmarks/results/tart_x2_scifact.json
 	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR) --cross-tasks mtop,mtop-similar --no-scifact \
 		--retrievers dense:runs/bench/tart_x2/dual/model,dense:runs/bench/tart_x2/dual_no_instruction/model \
 		--out benchmarks/results/tart_x2_mtop_trained.json

@@ -360,6 +360,10 @@ def tart_in_domain_table() -> list[str]:
     return tart_trained_table("tart_trained_scifact_train.json")
 
 
+def tart_x2_scifact_table() -> list[str]:
+    return tart_trained_table("tart_x2_scifact.json")
+
+
 def tart_pooled_table() -> list[str]:
     return tart_table("tart_trained_pooled.json", "Trained TART-dual against the untrained baselines, closed and "
                       "pooled, on tasks whose test queries no model trained on")
@@ -402,6 +406,7 @@ def tart_x2_table() -> list[str]:
 SECTIONS = (icl_table, epr_table, lm_transfer_table, bm25_table, throughput_table, scoring_speed_table,
             scoring_precision_table,
             analysis_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
+            tart_x2_scifact_table,
             serve_table,
             dense_latency_table, ray_table, robustness_table)
 
