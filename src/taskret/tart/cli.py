@@ -33,13 +33,13 @@ def _fail(err: Exception | str) -> None:
 def _task_names(tasks: str) -> list[str]:
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not names:
-        raise ValueError("--tasks is empty; give built-in tasks (scifact, mtop, break, ambigqa) or BEIR folders")
+        raise ValueError("--tasks is empty; give built-in tasks (scifact, mtop, mtop-similar, break, ambigqa) or BEIR folders")
     return names
 
 
 @app.command()
 def evaluate(
-    tasks: str = typer.Option("scifact", "--tasks", help="comma-separated: scifact, mtop, break, ambigqa, or paths "
+    tasks: str = typer.Option("scifact", "--tasks", help="comma-separated: scifact, mtop, mtop-similar, break, ambigqa, or paths "
                               "of folders in the BEIR layout"),
     retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER (e.g. dense:minilm-l6), sbert, random"),
     setting: str = typer.Option("closed", help="closed (each task's own corpus), pooled (all corpora merged) or both"),
@@ -106,7 +106,7 @@ def evaluate(
 
 @app.command()
 def index(
-    task: str = typer.Option(..., "--task", help="scifact, mtop, break, ambigqa, or a folder in the BEIR layout"),
+    task: str = typer.Option(..., "--task", help="scifact, mtop, mtop-similar, break, ambigqa, or a folder in the BEIR layout"),
     retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER, sbert"),
     split: str = typer.Option("test", help="which split's corpus (it differs only for mtop and break)"),
     data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data"),

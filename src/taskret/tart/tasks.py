@@ -382,8 +382,8 @@ def mtop_similar_task(path: str | os.PathLike, corpus_path: str | os.PathLike,
     """MTOP's commands (``path``) -> the commands of ``corpus_path`` (MTOP train) that ask for the same
     thing: the same parse template (intents and slot labels; slot values may differ, see
     :func:`parse_template`). A query in the corpus itself (the train split) is judged 0, not relevant;
-    queries whose template no other command has are left out. Pooled with :func:`mtop_task` it makes an X^2-style pair: one query, two
-    intents, and only the instruction tells a parse from a similar command."""
+    queries whose template no other command has are left out. Pooled with :func:`mtop_task` it makes an
+    X^2-style pair: one query, two intents, and only the instruction tells a parse from a similar command."""
     commands = read_examples(corpus_path, "question", "logical_form", "idx")
     corpus = {e.id: Document(e.id, "", _collapse(e.input)) for e in commands}
     by_template: dict[str, list[str]] = {}
