@@ -38,3 +38,41 @@ def test_bar_without_a_terminal_writes_lines_to_stderr(capsys):
         advance(3)
     err = capsys.readouterr().err
     assert "demo: 3/3 (100%)" in err
+
+
+def test_resumed_work_counts_as_done_but_not_in_the_rate():
+    import time
+
+    stream = io.StringIO()
+    with progress_lines(1000, "scoring", unit="pairs", log_every=3600.0, stream=stream) as advance:
+        advance.resume(900)  # shards finished by an earlier run
+        time.sleep(0.05)
+        advance(10)
+    line = stream.getvalue().splitlines()[-1]
+    assert line.startswith("scoring: 910/1000 (91%)")
+    rate = float(line.split(") ")[1].split(" pairs/s")[0])
+    assert 0 < rate < 10 / 0.05 * 1.01  # 10 pairs in >= 50 ms, not 910
+
+
+def test_report_resumed_falls_back_to_a_plain_callback():
+    from taskret.progress import report_resumed
+
+    seen = []
+    report_resumed(seen.append, 25)
+    report_resumed(seen.append, 0)  # nothing resumed: no call
+    report_resumed(None, 5)
+    assert seen == [25]
+    with progress_bar(30, "demo", log_every=0.0) as advance:
+        report_resumed(advance, 20)
+        advance(10)
+
+
+def test_bar_resume_on_a_terminal(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with progress_bar(30, "tty", log_every=0.0) as advance:
+        advance.resume(20)
+        advance(10)
+    captured = capsys.readouterr()
+    assert "30/30" in captured.out + captured.err and "tty: 30/30" not in captured.err  # the rich bar, not lines

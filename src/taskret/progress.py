@@ -1,5 +1,9 @@
 """A progress bar with rate and ETA for long jobs (rich), as a plain ``advance(n)`` callback.
 
+``advance.resume(n)`` counts work a resumed job finished before (e.g. shards already on disk) as done without
+counting it in the rate, so the ETA of a restarted job is for what is left. Callers holding any other
+callback use :func:`report_resumed`.
+
 On a terminal it is a live rich bar. Elsewhere (a log file, CI, ``nohup``) a live bar prints nothing
 until the end, so a plain line with the count, rate and ETA is written to stderr every ``log_every``
 seconds instead: a long job sent to a file still shows that it is moving and when it will finish.
@@ -40,12 +44,12 @@ def progress_lines(total: int, description: str, unit: str = "ex", log_every: fl
     at most one per ``log_every`` seconds, and a last one when the block ends."""
     stream = stream or sys.stderr
     start = time.monotonic()
-    state = {"done": 0, "last": start}
+    state = {"done": 0, "resumed": 0, "last": start}
 
     def line() -> str:
         elapsed = time.monotonic() - start
         done = state["done"]
-        rate = done / elapsed if elapsed > 0 else 0.0
+        rate = (done - state["resumed"]) / elapsed if elapsed > 0 else 0.0
         eta = _duration((total - done) / rate) if rate > 0 and total > done else "-"
         pct = f"{100 * done / total:.0f}%" if total else "-"
         return (f"{description}: {done}/{total} ({pct}) {rate:.2f} {unit}/s, elapsed {_duration(elapsed)}, "
@@ -58,6 +62,11 @@ def progress_lines(total: int, description: str, unit: str = "ex", log_every: fl
             state["last"] = now
             print(line(), file=stream, flush=True)
 
+    def resume(n: int) -> None:
+        state["done"] += n
+        state["resumed"] += n
+
+    advance.resume = resume
     yield advance
     print(line(), file=stream, flush=True)
 
@@ -81,4 +90,17 @@ def progress_bar(total: int, description: str, unit: str = "ex", enabled: bool =
         def advance(n: int = 1) -> None:
             bar.advance(task, n)
 
+        def resume(n: int) -> None:
+            # Reset with the work already done: the clock and rate start now, so ETA is for what is left.
+            bar.reset(task, completed=bar.tasks[task].completed + n)
+
+        advance.resume = resume
         yield advance
+
+
+def report_resumed(progress: Callable[[int], None] | None, n: int) -> None:
+    """Tell ``progress`` that ``n`` units were done before this run: through its ``resume`` if it has one
+    (the callbacks of this module), else as a plain ``progress(n)``."""
+    if progress is None or n <= 0:
+        return
+    getattr(progress, "resume", progress)(n)

@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 from ..backends.base import LMBackend, TargetScore
 from ..data import DataError, Example, OutputFormat, iter_records
 from ..io import read_json, read_jsonl, write_json, write_jsonl
+from ..progress import report_resumed
 
 # A pending shard: (number, candidate rows, path of the shard file to write).
 PendingShard = tuple[int, list, Path]
@@ -88,7 +89,8 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
                      shard_runner: ShardRunner | None = None, shard_order: str = "output") -> Path:
     """Score all pairs into ``out_dir/scores.jsonl``, resuming from finished shards.
 
-    ``progress`` is called with the number of pairs done (finished shards count at once on resume).
+    ``progress`` is called with the number of pairs done; the pairs of finished shards are reported once, at
+    the start, through :func:`taskret.progress.report_resumed` (not counted in the rate).
     ``shard_order="output"`` fills shards with examples sorted by output, so that examples with similar outputs,
     which share many BM25 candidates, are scored together and an LM that shares prefixes computes each
     candidate's demonstration once for several of them (MTOP, 25 examples x 50 candidates: each candidate
@@ -128,14 +130,14 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
     if shard_order == "output":
         ordered.sort(key=lambda row: (examples[row["id"]].output, row["id"]))
     shards = [ordered[i: i + shard_size] for i in range(0, len(ordered), shard_size)]
-    pending = []
+    pending, resumed = [], 0
     for number, rows in enumerate(shards):
         path = shard_dir / f"shard-{number:05d}.jsonl"
         if path.exists():
-            if progress:
-                progress(sum(len(r["candidates"]) for r in rows))
+            resumed += sum(len(r["candidates"]) for r in rows)
         else:
             pending.append((number, rows, path))
+    report_resumed(progress, resumed)  # done before this run: counted, but not in the rate
     if shard_runner is not None:
         shard_runner(pending, examples, fmt, progress)
         missing = [path.name for _, _, path in pending if not path.exists()]
