@@ -42,6 +42,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
     parser.add_argument("--epr", default="benchmarks/results/epr_mtop_small")
+    parser.add_argument("--also-epr", action="append", default=[], metavar="NAME=DIR",
+                        help="another trained EPR run to analyse beside --epr (e.g. epr-full=benchmarks/results/"
+                             "epr_mtop_full), repeatable")
     parser.add_argument("--n", type=int, default=100)
     parser.add_argument("--n-candidates", type=int, default=10)
     parser.add_argument("--k-positives", type=int, default=3)
@@ -87,6 +90,11 @@ def main() -> None:
 
     retrievers = {"bm25": make_retriever("bm25"), "sbert": make_retriever("sbert"),
                   "epr": make_retriever(f"epr:{args.epr}")}
+    for item in args.also_epr:
+        name, sep, run_dir = item.partition("=")
+        if not sep or not name or name in retrievers:
+            raise SystemExit(f"--also-epr {item!r}: expected NAME=DIR with a new NAME")
+        retrievers[name] = make_retriever(f"epr:{run_dir}")
     ks = [1, 3, 5, 10, 25, 50, 100]
     recall = {}
     for name, retriever in retrievers.items():
@@ -140,7 +148,7 @@ def main() -> None:
         "benchmark": "epr_analysis",
         "command": f"python benchmarks/epr_analysis.py --n {args.n} --n-candidates {args.n_candidates} "
                    f"--k-positives {args.k_positives} --context-window {args.context_window} --epr {args.epr} "
-                   f"--parts {args.parts}",
+                   + "".join(f"--also-epr {item} " for item in args.also_epr) + f"--parts {args.parts}",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "n": len(examples), "recall_at_k": recall, "em": em, "timings": timings,
     }

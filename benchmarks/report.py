@@ -88,6 +88,32 @@ def icl_table() -> list[str]:
     return out
 
 
+def epr_scale_table() -> list[str]:
+    """EPR on MTOP at each training scale that `taskret epr run` has finished, paired with BM25."""
+    bm25 = _correct(RESULTS / "icl_baselines/mtop/bm25/predictions.jsonl")
+    rows = []
+    for name in ("epr_mtop_small", "epr_mtop_full"):
+        summary, config = _load(f"{name}/eval/summary.json"), _load(f"{name}/pipeline_config.json")
+        trained = _load(f"{name}/retriever/epr_config.json")
+        if not (summary and config and trained):
+            continue
+        epr = _correct(RESULTS / f"{name}/eval/predictions.jsonl")
+        versus = "–"
+        if bm25 and epr and epr.keys() == bm25.keys():
+            only_a, only_b, p = mcnemar(epr, bm25)
+            versus = f"{only_a} / {only_b}, p{'<0.001' if p < 0.001 else f'={p:.2f}'}"
+        rows.append(f"| `benchmarks/configs/{name}.json` | {trained['n_labelled']} x {config['n_candidates']} "
+                    f"({trained['n_labelled'] * config['n_candidates']:,} pairs) | {config['k']} | "
+                    f"{trained['epochs']} | {trained['batch_size']} | {trained['wall_time_s'] / 60:.1f} | "
+                    f"{summary['n']} | {summary['metrics']['em']:.1f} | {versus} |")
+    if not rows:
+        return []
+    return ["EPR on MTOP by training scale (`taskret epr run CONFIG`; SmolLM2-135M scores and infers; the same "
+            "seeded test examples as the table above; only-EPR / only-BM25 solved examples with McNemar's p):", "",
+            "| config | labelled x L (pairs scored) | k | epochs | batch | training (min) | N | EM | vs BM25 |",
+            "|---|---|---|---|---|---|---|---|---|", *rows]
+
+
 def epr_table() -> list[str]:
     """The paper's Table 2, one row per task that benchmarks/epr_table.py has run."""
     runs = [_load(p.name) for p in sorted(RESULTS.glob("epr_table_*.json"))]
@@ -403,7 +429,7 @@ def tart_x2_table() -> list[str]:
     return out
 
 
-SECTIONS = (icl_table, epr_table, lm_transfer_table, bm25_table, throughput_table, scoring_speed_table,
+SECTIONS = (icl_table, epr_scale_table, epr_table, lm_transfer_table, bm25_table, throughput_table, scoring_speed_table,
             scoring_precision_table,
             analysis_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
             tart_x2_scifact_table,
