@@ -47,7 +47,7 @@ bench: setup
 	$(BIN)/python benchmarks/epr_table.py --task mtop --data-dir $(DATA_DIR) --reuse benchmarks/results/icl_baselines
 	$(BIN)/python benchmarks/epr_table.py --task break --data-dir $(DATA_DIR) --max-train-examples 1237 \
 		--reuse benchmarks/results/icl_baselines
-	$(BIN)/python benchmarks/epr_analysis.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/epr_analysis.py --data-dir $(DATA_DIR) --also-epr epr-full=benchmarks/results/epr_mtop_full
 	$(BIN)/python benchmarks/epr_lm_transfer.py --data-dir $(DATA_DIR) --reuse smollm2-135m=benchmarks/results/epr_mtop_small
 	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR)
