@@ -28,7 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from taskret.backends.base import load_lm  # noqa: E402
 from taskret.data import load_task, sample  # noqa: E402
 from taskret.epr.pipeline import EPRConfig, run_pipeline  # noqa: E402
-from taskret.evaluation import evaluate  # noqa: E402
+from taskret.evaluation import evaluate, mcnemar, read_correct  # noqa: E402
 from taskret.io import read_json, write_json  # noqa: E402
 from taskret.progress import progress_bar  # noqa: E402
 from taskret.retrieval import Retriever, make_retriever  # noqa: E402
@@ -105,10 +105,18 @@ def main() -> None:
         print(f"{name} -> {inference_lm}: EM {summary['metrics']['em']:.1f}", flush=True)
         return {"em": round(summary["metrics"]["em"], 2), "eval_wall_time_s": summary["wall_time_s"]}
 
+    def against_bm25(predictions: Path, inference_lm: str) -> dict:
+        """An EPR cell paired with BM25 under the same inference LM on the same examples (McNemar)."""
+        test = mcnemar(read_correct(predictions), bm25_correct[inference_lm])
+        return {"only_epr": test.only_a, "only_bm25": test.only_b, "mcnemar_p": round(test.p_value, 4)}
+
     bm25 = make_retriever("bm25", seed=args.seed).index(task.train)
     results: dict = {"bm25": {}, "epr": {}}
+    bm25_correct = {}
     for inference_lm in lm_names:
-        results["bm25"][inference_lm] = cell(work / "bm25" / _folder_name(inference_lm), bm25, inference_lm, "bm25")
+        folder = work / "bm25" / _folder_name(inference_lm)
+        results["bm25"][inference_lm] = cell(folder, bm25, inference_lm, "bm25")
+        bm25_correct[inference_lm] = read_correct(folder / "predictions.jsonl")
 
     for scoring_lm in lm_names:
         run_dir = Path(reuse.get(scoring_lm, work / f"epr-scored-by-{_folder_name(scoring_lm)}"))
@@ -138,9 +146,12 @@ def main() -> None:
                 summary = json.loads((run_dir / "eval" / "summary.json").read_text())
                 row[inference_lm] = {"em": round(summary["metrics"]["em"], 2),
                                      "eval_wall_time_s": summary["wall_time_s"]}
+                predictions = run_dir / "eval" / "predictions.jsonl"
             else:
-                row[inference_lm] = cell(work / f"epr-scored-by-{_folder_name(scoring_lm)}-infer" /
-                                         _folder_name(inference_lm), retriever, inference_lm, f"epr:{run_dir}")
+                folder = work / f"epr-scored-by-{_folder_name(scoring_lm)}-infer" / _folder_name(inference_lm)
+                row[inference_lm] = cell(folder, retriever, inference_lm, f"epr:{run_dir}")
+                predictions = folder / "predictions.jsonl"
+            row[inference_lm]["vs_bm25"] = against_bm25(predictions, inference_lm)
         row["pipeline_this_run_s"] = round(time.perf_counter() - t0, 1)
         results["epr"][scoring_lm] = row
 

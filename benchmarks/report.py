@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
+
+from taskret.evaluation import mcnemar, read_correct
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
@@ -25,21 +26,7 @@ def _load(name: str):
 
 
 def _correct(path: Path) -> dict[str, bool] | None:
-    if not path.exists():
-        return None
-    return {row["id"]: bool(row["correct"]) for row in map(json.loads, path.read_text().splitlines()) if row}
-
-
-def mcnemar(a: dict[str, bool], b: dict[str, bool]) -> tuple[int, int, float]:
-    """Examples only ``a`` solves, only ``b`` solves, and the exact two-sided McNemar p-value (a binomial
-    test on the discordant pairs): whether two methods' EM on the same examples really differ."""
-    only_a = sum(a[k] and not b[k] for k in a)
-    only_b = sum(b[k] and not a[k] for k in a)
-    n = only_a + only_b
-    if n == 0:
-        return 0, 0, 1.0
-    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2 ** n
-    return only_a, only_b, min(1.0, 2 * tail)
+    return read_correct(path) if path.exists() else None
 
 
 def icl_table() -> list[str]:
@@ -157,9 +144,19 @@ def lm_transfer_table() -> list[str]:
                 "the LM whose scores trained EPR, columns: the inference LM:", "",
                 "| retriever | " + " | ".join(lms) + " |", "|---|" + "---|" * len(lms),
                 "| BM25 | " + " | ".join(f"{res['bm25'][lm]['em']:.1f}" for lm in lms) + " |"]
+        def epr_cell(c: dict) -> str:
+            if "vs_bm25" not in c:
+                return f"{c['em']:.1f}"
+            v = c["vs_bm25"]
+            p = "p<0.001" if v["mcnemar_p"] < 0.001 else f"p={v['mcnemar_p']:.2f}"
+            return f"{c['em']:.1f} ({v['only_epr']} / {v['only_bm25']}, {p})"
+
         for scorer, row in res["epr"].items():
             out.append(f"| EPR scored by {scorer} | " + " | ".join(
-                f"{row[lm]['em']:.1f}" if lm in row else "–" for lm in lms) + " |")
+                epr_cell(row[lm]) if lm in row else "–" for lm in lms) + " |")
+        if any("vs_bm25" in c for row in res["epr"].values() for c in row.values() if isinstance(c, dict)):
+            out += ["", "In brackets: examples only EPR solves / only BM25 solves with the same inference LM, "
+                    "and McNemar's p."]
         for pair, a in d.get("label_agreement", {}).items():
             kept = [f"{v:.0%} of the {k.split('_')[0].replace('top', 'top-').replace('bottom', 'bottom-')} {k.split('_')[1]}"
                     for k, v in a.items() if k.endswith("_shared")]

@@ -11,8 +11,10 @@ from taskret.evaluation import (
     break_normalized_match,
     evaluate,
     exact_match,
+    mcnemar,
     metrics_for,
     prediction_rows,
+    read_correct,
     score_predictions,
 )
 from taskret.inference import Prediction, build_prompts, predict
@@ -162,6 +164,7 @@ def test_evaluate_writes_predictions_and_summary(tmp_path, demo_task, tiny_lm):
     assert saved["context_window"] == 256 and saved["max_new_tokens"] == 8 and saved["note"] == "unit"
     assert saved["mean_demos"] == pytest.approx(sum(len(r["prompt_ids"]) for r in rows) / 3)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["predictions.jsonl", "summary.json"]
+    assert read_correct(tmp_path / "run" / "predictions.jsonl") == {r["id"]: r["correct"] for r in rows}
 
 
 def test_evaluate_counts_a_correct_answer(tmp_path, tiny_lm):
@@ -175,3 +178,20 @@ def test_evaluate_counts_a_correct_answer(tmp_path, tiny_lm):
                        max_new_tokens=6)
     expected = 100.0 * sum(bool(p.prediction) for p in first) / 2
     assert summary["metrics"]["em"] == expected
+
+
+def test_mcnemar_counts_discordant_examples_and_gives_the_exact_p_value():
+    a = {"1": True, "2": True, "3": True, "4": False, "5": True}
+    b = {"1": True, "2": False, "3": False, "4": True, "5": True}
+    test = mcnemar(a, b)
+    assert (test.only_a, test.only_b) == (2, 1)
+    # 3 discordant, split 2:1 -> two-sided binomial p = 2 * P(X <= 1 | n=3) = 2 * 4/8, capped at 1.
+    assert test.p_value == 1.0
+    lopsided = mcnemar({str(i): True for i in range(10)}, {str(i): False for i in range(10)})
+    assert lopsided == (10, 0, pytest.approx(2 / 2 ** 10))
+    assert mcnemar(a, a) == (0, 0, 1.0)
+
+
+def test_mcnemar_refuses_unpaired_examples():
+    with pytest.raises(ValueError, match="same examples"):
+        mcnemar({"1": True}, {"2": True})

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from .data import Example, Task
 from .inference import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, Prediction, predict
-from .io import write_json, write_jsonl
+from .io import read_jsonl, write_json, write_jsonl
 from .backends.base import LMBackend
 from .retrieval import RetrievalResult, Retriever
 
@@ -62,6 +63,35 @@ def score_predictions(task: Task, predictions: Sequence[Prediction]) -> dict[str
     n = max(len(predictions), 1)
     return {name: 100.0 * sum(fn(p.prediction, p.example.output) for p in predictions) / n
             for name, fn in metrics.items()}
+
+
+class PairedTest(NamedTuple):
+    """Two systems on the same examples: how many only ``a`` solves, only ``b`` solves, and McNemar's p."""
+
+    only_a: int
+    only_b: int
+    p_value: float
+
+
+def mcnemar(a: Mapping[str, bool], b: Mapping[str, bool]) -> PairedTest:
+    """Exact two-sided McNemar test of two systems' per-example correctness (a binomial test on the
+    discordant examples): whether their EM on the same examples really differs. Both maps must hold the
+    same example ids."""
+    if a.keys() != b.keys():
+        raise ValueError(f"paired test needs the same examples: {len(a.keys() - b.keys())} ids only in a, "
+                         f"{len(b.keys() - a.keys())} only in b")
+    only_a = sum(bool(a[k]) and not b[k] for k in a)
+    only_b = sum(bool(b[k]) and not a[k] for k in a)
+    n = only_a + only_b
+    if n == 0:
+        return PairedTest(0, 0, 1.0)
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2 ** n
+    return PairedTest(only_a, only_b, min(1.0, 2 * tail))
+
+
+def read_correct(path: str | Path) -> dict[str, bool]:
+    """Per-example correctness (the ``correct`` field) of a ``predictions.jsonl`` that :func:`evaluate` wrote."""
+    return {row["id"]: bool(row["correct"]) for row in read_jsonl(path)}
 
 
 def prediction_rows(task: Task, predictions: Sequence[Prediction]) -> list[dict]:
