@@ -25,13 +25,13 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from taskret.data import load_task, sample  # noqa: E402
-from taskret.epr.methods import any_correct_oracle, bm25_oracle, lm_rank  # noqa: E402
-from taskret.evaluation import evaluate  # noqa: E402
-from taskret.io import write_json  # noqa: E402
-from taskret.lm import CausalLM  # noqa: E402
-from taskret.progress import progress_bar  # noqa: E402
-from taskret.retrieval import RetrievalResult, make_retriever  # noqa: E402
+from taskret.backends.transformers import CausalLM
+from taskret.data import load_task, sample
+from taskret.epr.methods import any_correct_oracle, bm25_oracle, lm_rank
+from taskret.icl.evaluation import evaluate
+from taskret.io import write_json
+from taskret.progress import progress_bar
+from taskret.retrieval import RetrievalResult, make_retriever
 
 
 def recall_at(ranked: list[list[str]], positives: list[list[str]], k: int) -> float:

@@ -25,13 +25,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from taskret.backends.base import load_lm  # noqa: E402
-from taskret.data import load_task, sample  # noqa: E402
-from taskret.epr.pipeline import EPRConfig, run_pipeline  # noqa: E402
-from taskret.evaluation import evaluate, mcnemar, read_correct  # noqa: E402
-from taskret.io import read_json, write_json  # noqa: E402
-from taskret.progress import progress_bar  # noqa: E402
-from taskret.retrieval import Retriever, make_retriever  # noqa: E402
+from taskret.backends.base import load_lm
+from taskret.data import load_task, sample
+from taskret.epr.pipeline import EPRConfig, run_pipeline
+from taskret.icl.evaluation import evaluate, mcnemar, read_correct
+from taskret.io import read_json, write_json
+from taskret.progress import progress_bar
+from taskret.retrieval import Retriever, make_retriever
 
 
 def _folder_name(lm: str) -> str:

@@ -31,14 +31,14 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from taskret.backends.base import load_lm  # noqa: E402
-from taskret.data import load_task, sample  # noqa: E402
-from taskret.epr.methods import rank_test_examples  # noqa: E402
-from taskret.epr.pipeline import EPRConfig, run_pipeline  # noqa: E402
-from taskret.evaluation import evaluate  # noqa: E402
-from taskret.io import write_json  # noqa: E402
-from taskret.progress import progress_bar  # noqa: E402
-from taskret.retrieval import make_retriever  # noqa: E402
+from taskret.backends.base import load_lm
+from taskret.data import load_task, sample
+from taskret.epr.methods import rank_test_examples
+from taskret.epr.pipeline import EPRConfig, run_pipeline
+from taskret.icl.evaluation import evaluate
+from taskret.io import write_json
+from taskret.progress import progress_bar
+from taskret.retrieval import make_retriever
 
 UNSUPERVISED = ("random", "sbert", "bm25")
 TRAINED = {"epr": "lm", "dr-bm25": "bm25", "cbr": "cbr"}

@@ -17,14 +17,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from taskret.data import load_task, sample  # noqa: E402
-from taskret.epr.candidates import mine_candidates  # noqa: E402
-from taskret.epr.scoring import scoring_pair  # noqa: E402
-from taskret.inference import build_prompts  # noqa: E402
-from taskret.io import write_json  # noqa: E402
-from taskret.lm import CausalLM  # noqa: E402
-from taskret.prompt import PromptBuilder  # noqa: E402
-from taskret.retrieval import make_retriever  # noqa: E402
+from taskret.backends.transformers import CausalLM
+from taskret.data import load_task, sample
+from taskret.epr.candidates import mine_candidates
+from taskret.epr.scoring import scoring_pair
+from taskret.icl.inference import build_prompts
+from taskret.icl.prompt import PromptBuilder
+from taskret.io import write_json
+from taskret.retrieval import make_retriever
 
 
 def main() -> None:

@@ -27,10 +27,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 os.environ.update(RAY_ENV)
 
-from taskret.data import load_task, sample  # noqa: E402
-from taskret.epr.candidates import mine_candidates  # noqa: E402
-from taskret.epr.scoring import score_candidates  # noqa: E402
-from taskret.io import write_json  # noqa: E402
+from taskret.data import load_task, sample
+from taskret.epr.candidates import mine_candidates
+from taskret.epr.scoring import score_candidates
+from taskret.io import write_json
 
 
 def max_abs_diff(a: Path, b: Path) -> float:

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from taskret.evaluation import mcnemar, read_correct
+from taskret.icl.evaluation import mcnemar, read_correct
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"

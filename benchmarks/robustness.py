@@ -39,9 +39,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from taskret.data import load_task, sample  # noqa: E402
-from taskret.epr.candidates import mine_candidates, write_candidates  # noqa: E402
-from taskret.io import write_json  # noqa: E402
+from taskret.data import load_task, sample
+from taskret.epr.candidates import mine_candidates, write_candidates
+from taskret.io import write_json
 
 SCORES = "scores.jsonl"
 

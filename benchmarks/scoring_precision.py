@@ -26,10 +26,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
-
 from scoring_speed import benchmark_shard  # noqa: E402  (benchmarks/, the script's own folder)
-from taskret.io import write_json  # noqa: E402
-from taskret.lm import CausalLM  # noqa: E402
+
+from taskret.backends.transformers import CausalLM
+from taskret.io import write_json
 
 
 def quantize_int8(lm: CausalLM) -> CausalLM:

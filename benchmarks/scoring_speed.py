@@ -31,11 +31,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from taskret.data import load_task  # noqa: E402
-from taskret.epr.candidates import mine_candidates  # noqa: E402
-from taskret.epr.scoring import shard_pairs  # noqa: E402
-from taskret.io import write_json  # noqa: E402
-from taskret.lm import CausalLM  # noqa: E402
+from taskret.backends.transformers import CausalLM
+from taskret.data import load_task
+from taskret.epr.candidates import mine_candidates
+from taskret.epr.scoring import shard_pairs
+from taskret.io import write_json
 
 
 def benchmark_shard(data_dir: str, task_name: str, n_candidates: int, shard_size: int, shard: int | None = None,

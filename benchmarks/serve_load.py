@@ -28,7 +28,7 @@ import psutil
 from taskret.data import load_task
 from taskret.io import write_json
 from taskret.retrieval import BM25Retriever
-from taskret.serve.index import save_index
+from taskret.retrieval.index import save_index
 
 
 def _free_port() -> int:

@@ -38,15 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tart_zero_shot import _machine, _round  # noqa: E402
 
-from taskret.io import read_json, write_json  # noqa: E402
-from taskret.tart.cross_encoder import CONFIG_FILE as FULL_FILE  # noqa: E402
-from taskret.tart.cross_encoder import TartFullConfig, load_reranker, train_tart_full  # noqa: E402
-from taskret.tart.dual import CONFIG_FILE as DUAL_FILE  # noqa: E402
-from taskret.tart.dual import TartDualConfig, train_tart_dual  # noqa: E402
-from taskret.tart.evaluation import evaluate_retriever  # noqa: E402
-from taskret.tart.tasks import load_retrieval_task, load_training_tasks, split_task_spec  # noqa: E402
-from taskret.tart.training_data import (build_training_examples, read_training_examples,  # noqa: E402
-                                        write_training_examples)
+from taskret.io import read_json, write_json
+from taskret.tart.cross_encoder import CONFIG_FILE as FULL_FILE
+from taskret.tart.cross_encoder import TartFullConfig, load_reranker, train_tart_full
+from taskret.tart.dual import CONFIG_FILE as DUAL_FILE
+from taskret.tart.dual import TartDualConfig, train_tart_dual
+from taskret.tart.evaluation import evaluate_retriever
+from taskret.tart.tasks import load_retrieval_task, load_training_tasks, split_task_spec
+from taskret.tart.training_data import (
+    build_training_examples,
+    read_training_examples,
+    write_training_examples,
+)
 
 #: The summary keys each training run reports in the result.
 TRAINING_KEYS = ("n_used", "n_skipped", "steps", "epochs", "batch_size", "learning_rate", "wall_time_s", "mean_loss",

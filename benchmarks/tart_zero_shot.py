@@ -37,10 +37,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from taskret.io import write_json  # noqa: E402
-from taskret.retrieval import DenseRetriever, make_retriever  # noqa: E402
-from taskret.tart.evaluation import evaluate_retriever  # noqa: E402
-from taskret.tart.tasks import load_retrieval_task, read_instructions  # noqa: E402
+from taskret.io import write_json
+from taskret.retrieval import DenseRetriever, make_retriever
+from taskret.tart.evaluation import evaluate_retriever
+from taskret.tart.tasks import load_retrieval_task, read_instructions
 
 CROSS_TASKS = ("scifact", "mtop", "break", "ambigqa")
 BEIR_SCIFACT_BM25 = 66.5  # NDCG@10, BEIR paper (Thakur et al., 2021), Elasticsearch BM25

@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from taskret.data import Example  # noqa: E402
+from taskret.data import Example
 
 TINY_SEED = 1234
 
@@ -99,7 +99,7 @@ def tiny_model(tokenizer):
 
 @pytest.fixture(scope="session")
 def tiny_lm(tiny_model, tokenizer):
-    from taskret.lm import CausalLM
+    from taskret.backends.transformers import CausalLM
 
     return CausalLM(tiny_model, tokenizer, name="tiny")
 

@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from taskret.cli import app
-from taskret.data import DataError, Example
+from taskret.data import Example
 from taskret.epr.scoring import read_scores
+from taskret.io import DataError
 from tests.conftest import write_jsonl_rows
 
 

@@ -8,21 +8,22 @@ from pathlib import Path
 import pytest
 
 from taskret.data import (
-    BREAK_FORMAT,
     BUILTIN_TASKS,
-    DataError,
     Example,
-    break_from_prompt,
-    break_to_prompt,
     default_data_dir,
     load_task,
     read_examples,
     sample,
 )
-from taskret.evaluation import normalize_whitespace
+from taskret.formats import (
+    BREAK_FORMAT,
+    break_from_prompt,
+    break_to_prompt,
+    normalize_whitespace,
+)
+from taskret.io import DataError
 
 from .conftest import write_jsonl_rows
-
 
 # --- reading good files ----------------------------------------------------------------------------
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from taskret.data import BREAK_FORMAT, Example, Task, break_to_prompt
-from taskret.evaluation import (
+from taskret.data import Example, Task
+from taskret.formats import BREAK_FORMAT, break_to_prompt
+from taskret.icl.evaluation import (
     break_normalized_match,
     evaluate,
     exact_match,
@@ -17,8 +18,8 @@ from taskret.evaluation import (
     read_correct,
     score_predictions,
 )
-from taskret.inference import Prediction, build_prompts, predict
-from taskret.prompt import Prompt, PromptBuilder
+from taskret.icl.inference import Prediction, build_prompts, predict
+from taskret.icl.prompt import Prompt, PromptBuilder
 from taskret.retrieval import BM25Retriever
 
 from .conftest import read_jsonl_rows

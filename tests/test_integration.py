@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from taskret.evaluation import evaluate
-from taskret.lm import CausalLM
+from taskret.backends.transformers import CausalLM
+from taskret.icl.evaluation import evaluate
 from taskret.retrieval import BM25Retriever
 
 from .conftest import read_jsonl_rows

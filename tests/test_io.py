@@ -7,8 +7,14 @@ import os
 
 import pytest
 
-from taskret.data import DataError
-from taskret.io import atomic_path, read_json, read_jsonl, write_json, write_jsonl
+from taskret.io import (
+    DataError,
+    atomic_path,
+    read_json,
+    read_jsonl,
+    write_json,
+    write_jsonl,
+)
 
 
 class Boom(RuntimeError):

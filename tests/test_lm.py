@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from taskret.lm import CausalLM, TargetScore, _token_batches
+from taskret.backends.transformers import CausalLM, TargetScore, _token_batches
 
 from .conftest import build_tiny_llama
 

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from taskret import models
-from taskret.models import MODELS, ModelNotInstalled, cache_dir, pick_device, pick_dtype, resolve_model
+from taskret.models import (
+    MODELS,
+    ModelNotInstalled,
+    cache_dir,
+    pick_device,
+    pick_dtype,
+    resolve_model,
+)
 
 
 @pytest.mark.parametrize("name", ["gpt-neo-2.7b", "smollm2", "/definitely/not/a/folder", "~/nope-taskret-model"])

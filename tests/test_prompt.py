@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from taskret.prompt import PromptBuilder, render_demo
+from taskret.formats import render_demo
+from taskret.icl.prompt import PromptBuilder
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_max_demos_one_gives_one_shot(count):
 def test_test_input_too_long_gives_zero_shot_with_a_warning(count, caplog):
     long_input = "please set an alarm " * 40
     budget = count(f"{long_input}\t") + 2  # room for the query, not for any demonstration
-    with caplog.at_level(logging.WARNING, logger="taskret.prompt"):
+    with caplog.at_level(logging.WARNING, logger="taskret.icl.prompt"):
         prompt = PromptBuilder(count, budget=budget).build(long_input, DEMOS)
     assert prompt.demo_ids == []
     assert prompt.text == f"{long_input}\t"
@@ -78,14 +79,14 @@ def test_test_input_too_long_gives_zero_shot_with_a_warning(count, caplog):
 
 
 def test_no_candidates_is_zero_shot_without_a_warning(count, caplog):
-    with caplog.at_level(logging.WARNING, logger="taskret.prompt"):
+    with caplog.at_level(logging.WARNING, logger="taskret.icl.prompt"):
         prompt = PromptBuilder(count, budget=100).build(TEST_INPUT, [])
     assert prompt.text == f"{TEST_INPUT}\t" and prompt.demo_ids == []
     assert not caplog.records
 
 
 def test_demonstrations_that_fit_give_no_warning(count, caplog):
-    with caplog.at_level(logging.WARNING, logger="taskret.prompt"):
+    with caplog.at_level(logging.WARNING, logger="taskret.icl.prompt"):
         PromptBuilder(count, budget=10_000).build(TEST_INPUT, DEMOS)
     assert not caplog.records
 

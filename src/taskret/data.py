@@ -6,13 +6,13 @@ and the field, so that a user can fix their data instead of debugging a stack tr
 
 from __future__ import annotations
 
-import csv
-import json
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable
+
+from .formats import BREAK_FORMAT, OutputFormat, break_from_prompt, break_to_prompt
+from .io import DataError, iter_records
 
 __all__ = [
     "DataError",
@@ -29,62 +29,11 @@ __all__ = [
 ]
 
 
-class DataError(ValueError):
-    """A bad input file: says which file, which line and which field."""
-
-    def __init__(self, path: str | os.PathLike, line: int | None, field: str | None, message: str):
-        self.path = str(path)
-        self.line = line
-        self.field = field
-        self.message = message
-        where = self.path
-        if line is not None:
-            where += f", line {line}"
-        if field is not None:
-            where += f", field '{field}'"
-        super().__init__(f"{where}: {message}")
-
-
 @dataclass(frozen=True)
 class Example:
     id: str
     input: str
     output: str
-
-
-def _identity(text: str) -> str:
-    return text
-
-
-@dataclass(frozen=True)
-class OutputFormat:
-    """How a task's outputs are shown to the LM and read back from its generations.
-
-    ``to_prompt`` turns a gold output into the text placed in a demonstration; ``from_prompt``
-    maps a generation back to the task's own notation, so that metrics compare like with like.
-    """
-
-    to_prompt: Callable[[str], str] = _identity
-    from_prompt: Callable[[str], str] = _identity
-
-
-# --- Break: QDMR decompositions are shown to the LM as "1#) step 2#) step ..." -----------------
-
-_SPACES = re.compile(r"\s+")
-_BREAK_STEP_MARK = re.compile(r"\s*\d+#\)\s*")
-
-
-def break_to_prompt(decomposition: str) -> str:
-    steps = [_SPACES.sub(" ", step).strip() for step in decomposition.split(";")]
-    return " ".join(f"{i}#) {step}" for i, step in enumerate(steps, start=1))
-
-
-def break_from_prompt(text: str) -> str:
-    steps = [step.strip() for step in _BREAK_STEP_MARK.split(text) if step.strip()]
-    return " ;".join(steps)
-
-
-BREAK_FORMAT = OutputFormat(to_prompt=break_to_prompt, from_prompt=break_from_prompt)
 
 
 @dataclass
@@ -138,53 +87,6 @@ def default_data_dir() -> Path:
     if env:
         return Path(env)
     return Path.cwd().parent / "shared" / "data"
-
-
-def iter_records(path: Path) -> Iterator[tuple[int, dict]]:
-    """Yield (line number, record) from a .jsonl or .csv file."""
-    suffix = path.suffix.lower()
-    try:
-        # utf-8-sig: a byte-order mark (as Excel writes) is not part of the first field name.
-        handle = open(path, encoding="utf-8-sig", newline="")
-    except OSError as err:
-        raise DataError(path, None, None, f"cannot read file ({err.strerror or err})") from err
-    with handle:
-        try:
-            if suffix in (".jsonl", ".json"):
-                for line_no, line in enumerate(handle, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise DataError(path, line_no, None, f"malformed JSON ({err.msg})") from err
-                    if not isinstance(record, dict):
-                        raise DataError(path, line_no, None, "expected a JSON object")
-                    yield line_no, record
-            elif suffix in (".csv", ".tsv"):
-                reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
-                for record in reader:
-                    # line_num is where the record ends; a multi-line quoted field spans lines.
-                    yield reader.line_num, record
-            else:
-                raise DataError(path, None, None, f"unknown file type '{suffix}' (expected .jsonl, .csv or .tsv)")
-        except UnicodeDecodeError as err:
-            # err.start counts from the decoder's current chunk, not the file: find the real place.
-            line, offset, reason = _locate_bad_utf8(path, err)
-            raise DataError(path, line, None, f"not valid UTF-8 ({reason} at byte {offset})") from err
-
-
-def _locate_bad_utf8(path: Path, err: UnicodeDecodeError) -> tuple[int | None, int, str]:
-    """(line number, byte offset in the file, reason) of the first invalid UTF-8 sequence."""
-    offset = 0
-    with open(path, "rb") as raw:
-        for line_no, line in enumerate(raw, start=1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as bad:
-                return line_no, offset + bad.start, bad.reason
-            offset += len(line)
-    return None, err.start, err.reason
 
 
 def _field(path: Path, line: int, record: dict, name: str) -> str:

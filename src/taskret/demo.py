@@ -9,10 +9,10 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from .backends.transformers import CausalLM
 from .data import load_task
-from .evaluation import evaluate
+from .icl.evaluation import evaluate
 from .io import write_json
-from .lm import CausalLM
 from .progress import progress_bar
 from .retrieval import make_retriever
 

@@ -1,14 +1,79 @@
-"""Artifact files: JSON and JSONL written to a temporary name and renamed, so a crash never leaves
+"""Files on disk: records read from JSONL/CSV with errors that name the file, line and field
+(:class:`DataError`), and artifacts written to a temporary name and renamed, so a crash never leaves
 half a file behind under the final name."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+
+class DataError(ValueError):
+    """A bad input file: says which file, which line and which field."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, field: str | None, message: str):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.message = message
+        where = self.path
+        if line is not None:
+            where += f", line {line}"
+        if field is not None:
+            where += f", field '{field}'"
+        super().__init__(f"{where}: {message}")
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """Yield (line number, record) from a .jsonl or .csv file."""
+    suffix = path.suffix.lower()
+    try:
+        # utf-8-sig: a byte-order mark (as Excel writes) is not part of the first field name.
+        handle = open(path, encoding="utf-8-sig", newline="")
+    except OSError as err:
+        raise DataError(path, None, None, f"cannot read file ({err.strerror or err})") from err
+    with handle:
+        try:
+            if suffix in (".jsonl", ".json"):
+                for line_no, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise DataError(path, line_no, None, f"malformed JSON ({err.msg})") from err
+                    if not isinstance(record, dict):
+                        raise DataError(path, line_no, None, "expected a JSON object")
+                    yield line_no, record
+            elif suffix in (".csv", ".tsv"):
+                reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
+                for record in reader:
+                    # line_num is where the record ends; a multi-line quoted field spans lines.
+                    yield reader.line_num, record
+            else:
+                raise DataError(path, None, None, f"unknown file type '{suffix}' (expected .jsonl, .csv or .tsv)")
+        except UnicodeDecodeError as err:
+            # err.start counts from the decoder's current chunk, not the file: find the real place.
+            line, offset, reason = _locate_bad_utf8(path, err)
+            raise DataError(path, line, None, f"not valid UTF-8 ({reason} at byte {offset})") from err
+
+
+def _locate_bad_utf8(path: Path, err: UnicodeDecodeError) -> tuple[int | None, int, str]:
+    """(line number, byte offset in the file, reason) of the first invalid UTF-8 sequence."""
+    offset = 0
+    with open(path, "rb") as raw:
+        for line_no, line in enumerate(raw, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return line_no, offset + bad.start, bad.reason
+            offset += len(line)
+    return None, err.start, err.reason
 
 
 def _umask() -> int:
@@ -47,8 +112,6 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    from .data import DataError
-
     path = Path(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -59,8 +122,6 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    from .data import iter_records
-
     return [record for _, record in iter_records(Path(path))]
 
 

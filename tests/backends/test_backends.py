@@ -10,7 +10,14 @@ import time
 import httpx
 import pytest
 
-from taskret.backends import BackendError, LMBackend, TargetScore, make_backend, parse_options, parse_spec
+from taskret.backends import (
+    BackendError,
+    LMBackend,
+    TargetScore,
+    make_backend,
+    parse_options,
+    parse_spec,
+)
 from taskret.backends.base import backend_options, cut_at_stop, load_lm
 from taskret.backends.openai import OpenAIBackend
 
@@ -85,9 +92,9 @@ def test_transformers_backend_is_the_default_and_matches_causal_lm(tiny_model_di
 def server_client(tiny_lm):
     from fastapi.testclient import TestClient
 
-    from taskret.backends.server import create_app
+    from taskret.backends.lm_server import create_lm_app
 
-    with TestClient(create_app(tiny_lm, "tiny"), base_url="http://testserver") as client:
+    with TestClient(create_lm_app(tiny_lm, "tiny"), base_url="http://testserver") as client:
         yield client
 
 

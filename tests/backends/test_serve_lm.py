@@ -71,7 +71,7 @@ def stop(proc: subprocess.Popen, handle) -> None:
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from taskret.lm import CausalLM
+    from taskret.backends.transformers import CausalLM
 
     return CausalLM.load("smollm2-135m", device="cpu", dtype="float32")
 
@@ -107,10 +107,9 @@ def compare_rankings(remote_lm, local_lm, candidate_sets) -> dict:
 
 
 def generation_prompts(demo_task, n: int = 4) -> list[str]:
-    from taskret.prompt import PromptBuilder
+    from taskret.icl.inference import build_prompts
+    from taskret.icl.prompt import PromptBuilder
     from taskret.retrieval import make_retriever
-
-    from taskret.inference import build_prompts
 
     retriever = make_retriever("bm25").index(demo_task.train)
     builder = PromptBuilder(lambda text: len(text.split()) * 2, budget=300, max_demos=4)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from taskret.data import DataError, Example
+from taskret.data import Example
 from taskret.epr.candidates import mine_candidates, read_candidates, write_candidates
+from taskret.io import DataError
 from tests.conftest import POOL_ROWS, read_jsonl_rows, write_jsonl_rows
 
 # Two twins: flights share (almost) their output but no input word; traffic reports share their

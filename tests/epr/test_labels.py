@@ -6,7 +6,14 @@ import pytest
 
 from taskret.data import Example
 from taskret.epr.candidates import mine_candidates
-from taskret.epr.labels import STOP_WORDS, bm25_labels, cbr_labels, lm_labels, token_f1, top_bottom
+from taskret.epr.labels import (
+    STOP_WORDS,
+    bm25_labels,
+    cbr_labels,
+    lm_labels,
+    token_f1,
+    top_bottom,
+)
 
 # -- top_bottom ----------------------------------------------------------------------------------
 

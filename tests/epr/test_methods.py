@@ -8,11 +8,18 @@ import numpy as np
 import pytest
 
 from taskret.data import Example, Task
-from taskret.epr.methods import (TEST_TIME_METHODS, any_correct_oracle, bm25_oracle, brute_force, lm_oracle,
-                                 lm_rank, rank_test_examples)
+from taskret.epr.methods import (
+    TEST_TIME_METHODS,
+    any_correct_oracle,
+    bm25_oracle,
+    brute_force,
+    lm_oracle,
+    lm_rank,
+    rank_test_examples,
+)
 from taskret.epr.scoring import scoring_pair
-from taskret.evaluation import evaluate
-from taskret.prompt import render_demo
+from taskret.formats import render_demo
+from taskret.icl.evaluation import evaluate
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("sentence_transformers")
 
-from taskret.epr.pipeline import EPRConfig, run_pipeline  # noqa: E402
+from taskret.epr.pipeline import EPRConfig, run_pipeline
 from tests.conftest import read_jsonl_rows, write_jsonl_rows  # noqa: E402
 
 TOPICS = [("weather", "GET_WEATHER"), ("alarm", "CREATE_ALARM"), ("music", "PLAY_MUSIC"), ("timer", "CREATE_TIMER")]

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from taskret.data import BREAK_FORMAT, Example, OutputFormat
+from taskret.data import Example
 from taskret.epr.candidates import mine_candidates, write_candidates
 from taskret.epr.scoring import META_FILE, SCORES_FILE, score_candidates, scoring_pair
+from taskret.formats import BREAK_FORMAT, OutputFormat
 from tests.conftest import read_jsonl_rows, write_jsonl_rows
 
 TOPICS = ["weather", "alarm", "music", "timer"]
@@ -168,7 +169,7 @@ def test_a_job_started_before_shard_order_resumes_in_file_order(tmp_path, tiny_l
 
 
 def test_another_job_in_the_same_folder_is_refused(tmp_path, tiny_model, tokenizer, tiny_lm, examples, cand_rows):
-    from taskret.lm import CausalLM
+    from taskret.backends.transformers import CausalLM
 
     by_id = {e.id: e for e in examples}
     out = tmp_path / "scoring"

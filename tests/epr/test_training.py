@@ -18,18 +18,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from taskret.data import DataError, Example  # noqa: E402
-from taskret.epr.training import (  # noqa: E402
+from taskret.data import Example
+from taskret.epr.training import (
     ROUTER_MAPPING,
     TrainingConfig,
-    _epoch_batches,
-    _RowKeys,
-    build_model,
     build_training_pairs,
-    dpr_loss,
     train_dual_encoder,
 )
-from taskret.retrieval.base import example_text  # noqa: E402
+from taskret.io import DataError
+from taskret.retrieval.base import example_text
+from taskret.training.batching import RowKeys, epoch_batches
+from taskret.training.encoders import build_bi_encoder
+from taskret.training.losses import dpr_loss
 
 TOPICS = ["weather", "music", "alarm", "timer", "news", "recipe"]
 N = 24
@@ -181,7 +181,7 @@ def _toy_rows(n_rows: int, pool: int, seed: int) -> list:
     rows = []
     for i in range(n_rows):
         q, p, n = i % pool, int(rng.integers(pool)), int(rng.integers(pool))
-        rows.append(_RowKeys(keys(q), keys(p), keys(n), keys(p)[1], keys(n)[1]))
+        rows.append(RowKeys(keys(q), keys(p), keys(n), keys(p)[1], keys(n)[1]))
     return rows
 
 
@@ -191,11 +191,11 @@ def test_batches_are_full_and_avoid_false_negatives():
     clean = plain = 0
     for seed in range(5):
         rows = _toy_rows(60, 400, seed)
-        batches = _epoch_batches(rows, 8, np.random.default_rng(seed), True)
+        batches = epoch_batches(rows, 8, np.random.default_rng(seed), True)
         assert sorted(i for b in batches for i in b) == list(range(60))
         assert [len(b) for b in batches] == [8] * 7 + [4]
         clean += sum(_false_negatives(b, rows) for b in batches)
-        unordered = _epoch_batches(rows, 8, np.random.default_rng(seed), False)
+        unordered = epoch_batches(rows, 8, np.random.default_rng(seed), False)
         plain += sum(_false_negatives(b, rows) for b in unordered)
     assert clean == 0 and plain > 0, (clean, plain)
 
@@ -204,10 +204,10 @@ def test_batches_on_a_crowded_pool_are_still_full():
     import numpy as np
 
     rows = _toy_rows(64, 64, 0)  # every example is everyone's candidate: duplicates are unavoidable
-    clean = _epoch_batches(rows, 16, np.random.default_rng(0), True)
+    clean = epoch_batches(rows, 16, np.random.default_rng(0), True)
     assert sorted(i for b in clean for i in b) == list(range(64))
     assert [len(b) for b in clean] == [16] * 4
-    plain = _epoch_batches(rows, 16, np.random.default_rng(0), False)
+    plain = epoch_batches(rows, 16, np.random.default_rng(0), False)
     assert sum(_false_negatives(b, rows) for b in clean) < sum(_false_negatives(b, rows) for b in plain)
 
 
@@ -221,7 +221,7 @@ def test_own_example_is_never_a_document_of_its_batch(tiny_bert_dir):
     by_id, usable, _ = _validated_rows(examples, toy_labels(), "labels", None)
     _, rows = _sample_epoch(by_id, usable, TrainingConfig(field="output"), 0)
     for seed in range(3):
-        for batch in _epoch_batches(rows, 4, np.random.default_rng(seed), True)[:-1]:
+        for batch in epoch_batches(rows, 4, np.random.default_rng(seed), True)[:-1]:
             queries = {rows[i].query[0] for i in batch}
             docs = {k for i in batch for k in rows[i].positive + rows[i].negative}
             assert not queries & docs
@@ -232,14 +232,16 @@ def test_own_example_is_never_a_document_of_its_batch(tiny_bert_dir):
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_cached_loss_is_dpr_with_2b_minus_1_negatives(tiny_bert_dir, shared):
-    from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
+    from sentence_transformers.sentence_transformer.data_collator import (
+        SentenceTransformerDataCollator,
+    )
     from sentence_transformers.sentence_transformer.losses import (
         CachedMultipleNegativesRankingLoss,
         MultipleNegativesRankingLoss,
     )
 
     config = tiny_config(tiny_bert_dir, shared_encoder=shared)
-    model = build_model(config)
+    model = build_bi_encoder(config.base_model, shared_encoder=config.shared_encoder, max_seq_length=config.max_seq_length)
     model.eval()  # no dropout: the three computations must see the same embeddings
     pairs = build_training_pairs(toy_examples(), toy_labels(), config, 0).select(range(6))
     collate = SentenceTransformerDataCollator(preprocess_fn=model.preprocess,
@@ -367,7 +369,7 @@ def test_training_lowers_the_dpr_loss(run, request):
 
     _, folder, config = request.getfixturevalue(run)
     pairs = build_training_pairs(toy_examples(), toy_labels(), config, 0)
-    before = dpr_loss(build_model(config), pairs, scale=config.scale, batch_size=config.batch_size)
+    before = dpr_loss(build_bi_encoder(config.base_model, shared_encoder=config.shared_encoder, max_seq_length=config.max_seq_length), pairs, scale=config.scale, batch_size=config.batch_size)
     after = dpr_loss(SentenceTransformer(str(folder)), pairs, scale=config.scale, batch_size=config.batch_size)
     # deterministic (eval mode, fixed seeds); seeds 0-3 gave drops of 0.10-0.17 (dual) and 0.26-0.33 (shared)
     assert after < before - 0.05, (before, after)

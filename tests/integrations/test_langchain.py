@@ -8,10 +8,10 @@ import pytest
 from langchain_core.prompts import FewShotPromptTemplate, PromptTemplate
 
 from taskret.data import Example
+from taskret.icl.prompt import PromptBuilder
 from taskret.integrations.langchain import TaskretExampleSelector
-from taskret.prompt import PromptBuilder
 from taskret.retrieval import BM25Retriever
-from taskret.serve.index import save_index
+from taskret.retrieval.index import save_index
 
 from ..conftest import POOL_ROWS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from taskret.retrieval import BM25Retriever
-from taskret.serve.index import save_index
+from taskret.retrieval.index import save_index
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from taskret.prompt import PromptBuilder
+from taskret.icl.prompt import PromptBuilder
 from taskret.retrieval import BM25Retriever
+from taskret.retrieval.index import InvalidIndex, save_index, whitespace_tokens
 from taskret.serve.app import MAX_BODY_BYTES, create_app
-from taskret.serve.index import InvalidIndex, save_index, whitespace_tokens
 
 from ..conftest import write_jsonl_rows
 

@@ -12,7 +12,13 @@ from typer.testing import CliRunner
 from taskret.cli import app as cli_app
 from taskret.data import Example
 from taskret.retrieval import BM25Retriever, DenseRetriever
-from taskret.serve.index import EXAMPLES_FILE, INFO_FILE, InvalidIndex, load_index, save_index
+from taskret.retrieval.index import (
+    EXAMPLES_FILE,
+    INFO_FILE,
+    InvalidIndex,
+    load_index,
+    save_index,
+)
 
 from ..conftest import read_jsonl_rows, write_jsonl_rows
 

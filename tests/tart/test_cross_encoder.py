@@ -10,12 +10,22 @@ import pytest
 from typer.testing import CliRunner
 
 from taskret.cli import app
-from taskret.data import DataError
+from taskret.formats import SEP, format_query
+from taskret.io import DataError
 from taskret.retrieval import RetrievalResult, make_retriever
-from taskret.tart.cross_encoder import (CONFIG_FILE, LOG_FILE, CrossEncoderReranker, Reranker, TartFullConfig,
-                                        build_pairs, cross_encoder_folder, load_reranker, make_denoiser,
-                                        train_tart_full)
-from taskret.tart.evaluation import SEP, evaluate_retriever, format_query
+from taskret.tart.cross_encoder import (
+    CONFIG_FILE,
+    LOG_FILE,
+    CrossEncoderReranker,
+    Reranker,
+    TartFullConfig,
+    build_pairs,
+    cross_encoder_folder,
+    load_reranker,
+    make_denoiser,
+    train_tart_full,
+)
+from taskret.tart.evaluation import evaluate_retriever
 from taskret.tart.tasks import doc_text
 from taskret.tart.training_data import build_training_examples, write_training_examples
 
@@ -315,7 +325,8 @@ def test_cli_bad_training_rows_name_the_line_and_field(tmp_path, rows):
 
 
 def test_doc_text_of_pooled_ids_is_the_task_document(tasks):
-    from taskret.tart.evaluation import _doc_texts, pooled_id
+    from taskret.tart.evaluation import _doc_texts
+    from taskret.tart.tasks import pooled_id
 
     lookup = _doc_texts(tasks, tasks[0], "pooled")
     assert lookup(pooled_id("parses", "p1")) == doc_text(tasks[1].corpus["p1"])

@@ -10,11 +10,19 @@ import pytest
 from typer.testing import CliRunner
 
 from taskret.cli import app
-from taskret.data import DataError
+from taskret.formats import SEP, format_query
+from taskret.io import DataError
 from taskret.tart.cross_encoder import Reranker, TartFullConfig, train_tart_full
-from taskret.tart.distil import (CONFIG_FILE, LOG_FILE, TartDistilConfig, build_distillation_rows,
-                                 distillation_kl, student_model_folder, teacher_scores, train_tart_distil)
-from taskret.tart.evaluation import SEP, format_query
+from taskret.tart.distil import (
+    CONFIG_FILE,
+    LOG_FILE,
+    TartDistilConfig,
+    build_distillation_rows,
+    distillation_kl,
+    student_model_folder,
+    teacher_scores,
+    train_tart_distil,
+)
 from taskret.tart.training_data import write_training_examples
 
 from .test_training_data import make_tasks
@@ -93,13 +101,12 @@ def test_bad_rows_name_the_source_line_and_field(rows):
 def test_training_lowers_the_kl_to_the_teacher(tmp_path, rows, tiny_bert_dir):
     from sentence_transformers import SentenceTransformer
 
-    from taskret.epr.training import TrainingConfig, build_model
+    from taskret.training.encoders import build_bi_encoder
 
     teacher = Overlap()
     config = tiny_config(tiny_bert_dir)
     columns = build_distillation_rows(rows, teacher_scores(rows, teacher, config), teacher, config)
-    before = distillation_kl(build_model(TrainingConfig(base_model=str(tiny_bert_dir), shared_encoder=True,
-                                                        max_seq_length=32)), columns, config)
+    before = distillation_kl(build_bi_encoder(str(tiny_bert_dir), max_seq_length=32), columns, config)
     folder = train_tart_distil(rows, teacher, tmp_path / "out", config, progress=False)
     after = distillation_kl(SentenceTransformer(str(folder)), columns, config)
     assert after < 0.8 * before

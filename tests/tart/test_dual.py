@@ -7,9 +7,16 @@ import json
 
 import pytest
 
+from taskret.formats import SEP, format_query
 from taskret.retrieval import DenseRetriever, make_retriever
-from taskret.tart.dual import CONFIG_FILE, LOG_FILE, TartDualConfig, build_triplets, train_tart_dual
-from taskret.tart.evaluation import SEP, evaluate_retriever, format_query
+from taskret.tart.dual import (
+    CONFIG_FILE,
+    LOG_FILE,
+    TartDualConfig,
+    build_triplets,
+    train_tart_dual,
+)
+from taskret.tart.evaluation import evaluate_retriever
 
 
 def tiny_config(base, **overrides) -> TartDualConfig:

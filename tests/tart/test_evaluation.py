@@ -6,16 +6,10 @@ import math
 
 import pytest
 
+from taskret.formats import format_query
 from taskret.retrieval import make_retriever
-from taskret.tart.evaluation import (
-    build_indexes,
-    compute_metrics,
-    evaluate_retriever,
-    format_query,
-    pooled_corpus,
-    split_pooled_id,
-)
-from taskret.tart.tasks import Document, RetrievalTask
+from taskret.tart.evaluation import build_indexes, compute_metrics, evaluate_retriever
+from taskret.tart.tasks import Document, RetrievalTask, pooled_corpus, split_pooled_id
 
 from ..conftest import read_jsonl_rows
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from taskret.data import DataError
+from taskret.io import DataError
 from taskret.tart.tasks import (
     AMBIGQA_INSTRUCTIONS,
     BREAK_INSTRUCTIONS,

@@ -6,12 +6,15 @@ import json
 
 import pytest
 
-from taskret.data import DataError
+from taskret.io import DataError
 from taskret.retrieval import make_retriever
-from taskret.tart.evaluation import split_pooled_id
-from taskret.tart.tasks import Document, RetrievalTask, doc_text
-from taskret.tart.training_data import (NEGATIVE_KINDS, build_training_examples, read_training_examples,
-                                        write_training_examples)
+from taskret.tart.config import NEGATIVE_KINDS
+from taskret.tart.tasks import Document, RetrievalTask, doc_text, split_pooled_id
+from taskret.tart.training_data import (
+    build_training_examples,
+    read_training_examples,
+    write_training_examples,
+)
 
 
 def _task(name, docs, queries, qrels, instructions):

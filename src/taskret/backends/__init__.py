@@ -8,8 +8,18 @@
 Each backend's module is imported only when chosen.
 """
 
-from .base import (BACKENDS, BackendError, BackendNotInstalled, LMBackend, TargetScore, backend_options, load_lm,
-                   make_backend, parse_options, parse_spec)
+from .base import (
+           BACKENDS,
+           BackendError,
+           BackendNotInstalled,
+           LMBackend,
+           TargetScore,
+           backend_options,
+           load_lm,
+           make_backend,
+           parse_options,
+           parse_spec,
+)
 
 __all__ = ["BACKENDS", "BackendError", "BackendNotInstalled", "LMBackend", "TargetScore", "backend_options",
            "load_lm", "make_backend", "parse_options", "parse_spec"]

@@ -31,7 +31,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable, Sequence
 
-from .base import DEFAULT_STOP, BackendError, BackendNotInstalled, LMBackend, ProgressFn, TargetScore, cut_at_stop
+from .base import (
+    DEFAULT_STOP,
+    BackendError,
+    BackendNotInstalled,
+    LMBackend,
+    ProgressFn,
+    TargetScore,
+    cut_at_stop,
+)
 
 logger = logging.getLogger(__name__)
 

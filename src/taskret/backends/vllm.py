@@ -17,7 +17,14 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from .base import DEFAULT_STOP, BackendNotInstalled, LMBackend, ProgressFn, TargetScore, cut_at_stop
+from .base import (
+    DEFAULT_STOP,
+    BackendNotInstalled,
+    LMBackend,
+    ProgressFn,
+    TargetScore,
+    cut_at_stop,
+)
 
 INSTALL = "pip install 'taskret[vllm]' (vLLM needs a CUDA GPU; see https://docs.vllm.ai for other platforms)"
 

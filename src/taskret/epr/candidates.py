@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Sequence
 
-from pathlib import Path
-
-from ..data import DataError, Example, iter_records
-from ..io import write_jsonl
+from ..data import Example
+from ..io import DataError, iter_records, write_jsonl
 from ..retrieval import BM25Retriever
 from ..retrieval.base import example_text
 

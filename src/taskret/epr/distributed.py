@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..backends.base import BackendError, BackendNotInstalled, TargetScore
-from ..data import Example, OutputFormat
+from ..data import Example
+from ..formats import OutputFormat
 from ..io import write_jsonl
 from .scoring import PendingShard, shard_pairs, shard_rows
 

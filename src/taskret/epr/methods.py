@@ -17,10 +17,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..data import Example, Task
-from ..evaluation import exact_match
 from ..backends.base import LMBackend
-from ..prompt import render_demo
+from ..data import Example, Task
+from ..icl.evaluation import exact_match
 from ..retrieval import BM25Retriever, RetrievalResult
 from .scoring import demonstration_prefix, scoring_pair
 
@@ -53,7 +52,7 @@ def lm_rank(task: Task, examples: Sequence[Example], candidates: RetrievalResult
                 prefixes.append(demonstration_prefix(pool[cand_id], task.output_format))
             else:
                 cand = pool[cand_id]
-                prompt, target = render_demo(cand.input, task.prompt_output(cand)) + "\n", example.input
+                prompt, target = demonstration_prefix(cand, task.output_format), example.input
                 prefixes.append("")  # the demonstration is the whole prompt: nothing after it to share it with
             prompts.append(prompt)
             targets.append(target)
@@ -99,7 +98,7 @@ def any_correct_oracle(task: Task, examples: Sequence[Example], lm: LMBackend, c
     for q, (example, ids) in enumerate(zip(examples, candidates.ids)):
         for cand_id in ids:
             cand = pool[cand_id]
-            prompts.append(render_demo(cand.input, task.prompt_output(cand)) + "\n" + f"{example.input}\t")
+            prompts.append(scoring_pair(cand, example, task.output_format)[0])  # one-shot: the scoring layout
             owners.append((q, cand_id))
     generations = lm.generate(prompts, max_new_tokens=max_new_tokens, progress=progress)
     solved: dict[int, list[str]] = {q: [] for q in range(len(examples))}

@@ -71,14 +71,15 @@ class EPRConfig(BaseModel):
 def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: dict | None = None) -> dict:
     """Run every stage whose output is missing. ``lms`` caches loaded LMs by name (the scoring and the
     inference LM are often the same model, and a caller such as the demo may already hold it)."""
-    from ..backends.base import LMBackend, load_lm as load_backend
-    from ..evaluation import evaluate
+    from ..backends.base import LMBackend
+    from ..backends.base import load_lm as load_backend
+    from ..icl.evaluation import evaluate
+    from ..io import write_jsonl
     from ..retrieval import DenseRetriever, Retriever
     from .candidates import mine_candidates, read_candidates, write_candidates
     from .labels import bm25_labels, cbr_labels, lm_labels
     from .scoring import read_scores, score_candidates
     from .training import TrainingConfig, train_dual_encoder
-    from ..io import write_jsonl
 
     lms = {} if lms is None else lms
 

@@ -14,9 +14,11 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .. import formats
 from ..backends.base import LMBackend, TargetScore
-from ..data import DataError, Example, OutputFormat, iter_records
-from ..io import read_json, read_jsonl, write_json, write_jsonl
+from ..data import Example
+from ..formats import OutputFormat
+from ..io import DataError, iter_records, read_json, read_jsonl, write_json, write_jsonl
 from ..progress import report_resumed
 
 # A pending shard: (number, candidate rows, path of the shard file to write).
@@ -28,15 +30,16 @@ META_FILE = "scoring_meta.json"
 
 
 def scoring_pair(candidate: Example, example: Example, fmt: OutputFormat = OutputFormat()) -> tuple[str, str]:
-    """``("{cand_input}\\t{cand_output}\\n{input}\\t", "{output}")``: only the output's tokens are scored."""
-    prompt = f"{demonstration_prefix(candidate, fmt)}{example.input}\t"
-    return prompt, fmt.to_prompt(example.output)
+    """``("{cand_input}\\t{cand_output}\\n{input}\\t", "{output}")`` (:func:`taskret.formats.scoring_pair`):
+    only the output's tokens are scored."""
+    return formats.scoring_pair(candidate.input, fmt.to_prompt(candidate.output), example.input,
+                                fmt.to_prompt(example.output))
 
 
 def demonstration_prefix(candidate: Example, fmt: OutputFormat = OutputFormat()) -> str:
     """The start of every scoring prompt that uses ``candidate``: computed once per candidate by LMs that share
     prefixes (:meth:`~taskret.backends.base.LMBackend.score_shared`)."""
-    return f"{candidate.input}\t{fmt.to_prompt(candidate.output)}\n"
+    return formats.demonstration(candidate.input, fmt.to_prompt(candidate.output))
 
 
 def _fingerprint(candidate_rows: Sequence[dict]) -> str:

@@ -12,8 +12,6 @@ Public API::
 
     TrainingConfig                                                      # hyperparameters, JSON round-trip
     build_training_pairs(examples, labels_rows, config, epoch)          # -> datasets.Dataset triplets
-    build_model(config)                                                 # -> SentenceTransformer
-    dpr_loss(model, pairs, scale, batch_size)                           # the objective, no gradients
     train_dual_encoder(examples, labels_path, out_dir, config)          # -> out_dir / "model"
 
 Design notes
@@ -65,26 +63,25 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import numpy as np
 
-from ..data import DataError, Example, iter_records
+from ..data import Example
+from ..io import DataError, iter_records
 from ..retrieval.base import FIELDS, example_text
-from ..training import RUN_KEYS, RowKeys, TrainerSettings, check_training_values, epoch_batches, fit_and_record
-
-# The batching is shared with TART (taskret.training); the private names stay for older callers and tests.
-_RowKeys, _epoch_batches = RowKeys, epoch_batches
+from ..training.batching import RowKeys
+from ..training.config import TrainerSettings, check_training_values
+from ..training.encoders import build_bi_encoder
+from ..training.fit import RUN_KEYS, fit_and_record
+from ..training.losses import dpr_training_loss
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
-    import torch
-    from sentence_transformers import SentenceTransformer
+
+    from ..retrieval import DenseRetriever, Retriever
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "TrainingConfig",
     "build_training_pairs",
-    "build_model",
-    "dpr_loss",
-    "dpr_training_loss",
     "train_dual_encoder",
     "ROUTER_MAPPING",
 ]
@@ -210,11 +207,11 @@ def _example_keys(example: Example) -> tuple[str, ...]:
 
 
 def _sample_epoch(by_id: dict[str, Example], usable: _Usable,
-                  config: TrainingConfig, epoch: int) -> tuple[dict[str, list[str]], list[_RowKeys]]:
+                  config: TrainingConfig, epoch: int) -> tuple[dict[str, list[str]], list[RowKeys]]:
     """One epoch's triplet columns, and each row's keys for duplicate-free batching."""
     rng = np.random.default_rng([config.seed, epoch])
     columns: dict[str, list[str]] = {"anchor": [], "positive": [], "negative": []}
-    keys: list[_RowKeys] = []
+    keys: list[RowKeys] = []
     for query_id, positives, negatives in usable:
         query = by_id[query_id]
         positive = by_id[positives[int(rng.integers(len(positives)))]]
@@ -222,69 +219,9 @@ def _sample_epoch(by_id: dict[str, Example], usable: _Usable,
         columns["anchor"].append(query.input)
         columns["positive"].append(example_text(positive, config.field))
         columns["negative"].append(example_text(negative, config.field))
-        keys.append(_RowKeys(_example_keys(query), _example_keys(positive), _example_keys(negative),
+        keys.append(RowKeys(_example_keys(query), _example_keys(positive), _example_keys(negative),
                              columns["positive"][-1], columns["negative"][-1]))
     return columns, keys
-
-
-# -- model ---------------------------------------------------------------------------------------
-
-
-def build_model(config: TrainingConfig, device: str | None = None) -> "SentenceTransformer":
-    """The untrained dual encoder: a Router of two copies of the base model, or the base itself if shared."""
-    import copy
-
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Router
-
-    from ..models import resolve_model
-
-    base = SentenceTransformer(str(resolve_model(config.base_model)), device=device or "cpu")
-    if config.shared_encoder:
-        model = base
-    else:
-        modules = list(base.children())
-        router = Router.for_query_document(
-            query_modules=[copy.deepcopy(m) for m in modules],
-            document_modules=[copy.deepcopy(m) for m in modules],
-        )
-        model = SentenceTransformer(modules=[router], device=device or "cpu",
-                                    similarity_fn_name=base.similarity_fn_name or "cosine")
-    model.max_seq_length = config.max_seq_length
-    return model
-
-
-def dpr_training_loss(model: "SentenceTransformer", config) -> "torch.nn.Module":
-    """The DPR objective as a trainer loss: the GradCache multiple-negatives loss with ``config.scale``
-    and ``config.mini_batch_size`` (any config with those fields; TART-dual's too)."""
-    from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
-
-    return CachedMultipleNegativesRankingLoss(model, scale=config.scale, mini_batch_size=config.mini_batch_size,
-                                              show_progress_bar=False)
-
-
-def dpr_loss(model: "SentenceTransformer", pairs: "datasets.Dataset", scale: float = 20.0,
-             batch_size: int = 120) -> float:
-    """The DPR objective on ``pairs`` in consecutive batches of ``batch_size``, without gradients.
-
-    Each query is scored (cosine x ``scale``) against every positive and negative of its batch,
-    i.e. its own positive and ``2B - 1`` negatives; the result is the mean negative log-likelihood
-    of the own positive over all rows. For checking a trained model, not for training.
-    """
-    import torch
-
-    kwargs = dict(batch_size=64, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False)
-    queries = model.encode_query(list(pairs["anchor"]), **kwargs).float().cpu()
-    positives = model.encode_document(list(pairs["positive"]), **kwargs).float().cpu()
-    negatives = model.encode_document(list(pairs["negative"]), **kwargs).float().cpu()
-    total = 0.0
-    for start in range(0, len(pairs), batch_size):
-        q = queries[start:start + batch_size]
-        docs = torch.cat([positives[start:start + batch_size], negatives[start:start + batch_size]])
-        logits = scale * q @ docs.T
-        targets = torch.arange(len(q))
-        total += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
-    return total / len(pairs)
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -322,7 +259,25 @@ def train_dual_encoder(examples: Sequence[Example], labels_path: str | os.PathLi
     epochs = [_sample_epoch(by_id, usable, config, epoch) for epoch in range(config.epochs)]
     counts = {"n_examples": len(examples), "n_labelled": len(usable), "n_skipped": n_skipped,
               "n_pairs": sum(len(cols["anchor"]) for cols, _ in epochs)}
-    return fit_and_record(config, lambda: build_model(config), lambda model: dpr_training_loss(model, config),
+    return fit_and_record(config, lambda: build_bi_encoder(config.base_model, shared_encoder=config.shared_encoder,
+                                                        max_seq_length=config.max_seq_length), lambda model: dpr_training_loss(model, config),
                           [cols for cols, _ in epochs], out_dir, CONFIG_FILE, counts, started=started,
                           blocks=[keys for _, keys in epochs], no_duplicates=config.no_duplicates, progress=progress,
                           extra_args={"router_mapping": {} if config.shared_encoder else dict(ROUTER_MAPPING)})
+
+
+def load_retriever(directory: str | os.PathLike, device: str | None = None) -> "DenseRetriever | Retriever":
+    """The retriever of an EPR run (``epr:DIR``): DIR is an EPR work folder, its ``retriever/`` training output
+    or a saved index. A saved index if there is one, else the trained dual encoder (indexed by the caller)."""
+    from ..io import read_json
+    from ..retrieval import DenseRetriever, Retriever
+
+    directory = Path(directory)
+    for index_dir in (directory / "index", directory):
+        if (index_dir / "meta.json").exists():
+            return Retriever.load(index_dir)
+    for train_dir in (directory / "retriever", directory):
+        if (train_dir / "model").is_dir():
+            config = read_json(train_dir / CONFIG_FILE) if (train_dir / CONFIG_FILE).exists() else {}
+            return DenseRetriever(encoder=str(train_dir / "model"), field=config.get("field", "input"), device=device)
+    raise FileNotFoundError(f"{directory}: no EPR index (meta.json) or trained model (model/) found")

@@ -84,7 +84,7 @@ class TaskretExampleSelector(BaseExampleSelector):
                    output_key: str = "output", **kwargs) -> "TaskretExampleSelector":
         """A read-only selector over an index folder written by ``taskret index`` (checked as the service
         checks it). Outputs are shown as the task's prompts show them (Break: ``1#) step 2#) step``)."""
-        from ..serve.index import load_index
+        from ..retrieval.index import load_index
 
         index = load_index(index_dir)
         if index.kind != "examples":
@@ -116,7 +116,7 @@ class TaskretExampleSelector(BaseExampleSelector):
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"the query ('{key}') must be a non-empty string")
         if self.instruction:
-            from ..tart.evaluation import format_query
+            from ..formats import format_query
 
             return format_query(self.instruction, value)
         return value

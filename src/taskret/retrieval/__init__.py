@@ -3,19 +3,22 @@ or a saved index directory."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
-from .base import RetrievalResult, Retriever
+from .base import REGISTRY, RetrievalResult, Retriever
 from .bm25 import BM25Retriever
 from .dense import DenseRetriever, SBERTRetriever
 from .random import RandomRetriever
 
-RETRIEVERS: dict[str, type[Retriever]] = {
-    cls.name: cls for cls in (RandomRetriever, BM25Retriever, DenseRetriever, SBERTRetriever)
-}
+RETRIEVERS = REGISTRY  # name -> class, for loading saved indexes
 
 __all__ = ["RETRIEVERS", "RetrievalResult", "Retriever", "BM25Retriever", "DenseRetriever", "RandomRetriever",
            "SBERTRetriever", "make_retriever"]
+
+
+#: Spec prefixes served by another subpackage, imported only when used: ``epr:DIR`` is a trained EPR run.
+SPEC_PLUGINS = {"epr": "taskret.epr.training:load_retriever"}
 
 
 def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retriever:
@@ -33,23 +36,11 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
         return SBERTRetriever(encoder=arg or "minilm-l6", device=device)
     if name == "dense":
         return DenseRetriever(encoder=arg or "minilm-l6", device=device)
-    if name == "epr":
-        return _epr_retriever(Path(arg), device)
+    if name in SPEC_PLUGINS:
+        module, _, function = SPEC_PLUGINS[name].partition(":")
+        return getattr(importlib.import_module(module), function)(arg, device=device)
     if spec and Path(spec).is_dir():
         return Retriever.load(spec)
     raise ValueError(f"unknown retriever '{spec}'; expected random, bm25[:input|output|both], sbert, "
                      f"dense:ENCODER, epr:DIR or a saved index directory")
 
-
-def _epr_retriever(directory: Path, device: str | None) -> Retriever:
-    """A saved index if there is one, else the trained dual encoder (indexed by the caller)."""
-    from ..io import read_json
-
-    for index_dir in (directory / "index", directory):
-        if (index_dir / "meta.json").exists():
-            return Retriever.load(index_dir)
-    for train_dir in (directory / "retriever", directory):
-        if (train_dir / "model").is_dir():
-            config = read_json(train_dir / "epr_config.json") if (train_dir / "epr_config.json").exists() else {}
-            return DenseRetriever(encoder=str(train_dir / "model"), field=config.get("field", "input"), device=device)
-    raise FileNotFoundError(f"{directory}: no EPR index (meta.json) or trained model (model/) found")

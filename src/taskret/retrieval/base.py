@@ -10,6 +10,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..data import Example
+from ..formats import render_demo
 from ..io import read_json, write_json
 
 
@@ -29,8 +30,12 @@ def example_text(example: Example, field: str) -> str:
     if field == "output":
         return example.output
     if field == "both":
-        return f"{example.input}\t{example.output}"
+        return render_demo(example.input, example.output)
     raise ValueError(f"unknown field '{field}'; expected one of {FIELDS}")
+
+
+#: Retriever classes by ``name``, filled as each subclass is defined: what :meth:`Retriever.load` reads.
+REGISTRY: dict[str, type["Retriever"]] = {}
 
 
 class Retriever(ABC):
@@ -41,6 +46,11 @@ class Retriever(ABC):
     """
 
     name: str = "retriever"
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            REGISTRY[cls.name] = cls
 
     def __init__(self) -> None:
         self.ids: list[str] = []
@@ -100,11 +110,9 @@ class Retriever(ABC):
         if not meta_path.exists():
             raise FileNotFoundError(f"{directory}: not a complete taskret index (no meta.json)")
         meta = read_json(meta_path)
-        from . import RETRIEVERS
-
-        if meta.get("retriever") not in RETRIEVERS:
+        if meta.get("retriever") not in REGISTRY:
             raise ValueError(f"{meta_path}: unknown retriever '{meta.get('retriever')}'")
-        klass = RETRIEVERS[meta["retriever"]]
+        klass = REGISTRY[meta["retriever"]]
         if cls is not Retriever and not issubclass(klass, cls):
             raise ValueError(f"{meta_path}: holds a '{meta['retriever']}' index, not {cls.name}")
         config = {k: v for k, v in meta.items() if k not in ("retriever", "ids")}

@@ -1,18 +1,18 @@
-"""Serve an index over HTTP (``taskret serve``): ``create_app`` builds the FastAPI app; ``save_index`` /
-``load_index`` write and check the index folders it serves.
+"""Serve an index over HTTP (``taskret serve``): ``create_app`` builds the FastAPI app over an index folder
+(:mod:`taskret.retrieval.index`: ``save_index`` / ``load_index``).
 
 FastAPI and uvicorn are optional (``pip install 'taskret[serve]'``); the index functions need neither.
 """
 
 from __future__ import annotations
 
-from .index import InvalidIndex, LoadedIndex, load_index, save_index
+from ..retrieval.index import InvalidIndex, LoadedIndex, load_index, save_index
 
-__all__ = ["InvalidIndex", "LoadedIndex", "create_app", "load_index", "save_index", "serve"]
+__all__ = ["InvalidIndex", "LoadedIndex", "create_app", "load_index", "save_index"]
 
 
 def __getattr__(name: str):
-    if name in ("create_app", "serve"):
+    if name == "create_app":
         try:
             from . import app
         except ImportError as err:  # pragma: no cover - depends on the environment

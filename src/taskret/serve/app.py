@@ -24,7 +24,6 @@ import math
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Annotated, Optional
 
 from fastapi import FastAPI, HTTPException, Request
@@ -32,9 +31,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from .. import __version__
-from ..prompt import PromptBuilder
-from .index import LoadedIndex, load_index, make_token_counter
+from .._version import __version__
+from ..icl.prompt import PromptBuilder
+from ..retrieval.index import LoadedIndex, load_index, make_token_counter
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +196,7 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
         index.retriever.retrieve(["warm up"], k=1)
     started_at = time.monotonic()
 
-    from ..tart.evaluation import format_query
+    from ..formats import format_query
 
     app = FastAPI(title="taskret retrieval service", version=__version__,
                   description="Task-aware retrieval (EPR prompt retrieval, TART instruction retrieval) over one "
@@ -246,12 +245,3 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                               token_counter=counter_name)
 
     return app
-
-
-def serve(index_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, *, lm: str | None = None,
-          token_budget: int = DEFAULT_TOKEN_BUDGET, log_level: str = "warning", access_log: bool = False) -> None:
-    """Load, check and serve an index with uvicorn until interrupted."""
-    import uvicorn
-
-    app = create_app(Path(index_dir), lm=lm, token_budget=token_budget)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log)

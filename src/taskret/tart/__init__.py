@@ -9,9 +9,17 @@ encoder; ``search``: a saved index searched with an instruction; ``pipeline``: `
 ``cli``: ``taskret tart ...``.
 """
 
-from .evaluation import METRICS, compute_metrics, evaluate_retriever, format_query
-from .tasks import (RETRIEVAL_TASKS, Document, RetrievalTask, doc_text, load_retrieval_task, read_beir,
-                    read_instructions)
+from ..formats import format_query
+from .evaluation import METRICS, compute_metrics, evaluate_retriever
+from .tasks import (
+           RETRIEVAL_TASKS,
+           Document,
+           RetrievalTask,
+           doc_text,
+           load_retrieval_task,
+           read_beir,
+           read_instructions,
+)
 
 __all__ = ["METRICS", "RETRIEVAL_TASKS", "Document", "RetrievalTask", "compute_metrics", "doc_text",
            "evaluate_retriever", "format_query", "load_retrieval_task", "read_beir", "read_instructions"]

@@ -45,11 +45,12 @@ from typing import Callable, ClassVar, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from ..formats import format_query
 from ..io import read_json
 from ..retrieval.base import RetrievalResult
-from ..training import LOG_FILE, RUN_KEYS, fit_and_record
-from .evaluation import format_query
-from .training_data import NEGATIVE_KINDS, TartSettings, draw_negatives, usable_rows
+from ..training.fit import LOG_FILE, RUN_KEYS, fit_and_record
+from .config import NEGATIVE_KINDS, TartSettings
+from .training_data import draw_negatives, usable_rows
 
 __all__ = ["TartFullConfig", "build_pairs", "train_tart_full", "Reranker", "Ranked", "CrossEncoderReranker",
            "load_reranker", "cross_encoder_folder", "make_denoiser", "CONFIG_FILE",

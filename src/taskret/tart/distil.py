@@ -37,9 +37,11 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from ..training import LOG_FILE, RUN_KEYS, fit_and_record
-from .evaluation import format_query
-from .training_data import TartSettings, draw_negatives, usable_rows
+from ..formats import format_query
+from ..training.encoders import build_bi_encoder
+from ..training.fit import LOG_FILE, RUN_KEYS, fit_and_record
+from .config import TartSettings
+from .training_data import draw_negatives, usable_rows
 
 __all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "train_tart_distil", "distillation_kl",
            "scaled_cos_sim", "student_model_folder", "CONFIG_FILE", "LOG_FILE"]
@@ -158,7 +160,6 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
 
     A failed run leaves no ``model`` folder of its own (an older one stays) and no config file.
     """
-    from ..epr.training import TrainingConfig, build_model
     from .cross_encoder import load_reranker
 
     config = config or TartDistilConfig()
@@ -175,7 +176,6 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
               "teacher_s": round(teacher_s, 3),
               "teacher_pairs_per_s": round(len(scores) / teacher_s, 1) if teacher_s > 0 else None}
     student = student_model_folder(config.base_model)
-    return fit_and_record(config, lambda: build_model(TrainingConfig(base_model=student, shared_encoder=True,
-                                                                     max_seq_length=config.max_seq_length)),
+    return fit_and_record(config, lambda: build_bi_encoder(student, max_seq_length=config.max_seq_length),
                           lambda model: _loss(model, config), epochs, out_dir, CONFIG_FILE, counts, started=started,
                           progress=progress)

@@ -22,7 +22,7 @@ Design notes
   learning-rate schedule spans all epochs and batches avoid in-batch false negatives: no query twice,
   no positive text that is another row's document (MTOP/Break queries often share one parse).
 * ``use_instruction=False`` trains the no-instruction ablation: the anchor is the query alone.
-* The model is EPR's ``build_model`` with ``shared_encoder=True``; the trainer set-up, the training
+* The model is :func:`~taskret.training.encoders.build_bi_encoder` with one shared encoder; the trainer set-up, the training
   log and the atomic model folder are :func:`taskret.training.fit`'s. The saved folder is a plain
   SentenceTransformer, so ``make_retriever("dense:" + str(out_dir / "model"))`` and
   :func:`~taskret.tart.evaluation.evaluate_retriever` use it unchanged.
@@ -41,9 +41,13 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from ..training import LOG_FILE, RUN_KEYS, RowKeys, fit_and_record
-from .evaluation import format_query
-from .training_data import NEGATIVE_KINDS, TartSettings, usable_rows
+from ..formats import format_query
+from ..training.batching import RowKeys
+from ..training.encoders import build_bi_encoder
+from ..training.fit import LOG_FILE, RUN_KEYS, fit_and_record
+from ..training.losses import dpr_training_loss
+from .config import NEGATIVE_KINDS, TartSettings
+from .training_data import usable_rows
 
 __all__ = ["TartDualConfig", "build_triplets", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
 
@@ -121,9 +125,6 @@ def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     A failed run leaves no ``model`` folder of its own (an older one stays) and no config file;
     ``training_log.jsonl`` keeps the steps it reached. Runs on the accelerator if there is one.
     """
-    from ..epr.training import TrainingConfig, dpr_training_loss
-    from ..epr.training import build_model as build_epr_model
-
     config = config or TartDualConfig()
     started = time.perf_counter()
     usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
@@ -132,9 +133,7 @@ def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
               "n_triplets": sum(len(cols["anchor"]) for cols, _, _ in epochs),
               "negatives_used": {kind: sum(k == kind for _, kinds, _ in epochs for k in kinds)
                                  for kind in NEGATIVE_KINDS}}
-    return fit_and_record(config, lambda: build_epr_model(TrainingConfig(base_model=config.base_model,
-                                                                         shared_encoder=True,
-                                                                         max_seq_length=config.max_seq_length)),
+    return fit_and_record(config, lambda: build_bi_encoder(config.base_model, max_seq_length=config.max_seq_length),
                           lambda model: dpr_training_loss(model, config), [cols for cols, _, _ in epochs], out_dir,
                           CONFIG_FILE, counts, started=started, blocks=[keys for _, _, keys in epochs],
                           no_duplicates=config.no_duplicates, progress=progress)

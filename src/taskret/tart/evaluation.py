@@ -15,23 +15,22 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from ..formats import format_query
 from ..io import write_jsonl
-from .tasks import RetrievalTask
+from .tasks import (
+    POOLED,
+    RetrievalTask,
+    check_task_names,
+    pooled_corpus,
+    pooled_id,
+    split_pooled_id,
+)
 
-__all__ = ["METRICS", "SETTINGS", "SEP", "compute_metrics", "format_query", "build_indexes", "evaluate_retriever",
-           "pooled_id", "split_pooled_id"]
+__all__ = ["METRICS", "SETTINGS", "compute_metrics", "build_indexes", "evaluate_retriever"]
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 SETTINGS = ("closed", "pooled")
-SEP = " [SEP] "
 _TREC_MEASURES = {"ndcg_cut.10", "recall.100"}
-
-
-def format_query(instruction: str | None, query: str) -> str:
-    """TART's input: ``"{instruction} [SEP] {query}"``, or the query alone without an instruction."""
-    if instruction is None or not instruction.strip():
-        return query
-    return f"{instruction.strip()}{SEP}{query}"
 
 
 def _ranked(scores: Mapping[str, float]) -> list[str]:
@@ -75,42 +74,6 @@ def compute_metrics(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Ma
 
 # --- indexes --------------------------------------------------------------------------------------
 
-POOLED = "*pooled*"
-
-
-def pooled_id(task_name: str, doc_id: str) -> str:
-    return f"{task_name}/{doc_id}"
-
-
-def split_pooled_id(pooled: str) -> tuple[str, str]:
-    task_name, _, doc_id = pooled.partition("/")
-    return task_name, doc_id
-
-
-def _check_names(tasks: Sequence[RetrievalTask]) -> None:
-    names = [t.name for t in tasks]
-    if not names:
-        raise ValueError("no tasks to evaluate")
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"task names must be unique; repeated: {', '.join(duplicates)}")
-    bad = [n for n in names if "/" in n]
-    if bad:
-        raise ValueError(f"task names may not contain '/': {', '.join(bad)}")
-
-
-def pooled_corpus(tasks: Sequence[RetrievalTask]) -> tuple[list[str], list[str]]:
-    """Ids (``"{task}/{doc id}"``) and texts of every task's corpus, merged into one."""
-    _check_names(tasks)
-    ids: list[str] = []
-    texts: list[str] = []
-    for task in tasks:
-        task_ids, task_texts = task.doc_ids_and_texts()
-        ids.extend(pooled_id(task.name, d) for d in task_ids)
-        texts.extend(task_texts)
-    return ids, texts
-
-
 def build_indexes(retriever_spec: str, tasks: Sequence[RetrievalTask], setting: str,
                   make: Callable | None = None) -> dict[str, tuple[object, float]]:
     """Index through the Retriever API: per task (``closed``, keyed by task name) or one index over the
@@ -121,7 +84,7 @@ def build_indexes(retriever_spec: str, tasks: Sequence[RetrievalTask], setting: 
     from ..retrieval import make_retriever
 
     make = make or make_retriever
-    _check_names(tasks)
+    check_task_names(tasks)
     if setting not in SETTINGS:
         raise ValueError(f"unknown setting '{setting}'; expected closed, pooled or both")
     indexes: dict[str, tuple[object, float]] = {}
@@ -264,7 +227,7 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     for name in settings:
         if name not in SETTINGS:
             raise ValueError(f"unknown setting '{setting}'; expected closed, pooled or both")
-    _check_names(tasks)
+    check_task_names(tasks)
     cache = indexes if indexes is not None else {}
     run_path = Path(run_dir) if run_dir is not None else None
     out: dict = {"retriever": retriever_spec, "use_instruction": use_instruction, "k": k,

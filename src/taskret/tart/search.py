@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-from .evaluation import format_query
+from ..formats import format_query
 
 __all__ = ["DOCS_FILE", "TART_META", "SearchHit", "read_index_docs", "snippet", "search_index"]
 
@@ -28,7 +28,7 @@ class SearchHit(NamedTuple):
 
 def read_index_docs(index_dir: str | os.PathLike) -> dict[str, dict]:
     """The documents a ``taskret tart index`` folder stores beside its index, by id."""
-    from ..data import iter_records
+    from ..io import iter_records
 
     path = Path(index_dir) / DOCS_FILE
     if not path.exists():

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..data import DataError, _field, default_data_dir, iter_records, read_examples, sample
+from ..data import _field, default_data_dir, read_examples, sample
+from ..io import DataError, iter_records
 
 __all__ = [
     "Document",
@@ -582,3 +583,41 @@ def load_training_tasks(specs: Sequence[str], data_dir: str | os.PathLike | None
     if not loaded:
         raise ValueError(f"no task has a '{split}' split")
     return loaded, skipped
+
+
+# --- a pooled corpus: every task's documents in one index -----------------------------------------
+
+POOLED = "*pooled*"
+
+
+def pooled_id(task_name: str, doc_id: str) -> str:
+    return f"{task_name}/{doc_id}"
+
+
+def split_pooled_id(pooled: str) -> tuple[str, str]:
+    task_name, _, doc_id = pooled.partition("/")
+    return task_name, doc_id
+
+
+def check_task_names(tasks: Sequence[RetrievalTask]) -> None:
+    names = [t.name for t in tasks]
+    if not names:
+        raise ValueError("no tasks to evaluate")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"task names must be unique; repeated: {', '.join(duplicates)}")
+    bad = [n for n in names if "/" in n]
+    if bad:
+        raise ValueError(f"task names may not contain '/': {', '.join(bad)}")
+
+
+def pooled_corpus(tasks: Sequence[RetrievalTask]) -> tuple[list[str], list[str]]:
+    """Ids (``"{task}/{doc id}"``) and texts of every task's corpus, merged into one."""
+    check_task_names(tasks)
+    ids: list[str] = []
+    texts: list[str] = []
+    for task in tasks:
+        task_ids, task_texts = task.doc_ids_and_texts()
+        ids.extend(pooled_id(task.name, d) for d in task_ids)
+        texts.extend(task_texts)
+    return ids, texts

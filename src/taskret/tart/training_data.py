@@ -32,25 +32,21 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..data import DataError, iter_records
-from ..io import write_jsonl
-from ..training import TrainerSettings, check_training_values
-from .evaluation import _check_names, format_query, pooled_id
-from .tasks import RetrievalTask, doc_text
+from ..formats import format_query
+from ..io import DataError, iter_records, write_jsonl
+from .config import NEGATIVE_KINDS
+from .tasks import RetrievalTask, check_task_names, doc_text, pooled_id
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NEGATIVE_KINDS", "ROW_FIELDS", "build_training_examples", "write_training_examples",
-           "read_training_examples", "validate_training_row", "usable_rows", "draw_negatives",
-           "check_negative_kinds", "TartSettings"]
+__all__ = ["ROW_FIELDS", "build_training_examples", "write_training_examples", "read_training_examples",
+           "validate_training_row", "usable_rows", "draw_negatives"]
 
-NEGATIVE_KINDS = ("random", "hard", "unfollowing")
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
 
 #: A denoiser scores (query, document text) pairs; higher = more likely relevant.
@@ -117,7 +113,7 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
     for name, value in (("n_hard", n_hard), ("n_random", n_random), ("n_unfollowing", n_unfollowing)):
         _check_count(name, value)
     tasks = list(tasks)
-    _check_names(tasks)
+    check_task_names(tasks)
     for task in tasks:
         if not task.instructions:
             raise ValueError(f"task '{task.name}' has no instructions; TART training needs at least one "
@@ -266,31 +262,6 @@ def validate_training_row(row: Any, source: str | os.PathLike = "rows", line: in
 
 
 # -- using rows for training --------------------------------------------------------------------
-
-
-def check_negative_kinds(config) -> None:
-    """Make ``config.negative_kinds`` a tuple; raise unless it is a non-empty subset of the known kinds."""
-    config.negative_kinds = tuple(config.negative_kinds)
-    unknown = [k for k in config.negative_kinds if k not in NEGATIVE_KINDS]
-    if unknown or not config.negative_kinds:
-        raise ValueError(f"negative_kinds must be a non-empty subset of {NEGATIVE_KINDS}, got {config.negative_kinds}")
-
-
-@dataclass
-class TartSettings(TrainerSettings):
-    """The hyperparameters every TART training run has (TART-dual, TART-full, distillation): the shared
-    trainer settings, the epochs, whether queries carry their instruction, and the kinds of negatives drawn.
-    ``POSITIVE_INTS`` names the fields that must be positive integers."""
-
-    epochs: int = 1
-    use_instruction: bool = True
-    negative_kinds: tuple[str, ...] = NEGATIVE_KINDS
-
-    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "logging_steps")
-
-    def __post_init__(self) -> None:
-        check_training_values(self, self.POSITIVE_INTS)
-        check_negative_kinds(self)
 
 
 def usable_rows(rows: Sequence[dict], negative_kinds: Sequence[str],

@@ -12,9 +12,9 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 
-from ..data import DataError
+from ..io import DataError
 from ..models import ModelNotInstalled
-from .search import DOCS_FILE, TART_META
+from ..tart.search import DOCS_FILE, TART_META
 
 app = typer.Typer(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual, "
                   "train-full, distil, run).", no_args_is_help=True)
@@ -63,8 +63,8 @@ def evaluate(
     import time
 
     from ..io import write_json
-    from .evaluation import METRICS, evaluate_retriever
-    from .tasks import load_retrieval_task
+    from ..tart.evaluation import METRICS, evaluate_retriever
+    from ..tart.tasks import load_retrieval_task
 
     try:
         if setting not in ("closed", "pooled", "both"):
@@ -75,7 +75,7 @@ def evaluate(
         start = time.perf_counter()
         reranker = None
         if rerank is not None:
-            from .cross_encoder import load_reranker
+            from ..tart.cross_encoder import load_reranker
 
             with console.status(f"loading the reranker {rerank}"):
                 reranker = load_reranker(rerank)
@@ -115,7 +115,7 @@ def index(
     """Index a task's corpus (with the documents' texts, for `taskret tart search`)."""
     from ..io import write_json, write_jsonl
     from ..retrieval import make_retriever
-    from .tasks import load_retrieval_task
+    from ..tart.tasks import load_retrieval_task
 
     try:
         loaded = load_retrieval_task(task, data_dir, split)
@@ -143,7 +143,7 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="JSONL on stdout instead of text"),
 ):
     """Search an index with an instruction: prints rank, document id, score and the document's title / first 200 chars."""
-    from .search import search_index, snippet
+    from ..tart.search import search_index, snippet
 
     try:
         texts, hits = search_index(index_dir, query, instruction=instruction, k=k, reranker=rerank,
@@ -187,8 +187,8 @@ def build_data(
     """Mine TART training rows (instruction, query, positive, hard/random/unfollowing negatives) to JSONL."""
     import time
 
-    from .tasks import load_training_tasks
-    from .training_data import build_training_examples, write_training_examples
+    from ..tart.tasks import load_training_tasks
+    from ..tart.training_data import build_training_examples, write_training_examples
 
     try:
         if limit is not None and limit < 1:
@@ -198,7 +198,7 @@ def build_data(
             console.print(f"[yellow]warning:[/] {message}; skipped")
         score, with_instruction = None, False
         if denoiser is not None:
-            from .cross_encoder import make_denoiser
+            from ..tart.cross_encoder import make_denoiser
 
             score, with_instruction = make_denoiser(denoiser)
             with_instruction = with_instruction if denoise_instruction is None else denoise_instruction
@@ -237,7 +237,7 @@ def _kinds(negatives: str) -> tuple[str, ...]:
 
 def _train(data: Path, out: Path, config_file: str, train: Callable[[list[dict]], Path], use: str) -> None:
     """Read and check the rows, train, and report the run's summary (``out/config_file``)."""
-    from .training_data import read_training_examples
+    from ..tart.training_data import read_training_examples
 
     try:
         rows = read_training_examples(data)
@@ -265,7 +265,7 @@ def train_dual(
     progress: bool = PROGRESS_OPT,
 ):
     """Train TART-dual: one shared encoder for instructed queries and documents; use it as dense:OUT/model."""
-    from .dual import CONFIG_FILE, TartDualConfig, train_tart_dual
+    from ..tart.dual import CONFIG_FILE, TartDualConfig, train_tart_dual
 
     def train(rows):
         config = TartDualConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
@@ -294,7 +294,7 @@ def train_full(
     progress: bool = PROGRESS_OPT,
 ):
     """Train TART-full: a cross-encoder over '{instruction} [SEP] {query}' and a document; rerank with --rerank OUT."""
-    from .cross_encoder import CONFIG_FILE, TartFullConfig, train_tart_full
+    from ..tart.cross_encoder import CONFIG_FILE, TartFullConfig, train_tart_full
 
     def train(rows):
         config = TartFullConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
@@ -324,7 +324,7 @@ def distil(
 ):
     """Distil TART-full into a dual encoder (KL between the teacher's and the student's scores of each row's
     positive and negatives); use the result as dense:OUT/model."""
-    from .distil import CONFIG_FILE, TartDistilConfig, train_tart_distil
+    from ..tart.distil import CONFIG_FILE, TartDistilConfig, train_tart_distil
 
     def train(rows):
         config = TartDistilConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
@@ -341,7 +341,7 @@ def run(config: Path = typer.Argument(..., help="TART config (JSON); see taskret
     outputs exist."""
     from pydantic import ValidationError
 
-    from .pipeline import TartRunConfig, run_pipeline
+    from ..tart.pipeline import TartRunConfig, run_pipeline
 
     try:
         cfg = TartRunConfig.from_file(config)

@@ -1,13 +1,9 @@
 """Training machinery shared by taskret's learned retrievers: EPR's dual encoder, TART-dual, TART-full
 (a cross-encoder) and the distillation of TART-full into TART-dual.
 
-Public API::
+The package: ``config`` (settings shared by every run), ``batching`` (in-batch negatives, per-epoch
+blocks), ``encoders`` (the bi-encoder every model starts from), ``losses`` (DPR), and this module::
 
-    ConfigMixin                        # JSON round-trip of a hyperparameter dataclass (+ its run keys)
-    TrainerSettings                    # base_model, learning_rate, warmup_ratio, weight_decay, seed, logging_steps
-    check_training_values(config)      # the common range checks of a training config
-    RowKeys, epoch_batches             # duplicate-free in-batch-negative batching, epoch by epoch
-    make_block_sampler()               # the trainer's batch sampler over per-epoch blocks
     fit(build_model, build_loss, ...)  # one sentence-transformers trainer run -> FitResult
     fit_and_record(config, ...)        # fit with a config's settings, then write the run's summary file
     quiet(progress), replace_dir(tmp, target)
@@ -28,7 +24,6 @@ Design notes
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -38,12 +33,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-import numpy as np
-
-__all__ = ["ConfigMixin", "TrainerSettings", "check_training_values", "RowKeys", "epoch_batches", "make_block_sampler",
-           "fractional_epochs", "FitResult", "fit", "fit_and_record", "quiet", "replace_dir", "LOG_FILE", "RUN_KEYS"]
+__all__ = ["FitResult", "fit", "fit_and_record", "quiet", "replace_dir", "LOG_FILE", "RUN_KEYS"]
 
 LOG_FILE = "training_log.jsonl"
 
@@ -51,185 +43,7 @@ LOG_FILE = "training_log.jsonl"
 RUN_KEYS = ("steps", "wall_time_s", "epoch_times_s", "final_loss", "mean_loss", "device")
 
 
-# -- configs -------------------------------------------------------------------------------------
-
-
-class ConfigMixin:
-    """``to_dict``/``from_dict``/``to_json``/``from_json`` for a dataclass of hyperparameters.
-
-    ``from_dict`` also reads the summary a finished run writes (the config plus ``RESULT_KEYS``,
-    which it ignores) and rejects any other unknown key. Tuples are written as JSON lists.
-    """
-
-    RESULT_KEYS: ClassVar[tuple[str, ...]] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]):
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names - set(cls.RESULT_KEYS)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} keys: {', '.join(sorted(unknown))}")
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str):
-        return cls.from_dict(json.loads(text))
-
-
-@dataclass
-class TrainerSettings(ConfigMixin):
-    """The hyperparameters every taskret training run has (each model's config adds its own after these)."""
-
-    base_model: str = "minilm-l6"
-    learning_rate: float = 2e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.0
-    seed: int = 0
-    logging_steps: int = 1
-
-
-def check_training_values(config: Any,
-                          positive_ints: Sequence[str] = ("epochs", "batch_size", "logging_steps")) -> None:
-    """Raise ``ValueError`` unless the named fields are positive integers, ``learning_rate`` is positive,
-    ``warmup_ratio`` in [0, 1), ``weight_decay`` non-negative and (where the config has one) ``scale`` positive."""
-    for name in positive_ints:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not config.learning_rate > 0:
-        raise ValueError(f"learning_rate must be positive, got {config.learning_rate}")
-    if not 0 <= config.warmup_ratio < 1:
-        raise ValueError(f"warmup_ratio must be in [0, 1), got {config.warmup_ratio}")
-    if hasattr(config, "scale") and not config.scale > 0:
-        raise ValueError(f"scale must be positive, got {config.scale}")
-    if config.weight_decay < 0:
-        raise ValueError(f"weight_decay must be non-negative, got {config.weight_decay}")
-
-
-# -- batching ------------------------------------------------------------------------------------
-
-
-class RowKeys(NamedTuple):
-    """What a triplet row must not share with the other rows of its batch (see :func:`epoch_batches`)."""
-
-    query: tuple[str, ...]  # the query: its id and its text
-    positive: tuple[str, ...]  # the positive document: id and text
-    negative: tuple[str, ...]  # the negative document: id and text
-    positive_text: str  # the text the document encoder sees
-    negative_text: str
-
-
-def epoch_batches(rows: Sequence[Any], batch_size: int, rng: np.random.Generator,
-                  no_duplicates: bool) -> list[list[int]]:
-    """Shuffle rows ``0..n-1`` into ``ceil(n / batch_size)`` batches, all full but the last.
-
-    Without ``no_duplicates`` the rows can be anything (only their number counts). With it, they are
-    :class:`RowKeys` and each batch is first filled greedily, in shuffled order, with rows that add no
-    false negative to the batch (a document scored as an in-batch negative although it is as good
-    as, or better than, the query's positive):
-
-    * no query twice (by id or text): each one's positive would be the other's negative;
-    * no query's own item among the batch's documents (by id or text): for EPR, a query's own
-      example is its best possible demonstration, and with ``field="input"`` it is literally the
-      query's text, which both encoders start by scoring 1.0;
-    * no positive text that is also another document of the batch.
-
-    Two rows sharing a negative are harmless and allowed. If the remaining rows cannot fill the batch
-    that way (a small pool in which every example is everyone's candidate), it is topped up with the
-    next rows regardless, so no tiny batches are made and duplicates stay as rare as the data allows.
-    """
-    order = [int(i) for i in rng.permutation(len(rows))]
-    if not no_duplicates:
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    batches: list[list[int]] = []
-    remaining = order
-    while remaining:
-        batch: list[int] = []
-        queries: set[str] = set()  # keys of the batch's queries
-        doc_examples: set[str] = set()  # keys of the items shown as its documents
-        positive_texts: set[str] = set()
-        doc_texts: set[str] = set()
-        deferred: list[int] = []
-        for position, index in enumerate(remaining):
-            if len(batch) == batch_size:
-                deferred.extend(remaining[position:])
-                break
-            row = rows[index]
-            row_docs = row.positive + row.negative
-            if (not queries.isdisjoint(row.query) or not doc_examples.isdisjoint(row.query)
-                    or not queries.isdisjoint(row_docs) or row.positive_text in doc_texts
-                    or row.negative_text in positive_texts):
-                deferred.append(index)
-                continue
-            batch.append(index)
-            queries.update(row.query)
-            doc_examples.update(row_docs)
-            positive_texts.add(row.positive_text)
-            doc_texts.update((row.positive_text, row.negative_text))
-        top_up = min(batch_size - len(batch), len(deferred))
-        batch.extend(deferred[:top_up])
-        batches.append(batch)
-        remaining = deferred[top_up:]
-    return batches
-
-
-def make_block_sampler():
-    """The batch sampler class, built lazily so that importing this module does not import torch."""
-    from sentence_transformers.base.sampler import DefaultBatchSampler
-
-    class EpochBlockBatchSampler(DefaultBatchSampler):
-        """Batches of a dataset made of consecutive per-epoch blocks, epoch by epoch (see
-        :func:`epoch_batches`). Computed up front, so ``len()`` is exact and the trainer's
-        schedule matches the batches; the trainer's own generator and seed are not used.
-        """
-
-        def __init__(self, dataset, batch_size: int, drop_last: bool, valid_label_columns=None, generator=None,
-                     seed: int = 0, *, blocks: Sequence[Sequence[Any]] = (), sample_seed: int = 0,
-                     no_duplicates: bool = True) -> None:
-            super().__init__(dataset, batch_size=batch_size, drop_last=drop_last,
-                             valid_label_columns=valid_label_columns, generator=generator, seed=seed)
-            if sum(len(b) for b in blocks) != len(dataset):
-                raise ValueError(f"epoch blocks cover {sum(len(b) for b in blocks)} rows but the dataset "
-                                 f"has {len(dataset)}")
-            self.batches: list[list[int]] = []
-            self.block_of_batch: list[int] = []
-            start = 0
-            for epoch, block_keys in enumerate(blocks):
-                rng = np.random.default_rng([sample_seed, epoch, 1])
-                block = epoch_batches(block_keys, batch_size, rng, no_duplicates)
-                if drop_last:
-                    block = [b for b in block if len(b) == batch_size]
-                self.batches.extend([[start + i for i in b] for b in block])
-                self.block_of_batch.extend([epoch] * len(block))
-                start += len(block_keys)
-
-        def __iter__(self) -> Iterator[list[int]]:
-            return iter([list(b) for b in self.batches])
-
-        def __len__(self) -> int:
-            return len(self.batches)
-
-    return EpochBlockBatchSampler
-
-
-def fractional_epochs(block_of_batch: Sequence[int]) -> list[float]:
-    """Epoch reached after each batch: ``e + i / n_e`` after the ``i``-th of epoch ``e``'s ``n_e`` batches."""
-    counts: dict[int, int] = {}
-    for block in block_of_batch:
-        counts[block] = counts.get(block, 0) + 1
-    seen: dict[int, int] = {}
-    out = []
-    for block in block_of_batch:
-        seen[block] = seen.get(block, 0) + 1
-        out.append(block + seen[block] / counts[block])
-    return out
-
+from .batching import fractional_epochs, make_block_sampler
 
 # -- files and logs ------------------------------------------------------------------------------
 
@@ -310,10 +124,14 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
 
     if cross_encoder:
         from sentence_transformers.cross_encoder import CrossEncoderTrainer as Trainer
-        from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments as Arguments
+        from sentence_transformers.cross_encoder import (
+            CrossEncoderTrainingArguments as Arguments,
+        )
     else:
         from sentence_transformers import SentenceTransformerTrainer as Trainer
-        from sentence_transformers import SentenceTransformerTrainingArguments as Arguments
+        from sentence_transformers import (
+            SentenceTransformerTrainingArguments as Arguments,
+        )
 
     class _Trainer(Trainer):
         def add_model_card_callback(self, default_args_dict):
@@ -431,7 +249,7 @@ def fit_and_record(config: Any, build_model: Callable[[], Any], build_loss: Call
     """
     import datasets
 
-    from .io import write_json
+    from ..io import write_json
 
     train_dataset = datasets.concatenate_datasets([datasets.Dataset.from_dict(dict(cols)) for cols in epochs])
     if blocks is None:

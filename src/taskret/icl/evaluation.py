@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import math
-import re
 import string
 import time
 from pathlib import Path
 from typing import Callable, Mapping, NamedTuple, Sequence
 
-from .data import Example, Task
-from .inference import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, Prediction, predict
-from .io import read_jsonl, write_json, write_jsonl
-from .backends.base import LMBackend
-from .retrieval import RetrievalResult, Retriever
-
-_SPACES = re.compile(r"\s+")
-
-
-def normalize_whitespace(text: str) -> str:
-    return _SPACES.sub(" ", text).strip()
+from ..backends.base import LMBackend
+from ..data import Example, Task
+from ..formats import normalize_whitespace
+from ..io import read_jsonl, write_json, write_jsonl
+from ..retrieval import RetrievalResult, Retriever
+from .inference import (
+    DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_MAX_NEW_TOKENS,
+    Prediction,
+    predict,
+)
 
 
 def exact_match(prediction: str, gold: str) -> bool:

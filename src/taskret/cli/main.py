@@ -11,8 +11,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from .data import BUILTIN_TASKS, FORMAT_FIELDS, DataError, load_task, sample
-from .models import ModelNotInstalled
+from ..data import BUILTIN_TASKS, FORMAT_FIELDS, load_task, sample
+from ..io import DataError
+from ..models import ModelNotInstalled
 
 app = typer.Typer(help="taskret: learned, task-aware retrieval (EPR prompt retrieval, TART instruction retrieval).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -20,9 +21,9 @@ console = Console(stderr=True)
 
 
 def _register_subcommands() -> None:
-    from .epr.cli import app as epr_app
-    from .tart.cli import app as tart_app
-    from .tart.cli import search as tart_search
+    from .epr import app as epr_app
+    from .tart import app as tart_app
+    from .tart import search as tart_search
 
     app.add_typer(epr_app, name="epr")
     app.add_typer(tart_app, name="tart")
@@ -83,11 +84,11 @@ def evaluate(
     out: Path = typer.Option(Path("runs/evaluate"), help="output folder: predictions.jsonl and summary.json"),
 ):
     """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
-    from .backends.base import BackendError, load_lm, parse_options
-    from .epr.methods import TEST_TIME_METHODS, rank_test_examples
-    from .evaluation import evaluate as run_evaluation
-    from .progress import progress_bar
-    from .retrieval import make_retriever
+    from ..backends.base import BackendError, load_lm, parse_options
+    from ..epr.methods import TEST_TIME_METHODS, rank_test_examples
+    from ..icl.evaluation import evaluate as run_evaluation
+    from ..progress import progress_bar
+    from ..retrieval import make_retriever
 
     try:
         loaded = _load_task_from_options(task, train, test, input_field, output_field, id_field, fmt, data_dir)
@@ -131,10 +132,10 @@ def index(
     out: Path = typer.Option(..., help="index directory to write"),
 ):
     """Index a training pool and save the index, with the examples' texts, to a directory (written atomically)."""
-    from .data import read_examples
-    from .models import resolve_model
-    from .retrieval import make_retriever
-    from .serve.index import output_format_name, save_index
+    from ..data import read_examples
+    from ..models import resolve_model
+    from ..retrieval import make_retriever
+    from ..retrieval.index import output_format_name, save_index
 
     try:
         if task is not None and train is None and task not in (*BUILTIN_TASKS, "demo") and Path(task).is_file():
@@ -170,12 +171,12 @@ def serve(
 ):
     """Serve an index over HTTP: POST /retrieve, POST /prompt, GET /health (OpenAPI schema at /openapi.json)."""
     try:
-        from .serve.app import create_app
+        from ..serve.app import create_app
     except ImportError as err:
         _fail(f"taskret serve needs FastAPI and uvicorn: pip install 'taskret[serve]' ({err})")
     import uvicorn
 
-    from .serve.index import InvalidIndex
+    from ..retrieval.index import InvalidIndex
 
     try:
         with console.status(f"loading {index_dir}"):
@@ -195,7 +196,7 @@ def retrieve(
     """Print the top-k example ids and scores for queries, as JSONL on stdout."""
     import json
 
-    from .retrieval import Retriever
+    from ..retrieval import Retriever
 
     try:
         ret = Retriever.load(index_dir)
@@ -211,7 +212,7 @@ def models():
     """List the models taskret knows by name and whether their packages are installed."""
     from rich.table import Table
 
-    from .models import MODELS, is_installed
+    from ..models import MODELS, is_installed
 
     table = Table("name", "kind", "installed", "install with", "description")
     for entry in MODELS.values():
@@ -232,11 +233,11 @@ def serve_lm(
 ):
     """Serve an LM over the OpenAI completions API (scoring with echo+logprobs, greedy generation), for
     jobs elsewhere: --lm openai:http://HOST:PORT/v1#NAME."""
-    from .backends.base import BackendError
-    from .backends.server import serve
+    from ..backends.base import BackendError
+    from ..backends.lm_server import serve_lm
 
     try:
-        serve(lm, host=host, port=port, model_name=served_model_name, device=device, dtype=dtype,
+        serve_lm(lm, host=host, port=port, model_name=served_model_name, device=device, dtype=dtype,
               max_batch_tokens=max_batch_tokens,
               ready=lambda app: console.print(f"serving {app.state.model_name} on http://{host}:{port}/v1"))
     except (ModelNotInstalled, ValueError, BackendError) as err:
@@ -250,7 +251,7 @@ def demo(
     methods: str = typer.Option("random,bm25,sbert,epr", help="comma-separated methods to compare"),
 ):
     """Compare retrievers on the MTOP slice shipped with taskret; prints EM and time per method."""
-    from .demo import run_demo
+    from ..demo import run_demo
 
     try:
         run_demo(out, lm=lm, methods=[m.strip() for m in methods.split(",") if m.strip()], console=Console())

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..data import BREAK_FORMAT, DataError, Example, break_to_prompt, iter_records
-from ..io import read_json, write_json, write_jsonl
-from ..retrieval import RETRIEVERS, Retriever
+from ..data import Example
+from ..formats import BREAK_FORMAT, break_to_prompt
+from ..io import DataError, iter_records, read_json, write_json, write_jsonl
+from .base import REGISTRY as RETRIEVERS
+from .base import Retriever
 
 __all__ = ["EXAMPLES_FILE", "INFO_FILE", "DOCS_FILE", "TART_META", "InvalidIndex", "IndexRecord", "LoadedIndex",
            "save_index", "load_index", "output_format_name", "make_token_counter"]

@@ -7,10 +7,10 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..formats import demonstration, render_query
+
 logger = logging.getLogger(__name__)
 
-DEMO_TEMPLATE = "{input}\t{output}"
-QUERY_TEMPLATE = "{input}\t"
 
 
 @dataclass(frozen=True)
@@ -18,10 +18,6 @@ class Prompt:
     text: str
     demo_ids: list[str]  # in prompt order: the most similar is last
     n_tokens: int
-
-
-def render_demo(input_text: str, output_text: str) -> str:
-    return DEMO_TEMPLATE.format(input=input_text, output=output_text)
 
 
 class PromptBuilder:
@@ -40,13 +36,13 @@ class PromptBuilder:
 
     def build(self, test_input: str, demos: Sequence[tuple[str, str, str]]) -> Prompt:
         """``demos``: (id, input, output-as-shown) tuples in retrieval order, best first."""
-        query = QUERY_TEMPLATE.format(input=test_input)
+        query = render_query(test_input)
         used = self.count_tokens(query)
         chosen: list[tuple[str, str]] = []
         for demo_id, demo_input, demo_output in demos:
             if self.max_demos is not None and len(chosen) >= self.max_demos:
                 break
-            text = render_demo(demo_input, demo_output) + "\n"
+            text = demonstration(demo_input, demo_output)
             cost = self.count_tokens(text)
             if used + cost > self.budget:
                 break

@@ -147,7 +147,7 @@ def _decoded_spans(tokenizer, ids: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def create_app(lm, model_name: str | None = None, max_batch_items: int = 256):
+def create_lm_app(lm, model_name: str | None = None, max_batch_items: int = 256):
     """The FastAPI app serving ``lm`` (a :class:`taskret.lm.CausalLM`) as ``model_name``."""
     _import_fastapi()
     from fastapi import FastAPI, Request
@@ -320,7 +320,7 @@ def _echo_logprobs(tokenizer, text: str, ids: list[int], values: list[float], to
             "text_offset": [s for s, _ in spans]}
 
 
-def serve(lm_spec: str, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
+def serve_lm(lm_spec: str, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
           device: str | None = None, dtype: str = "auto", max_batch_tokens: int = 8192, log_level: str = "warning",
           ready: Any = None) -> None:
     """Load ``lm_spec`` (a transformers model: name or folder) and serve it until interrupted."""
@@ -334,7 +334,7 @@ def serve(lm_spec: str, host: str = "127.0.0.1", port: int = 8000, model_name: s
         raise ValueError(f"serve-lm serves models that run in this process (a name or a folder); '{lm_spec}' "
                          f"is a {kind} backend")
     lm = load_lm(lm_spec, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens)
-    app = create_app(lm, model_name or target)
+    app = create_lm_app(lm, model_name or target)
     if ready is not None:
         ready(app)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..data import DataError, load_task
+from ..data import load_task
+from ..io import DataError
 from ..models import ModelNotInstalled
 
 app = typer.Typer(help="EPR: learn a prompt retriever from language-model scores.", no_args_is_help=True)
@@ -49,7 +50,7 @@ def candidates(
 ):
     """Top-N BM25 neighbours of every training example (itself excluded) -> JSONL."""
     from ..data import sample
-    from .candidates import mine_candidates, write_candidates
+    from ..epr.candidates import mine_candidates, write_candidates
 
     try:
         loaded = _task(task, train, input_field, output_field, id_field, data_dir)
@@ -90,9 +91,9 @@ def score(
 ):
     """log P(y | candidate, x) for every pair, in resumable shards -> OUT/scores.jsonl."""
     from ..backends.base import BackendError, load_lm, parse_options
+    from ..epr.candidates import read_candidates
+    from ..epr.scoring import score_candidates
     from ..progress import progress_bar
-    from .candidates import read_candidates
-    from .scoring import score_candidates
 
     try:
         loaded = _task(task, train, input_field, output_field, id_field, data_dir)
@@ -102,7 +103,7 @@ def score(
         n_pairs = sum(len(r["candidates"]) for r in rows)
         if ray is not None:
             from ..backends.base import backend_options, parse_spec
-            from .distributed import RayScoring
+            from ..epr.distributed import RayScoring
 
             kind, _ = parse_spec(lm)
             known = backend_options(kind)
@@ -139,15 +140,15 @@ def label(
     out: Path = typer.Option(..., help="labels JSONL to write"),
 ):
     """Top-k positives and bottom-k hard negatives per example -> JSONL."""
+    from ..epr.candidates import read_candidates
+    from ..epr.labels import bm25_labels, cbr_labels, lm_labels
     from ..io import write_jsonl
-    from .candidates import read_candidates
-    from .labels import bm25_labels, cbr_labels, lm_labels
 
     try:
         if method == "lm":
             if scores is None:
                 raise ValueError("--method lm needs --scores")
-            from .scoring import read_scores
+            from ..epr.scoring import read_scores
 
             rows = lm_labels(read_scores(scores), k=k)
         elif method in ("bm25", "cbr"):
@@ -188,7 +189,7 @@ def train(
     out: Path = typer.Option(..., help="output folder: model/, training_log.jsonl, epr_config.json"),
 ):
     """Train the dual encoder with the DPR loss (in-batch + hard negatives, cached for large batches)."""
-    from .training import TrainingConfig, train_dual_encoder
+    from ..epr.training import TrainingConfig, train_dual_encoder
 
     try:
         loaded = _task(task, train_file, input_field, output_field, id_field, data_dir)
@@ -228,7 +229,7 @@ def run(config: Path = typer.Argument(..., help="EPR config (JSON); see taskret.
     """The whole pipeline from one config file, skipping stages whose outputs exist."""
     from pydantic import ValidationError
 
-    from .pipeline import EPRConfig, run_pipeline
+    from ..epr.pipeline import EPRConfig, run_pipeline
 
     try:
         cfg = EPRConfig.from_file(config)

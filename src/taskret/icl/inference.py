@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .data import Example, Task
-from .backends.base import LMBackend
+from ..backends.base import LMBackend
+from ..data import Example, Task
+from ..retrieval import RetrievalResult, Retriever
 from .prompt import Prompt, PromptBuilder
-from .retrieval import RetrievalResult, Retriever
 
 DEFAULT_CONTEXT_WINDOW = 2048  # the paper's LM context (GPT-Neo); SmolLM2 allows 8192
 DEFAULT_MAX_NEW_TOKENS = 128

@@ -1,0 +1,1 @@
+"""In-context learning: prompt assembly, inference and its evaluation."""

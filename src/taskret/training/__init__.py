@@ -1,0 +1,1 @@
+"""Training shared by EPR and TART: one fit loop, configs, encoders and losses."""

@@ -1,0 +1,68 @@
+"""Hyperparameter configs every training run shares: JSON round-trip and the common range checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+__all__ = ["ConfigMixin", "TrainerSettings", "check_training_values"]
+
+
+class ConfigMixin:
+    """``to_dict``/``from_dict``/``to_json``/``from_json`` for a dataclass of hyperparameters.
+
+    ``from_dict`` also reads the summary a finished run writes (the config plus ``RESULT_KEYS``,
+    which it ignores) and rejects any other unknown key. Tuples are written as JSON lists.
+    """
+
+    RESULT_KEYS: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names - set(cls.RESULT_KEYS)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} keys: {', '.join(sorted(unknown))}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls.from_dict(json.loads(text))
+
+
+@dataclass
+class TrainerSettings(ConfigMixin):
+    """The hyperparameters every taskret training run has (each model's config adds its own after these)."""
+
+    base_model: str = "minilm-l6"
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    seed: int = 0
+    logging_steps: int = 1
+
+
+def check_training_values(config: Any,
+                          positive_ints: Sequence[str] = ("epochs", "batch_size", "logging_steps")) -> None:
+    """Raise ``ValueError`` unless the named fields are positive integers, ``learning_rate`` is positive,
+    ``warmup_ratio`` in [0, 1), ``weight_decay`` non-negative and (where the config has one) ``scale`` positive."""
+    for name in positive_ints:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not config.learning_rate > 0:
+        raise ValueError(f"learning_rate must be positive, got {config.learning_rate}")
+    if not 0 <= config.warmup_ratio < 1:
+        raise ValueError(f"warmup_ratio must be in [0, 1), got {config.warmup_ratio}")
+    if hasattr(config, "scale") and not config.scale > 0:
+        raise ValueError(f"scale must be positive, got {config.scale}")
+    if config.weight_decay < 0:
+        raise ValueError(f"weight_decay must be non-negative, got {config.weight_decay}")
