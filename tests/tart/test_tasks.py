@@ -23,11 +23,14 @@ from taskret.tart.tasks import (
     break_task,
     doc_text,
     load_retrieval_task,
+    load_training_tasks,
     mtop_similar_task,
     mtop_task,
     parse_template,
     read_beir,
     read_instructions,
+    split_task_spec,
+    task_source,
 )
 
 from ..conftest import write_jsonl_rows
@@ -389,3 +392,56 @@ def test_load_retrieval_task_errors(tmp_path):
 def test_data_dir_defaults_to_taskret_data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TASKRET_DATA_DIR", str(make_data_dir(tmp_path / "data")))
     assert load_retrieval_task("mtop").name == "mtop"
+
+
+# --- instructions that travel with a BEIR folder; berri-lite by name ------------------------------
+
+
+@pytest.mark.parametrize("content, split, expected", [
+    (["Find evidence", "Verify"], "test", ["Find evidence", "Verify"]),
+    ({"train": ["Train on this"], "test": ["Evaluate with this"]}, "train", ["Train on this"]),
+    ({"train": ["Train on this"], "test": ["Evaluate with this"]}, "dev", ["Evaluate with this"]),
+])
+def test_read_beir_takes_the_folders_instructions_json(tmp_path, content, split, expected):
+    folder = write_beir(tmp_path / "facts")
+    (folder / "qrels" / f"{split}.tsv").write_text((folder / "qrels" / "test.tsv").read_text())
+    (folder / "instructions.json").write_text(json.dumps(content))
+    assert read_beir(folder, split).instructions == expected
+    assert load_retrieval_task(str(folder), split=split).instruction == expected[0]
+    # explicit instructions win over the file
+    assert read_beir(folder, split, instructions=["mine"]).instructions == ["mine"]
+
+
+def test_read_beir_without_instructions_json_has_none(tmp_path):
+    assert read_beir(write_beir(tmp_path / "facts"), "test").instructions == []
+
+
+@pytest.mark.parametrize("content, field", [({"train": ["x"]}, "test"), ([], None), (["ok", " "], "[1]")])
+def test_bad_instructions_json_names_the_file_and_field(tmp_path, content, field):
+    folder = write_beir(tmp_path / "facts")
+    (folder / "instructions.json").write_text(json.dumps(content))
+    with pytest.raises(DataError) as err:
+        read_beir(folder, "test")
+    assert err.value.field == field and "instructions.json" in str(err.value)
+
+
+def _write_berri_lite(root: Path) -> Path:
+    for task in ("alpha", "beta"):
+        folder = write_beir(root / "berri-lite" / task)
+        (folder / "qrels" / "dev.tsv").write_text((folder / "qrels" / "test.tsv").read_text())
+        (folder / "qrels" / "train.tsv").write_text((folder / "qrels" / "test.tsv").read_text())
+    (root / "berri-lite" / "instructions.json").write_text(json.dumps({"alpha": ["Do alpha"], "beta": ["Do beta"]}))
+    return root
+
+
+def test_berri_lite_tasks_load_by_name_with_dev_as_the_held_out_split(tmp_path):
+    root = _write_berri_lite(tmp_path)
+    task = load_retrieval_task("berri-lite/alpha", root, "test")
+    assert task.name == "alpha" and task.instructions == ["Do alpha"]
+    assert task_source("berri-lite/alpha", "test", root) == task_source("berri-lite/alpha", "dev", root)
+    assert split_task_spec("berri-lite/beta:train", "test") == ("berri-lite/beta", "train")
+    tasks, skipped = load_training_tasks(["berri-lite"], root)
+    assert [t.name for t in tasks] == ["alpha", "beta"] and not skipped
+    assert [t.instruction for t in tasks] == ["Do alpha", "Do beta"]
+    with pytest.raises(FileNotFoundError, match="no berri-lite task 'gamma'"):
+        load_retrieval_task("berri-lite/gamma", root)

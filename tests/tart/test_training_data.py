@@ -9,58 +9,12 @@ import pytest
 from taskret.io import DataError
 from taskret.retrieval import make_retriever
 from taskret.tart.config import NEGATIVE_KINDS
-from taskret.tart.tasks import Document, RetrievalTask, doc_text, split_pooled_id
+from taskret.tart.tasks import doc_text, split_pooled_id
 from taskret.tart.training_data import (
     build_training_examples,
     read_training_examples,
     write_training_examples,
 )
-
-
-def _task(name, docs, queries, qrels, instructions):
-    corpus = {d: Document(d, "", text) for d, text in docs.items()}
-    return RetrievalTask(name, corpus, queries, qrels, instructions)
-
-
-def make_tasks() -> list[RetrievalTask]:
-    facts = _task("facts", {
-        "f1": "aspirin lowers the risk of heart attacks in adults",
-        "f2": "vitamin c does not prevent the common cold",
-        "f3": "coffee consumption reduces sleep quality in adults",
-        "f4": "regular exercise improves heart health and sleep",
-        "f5": "smoking increases the risk of lung cancer",
-        "f6": "sugar intake is linked to tooth decay in children",
-    }, {"qa": "aspirin prevents heart attacks", "qb": "coffee harms sleep", "qc": "smoking causes cancer",
-        "qd": "an unjudged query about the weather"},
-        {"qa": {"f1": 1, "f4": 0}, "qb": {"f3": 1}, "qc": {"f5": 1, "f1": 1}},
-        ["Retrieve a scientific abstract that supports or refutes this claim", "Find evidence for this claim"])
-    parses = _task("parses", {
-        "p1": "[IN:CREATE_ALARM set an alarm for seven ]",
-        "p2": "[IN:GET_WEATHER weather in paris tomorrow ]",
-        "p3": "[IN:PLAY_MUSIC play jazz by miles davis ]",
-        "p4": "[IN:CREATE_CALL call my mother about heart attacks ]",
-        "p5": "[IN:SEND_MESSAGE text john about coffee ]",
-        "p6": "[IN:GET_NEWS latest news about smoking and cancer ]",
-    }, {"m1": "set an alarm for seven", "m2": "weather in paris tomorrow", "m3": "call mother about heart attacks",
-        "m4": "wake me at seven with an alarm"},
-        {"m1": {"p1": 1}, "m2": {"p2": 1}, "m3": {"p4": 1}, "m4": {"p1": 1}},
-        ["Retrieve the semantic parse of this command", "Map this request to its logical form"])
-    steps = _task("steps", {
-        "s1": "return aspirin ; return heart attacks prevented by #1",
-        "s2": "return coffee ; return effect of #1 on sleep",
-        "s3": "return alarms ; return alarms at seven",
-        "s4": "return songs ; return songs by miles davis",
-        "s5": "return cities ; return weather of #1",
-        "s6": "return smokers ; return cancer rate of #1",
-    }, {"b1": "what does coffee do to sleep", "b2": "which songs are by miles davis", "b3": "does aspirin prevent heart attacks"},
-        {"b1": {"s2": 1}, "b2": {"s4": 1}, "b3": {"s1": 1}},
-        ["Retrieve the step-by-step decomposition of this question"])
-    return [facts, parses, steps]
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return make_tasks()
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +177,43 @@ def test_a_query_judged_zero_in_its_own_corpus_is_never_its_own_negative(tmp_pat
         ids = [n["id"] for n in row["negatives"]]
         assert row["qid"] not in ids and row["positive"] != row["qid"]
         assert ids and task.qrels[row["qid"]][row["positive"]] == 1
+
+
+# -- DPR-style rows (TART's released BERRI data, Tevatron) -------------------------------------------
+
+
+def _dpr_line(**overrides):
+    row = {"question": "Retrieve a Bash command that does the following [SEP] list files by size",
+           "positive_ctxs": [{"title": "", "text": "ls -S", "passage_id": "7"}],
+           "negative_ctxs": [{"title": "", "text": "rm -rf /tmp/x"}, {"title": "", "text": "ls -S"}],
+           "hard_negative_ctxs": [{"title": "bash", "text": ["ls -t"]}]}
+    row.update(overrides)
+    return json.dumps(row)
+
+
+def test_dpr_rows_split_instruction_and_query_and_keep_kinds(tmp_path):
+    path = tmp_path / "nl2bash.jsonl"
+    path.write_text(_dpr_line() + "\n" + _dpr_line(question="find big files", instruction="Find a command") + "\n")
+    first, second = read_training_examples(path)
+    assert first["task"] == "nl2bash" and first["qid"] == "1"
+    assert first["instruction"] == "Retrieve a Bash command that does the following"
+    assert first["query"] == "list files by size"
+    assert (first["positive"], first["positive_text"]) == ("7", "ls -S")
+    # the negative whose text is the positive's is dropped; titles are joined as TART's trainer does
+    assert [(n["kind"], n["text"]) for n in first["negatives"]] == [("random", "rm -rf /tmp/x"), ("hard", "bash ls -t")]
+    assert len({n["id"] for n in first["negatives"]}) == 2
+    assert (second["instruction"], second["query"]) == ("Find a command", "find big files")
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"positive_ctxs": []}, "positive_ctxs"),
+    ({"hard_negative_ctxs": [{"title": "x"}]}, "hard_negative_ctxs[0].text"),
+    ({"negative_ctxs": "nope"}, "negative_ctxs"),
+])
+def test_dpr_rows_with_bad_fields_name_file_line_and_field(tmp_path, overrides, field):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(_dpr_line() + "\n" + _dpr_line(**overrides) + "\n")
+    with pytest.raises(DataError) as err:
+        read_training_examples(path)
+    assert (err.value.line, err.value.field) == (2, field)
+    assert str(path) in str(err.value)

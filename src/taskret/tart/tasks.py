@@ -312,11 +312,42 @@ def read_qrels(path: str | os.PathLike, queries: dict[str, str] | None = None,
     return qrels
 
 
-def read_beir(folder: str | os.PathLike, split: str = "test", instructions: Sequence[str] = (),
+INSTRUCTIONS_FILE = "instructions.json"
+
+
+def beir_instructions(folder: str | os.PathLike, split: str) -> list[str]:
+    """The instructions a BEIR folder carries in ``instructions.json``: a list (every split), or
+    ``{"train": [...], "test": [...]}`` (a ``dev`` split without a list of its own uses ``test``'s).
+    No file: no instructions."""
+    path = Path(folder) / INSTRUCTIONS_FILE
+    if not path.exists():
+        return []
+    from ..io import read_json
+
+    data = read_json(path)
+    if isinstance(data, dict):
+        if split not in data and split == "dev":
+            split = "test"
+        if split not in data:
+            raise DataError(path, None, split, f"no instructions for split '{split}' "
+                            f"(keys: {', '.join(map(str, data)) or 'none'})")
+        data, where = data[split], split
+    else:
+        where = None
+    if not isinstance(data, list) or not data:
+        raise DataError(path, None, where, "expected a non-empty list of instructions, or {split: [instructions]}")
+    for n, instruction in enumerate(data):
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise DataError(path, None, f"{where or ''}[{n}]", "expected a non-empty instruction string")
+    return [i.strip() for i in data]
+
+
+def read_beir(folder: str | os.PathLike, split: str = "test", instructions: Sequence[str] | None = None,
               name: str | None = None) -> RetrievalTask:
     """A task in the BEIR layout: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/{split}.tsv``.
 
     The task's queries are those judged in the split (as BEIR evaluates); the corpus is the whole file.
+    ``instructions`` default to the folder's own ``instructions.json`` (:func:`beir_instructions`).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -329,6 +360,8 @@ def read_beir(folder: str | os.PathLike, split: str = "test", instructions: Sequ
     all_queries = read_queries(folder / "queries.jsonl")
     qrels = read_qrels(qrels_path, all_queries, corpus)
     queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
+    if instructions is None:
+        instructions = beir_instructions(folder, split)
     return RetrievalTask(name or folder.name, corpus, queries, qrels, list(instructions))
 
 
@@ -518,15 +551,46 @@ RETRIEVAL_TASKS: dict[str, TaskEntry] = {
 }
 
 
+# berri-lite: a BERRI-style collection of BEIR folders with one instructions.json for all of them.
+BERRI_LITE = "berri-lite"
+
+
+def berri_lite_tasks(data_dir: str | os.PathLike | None = None) -> list[str]:
+    """The task specs of the berri-lite collection in ``data_dir`` (``berri-lite/nl2bash``, ...), sorted."""
+    root = (Path(data_dir) if data_dir is not None else default_data_dir()) / BERRI_LITE
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: berri-lite not found; set --data-dir or $TASKRET_DATA_DIR")
+    return [f"{BERRI_LITE}/{p.parent.parent.name}" for p in sorted(root.glob("*/qrels/train.tsv"))]
+
+
+def _berri_lite_task(name: str, data_dir: str | os.PathLike | None, split: str) -> RetrievalTask:
+    """``berri-lite/TASK``: its dev qrels are the held-out split (``test`` reads them too); its instructions
+    come from the collection's ``instructions.json`` (``{task: [instructions]}``)."""
+    from ..io import read_json
+
+    root = (Path(data_dir) if data_dir is not None else default_data_dir()) / BERRI_LITE
+    task = name.split("/", 1)[1]
+    folder = root / task
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no berri-lite task '{task}'; set --data-dir or $TASKRET_DATA_DIR")
+    instructions_path = root / INSTRUCTIONS_FILE
+    table = read_json(instructions_path) if instructions_path.exists() else {}
+    if not isinstance(table, dict) or not isinstance(table.get(task, []), list):
+        raise DataError(instructions_path, None, task, "expected {task: [instructions]}")
+    return read_beir(folder, "dev" if split == "test" else split, table.get(task, []), name=task)
+
+
 def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, split: str = "test") -> RetrievalTask:
-    """A built-in task (``scifact``, ``mtop``, ``mtop-similar``, ``break``, ``ambigqa``) read from ``data_dir``
-    (default :func:`taskret.data.default_data_dir`), or any folder in the BEIR layout given by path
-    (named after the folder, without instructions)."""
+    """A built-in task (``scifact``, ``mtop``, ``mtop-similar``, ``break``, ``ambigqa``, ``berri-lite/TASK``)
+    read from ``data_dir`` (default :func:`taskret.data.default_data_dir`), or any folder in the BEIR layout
+    given by path (named after the folder, with the instructions of its ``instructions.json`` if any)."""
+    if name.startswith(BERRI_LITE + "/"):
+        return _berri_lite_task(name, data_dir, split)
     if name not in RETRIEVAL_TASKS:
         if Path(name).is_dir():
             return read_beir(name, split)
-        raise ValueError(f"unknown retrieval task '{name}'; built-in tasks: {', '.join(RETRIEVAL_TASKS)} "
-                         f"(or the path of a folder in the BEIR layout)")
+        raise ValueError(f"unknown retrieval task '{name}'; built-in tasks: {', '.join(RETRIEVAL_TASKS)}, "
+                         f"{BERRI_LITE}/TASK (or the path of a folder in the BEIR layout)")
     entry = RETRIEVAL_TASKS[name]
     if split not in entry.splits:
         raise ValueError(f"task '{name}' has no split '{split}'; splits: {', '.join(entry.splits)}")
@@ -541,7 +605,8 @@ def split_task_spec(spec: str, default_split: str) -> tuple[str, str]:
     """``"name"`` -> (name, default_split); ``"name:split"`` -> (name, split), e.g. ``"ambigqa:dev"``
     (only when ``name`` is a built-in task or an existing folder, so a path holding ``:`` still works)."""
     name, sep, split = spec.rpartition(":")
-    if sep and split and (name in RETRIEVAL_TASKS or Path(name).is_dir()) and not Path(spec).is_dir():
+    known = name in RETRIEVAL_TASKS or name.startswith(BERRI_LITE + "/") or Path(name).is_dir()
+    if sep and split and known and not Path(spec).is_dir():
         return name, split
     return spec, default_split
 
@@ -554,6 +619,9 @@ def task_source(name: str, split: str, data_dir: str | os.PathLike | None = None
         if split not in entry.splits:
             raise ValueError(f"task '{name}' has no split '{split}'; splits: {', '.join(entry.splits)}")
         path = (Path(data_dir) if data_dir is not None else default_data_dir()) / entry.splits[split]
+    elif name.startswith(BERRI_LITE + "/"):
+        root = (Path(data_dir) if data_dir is not None else default_data_dir()) / BERRI_LITE
+        return (str((root / name.split("/", 1)[1]).resolve()), "dev" if split == "test" else split)
     else:
         path = Path(name)
     path = path.resolve()
@@ -564,12 +632,13 @@ def load_training_tasks(specs: Sequence[str], data_dir: str | os.PathLike | None
                         limit: int | None = None, seed: int = 0,
                         instructions: dict[str, Sequence[str]] | None = None) -> tuple[list[RetrievalTask], list[str]]:
     """The tasks of ``specs`` (``"name"`` or ``"name:split"``, see :func:`split_task_spec`; ``split`` by
-    default), each a seeded sample of ``limit`` queries, and a message for each built-in task skipped
+    default; ``berri-lite`` stands for every task of that collection), each a seeded sample of ``limit`` queries, and a message for each built-in task skipped
     because it lacks the split (AmbigQA has no ``train``). ``instructions`` gives tasks (by name)
     instructions of their own: a BEIR folder has none, and training needs some.
     Raises ``ValueError`` if no task is left.
     """
     loaded, skipped = [], []
+    specs = [s for spec in specs for s in (berri_lite_tasks(data_dir) if spec == BERRI_LITE else [spec])]
     for spec in specs:
         name, task_split = split_task_spec(spec, split)
         if name in RETRIEVAL_TASKS and task_split not in RETRIEVAL_TASKS[name].splits:

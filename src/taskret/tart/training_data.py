@@ -8,7 +8,7 @@ data (Asai et al., 2022, section 4):
 - ``hard``: the first stage's top documents for the query text (through the Retriever API, over the
   task's own corpus) that are not judged for the query. With a ``denoiser`` (a callable scoring
   ``(query, document text)`` pairs, e.g. ``CrossEncoder(...).predict``, or a trained TART-full's
-  :meth:`~taskret.tart.cross_encoder.CrossEncoderReranker.predict` with ``denoise_with_instruction``),
+  :meth:`~taskret.rerank.CrossEncoderReranker.predict` with ``denoise_with_instruction``),
   mined hard negatives that it scores above ``denoise_threshold`` are dropped as likely false
   negatives (not replaced), and the count is reported in ``stats["n_denoised"]``;
 - ``unfollowing`` (instruction-unfollowing): documents the first stage retrieves for the same query
@@ -29,6 +29,7 @@ documents gives one row whose positive is drawn (seeded) among them. Everything 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import zlib
@@ -37,15 +38,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..formats import format_query
+from ..formats import SEP, format_query
 from ..io import DataError, iter_records, write_jsonl
 from .config import NEGATIVE_KINDS
-from .tasks import RetrievalTask, check_task_names, doc_text, pooled_id
+from .tasks import Document, RetrievalTask, check_task_names, doc_text, pooled_id
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ROW_FIELDS", "build_training_examples", "write_training_examples", "read_training_examples",
-           "validate_training_row", "usable_rows", "draw_negatives"]
+           "validate_training_row", "usable_rows", "draw_negatives", "dpr_training_row"]
 
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
 
@@ -307,9 +308,72 @@ def write_training_examples(path: str | os.PathLike, rows: Iterable[dict]) -> Pa
 
 
 def read_training_examples(path: str | os.PathLike) -> list[dict]:
-    """Read and validate a training-data JSONL file (a DataError names the file, line and field)."""
+    """Read and validate a training-data JSONL file (a DataError names the file, line and field).
+
+    Reads taskret's rows (see the module docstring) and, line by line, the DPR-style rows that TART's
+    released BERRI data and Tevatron use (:func:`dpr_training_row`)."""
     path = Path(path)
-    rows = [validate_training_row(record, path, line) for line, record in iter_records(path)]
+    rows = [validate_training_row(dpr_training_row(record, path, line) if DPR_QUESTION in record else record,
+                                  path, line)
+            for line, record in iter_records(path)]
     if not rows:
         raise DataError(path, None, None, "no training rows in file")
     return rows
+
+
+# -- DPR-style rows (TART's BERRI release, Tevatron) ---------------------------------------------
+
+DPR_QUESTION = "question"
+#: DPR's negative lists and the kind each becomes. TART's release mixes its instruction-unfollowing
+#: negatives into ``hard_negative_ctxs``, so they are read as hard negatives.
+DPR_NEGATIVES = {"negative_ctxs": "random", "hard_negative_ctxs": "hard"}
+
+
+def _dpr_doc(source: str, line: int | None, ctx: Any, where: str) -> tuple[str, str]:
+    """(id, text) of a DPR context ``{"title", "text", "passage_id"?}``: the text as TART's trainer joins it
+    (``"title text"``); without an id, a stable one from the text."""
+    if not isinstance(ctx, dict):
+        raise DataError(source, line, where, "expected an object {title, text}")
+    text = ctx.get("text")
+    if isinstance(text, list):  # some BERRI tasks store a one-element list
+        text = text[0] if text else ""
+    if not isinstance(text, str) or not text.strip():
+        raise DataError(source, line, f"{where}.text", "expected a non-empty string")
+    title = ctx.get("title") if isinstance(ctx.get("title"), str) else ""
+    full = doc_text(Document(id="", title=title, text=text))
+    doc_id = next((str(ctx[k]) for k in ("passage_id", "psg_id", "docid", "id") if ctx.get(k) not in (None, "")), None)
+    return doc_id or f"sha1:{hashlib.sha1(full.encode()).hexdigest()[:16]}", full
+
+
+def dpr_training_row(record: dict, source: str | os.PathLike = "rows", line: int | None = None,
+                     task: str | None = None) -> dict:
+    """One DPR-style row -> a taskret training row.
+
+    ``question`` is ``"{instruction} [SEP] {query}"`` in TART's release (or the query alone, with the
+    instruction in an ``instruction`` field); the first of ``positive_ctxs`` is the positive (DPR puts the
+    gold passage first); ``negative_ctxs`` become random and ``hard_negative_ctxs`` hard negatives,
+    minus any whose text is a positive's (TART's own data builder drops those as false negatives).
+    The task is ``task``, else the row's ``task``/``dataset`` field, else the file's name."""
+    source = str(source)
+    question = _text(source, line, record, DPR_QUESTION)
+    instruction, sep, query = question.partition(SEP.strip())
+    if not sep:
+        instruction, query = record.get("instruction") or "", question
+    positives = record.get("positive_ctxs")
+    if not isinstance(positives, list) or not positives:
+        raise DataError(source, line, "positive_ctxs", "expected a non-empty list of passages")
+    positive_id, positive_text = _dpr_doc(source, line, positives[0], "positive_ctxs[0]")
+    positive_texts = {_dpr_doc(source, line, p, f"positive_ctxs[{n}]")[1] for n, p in enumerate(positives)}
+    negatives = []
+    for field_name, kind in DPR_NEGATIVES.items():
+        ctxs = record.get(field_name) or []
+        if not isinstance(ctxs, list):
+            raise DataError(source, line, field_name, "expected a list of passages")
+        for n, ctx in enumerate(ctxs):
+            doc_id, text = _dpr_doc(source, line, ctx, f"{field_name}[{n}]")
+            if text not in positive_texts and doc_id != positive_id:
+                negatives.append({"id": doc_id, "text": text, "kind": kind})
+    name = task or record.get("task") or record.get("dataset") or Path(source).stem
+    return {"task": str(name), "qid": str(record.get("id", record.get("qid", line))),
+            "instruction": instruction.strip(), "query": query.strip(), "positive": positive_id,
+            "positive_text": positive_text, "negatives": negatives}
