@@ -9,12 +9,13 @@ from pathlib import Path
 from .base import REGISTRY, RetrievalResult, Retriever
 from .bm25 import BM25Retriever
 from .dense import DenseRetriever, SBERTRetriever
+from .hybrid import HybridRetriever, parse_hybrid_spec
 from .random import RandomRetriever
 
 RETRIEVERS = REGISTRY  # name -> class, for loading saved indexes
 
 __all__ = ["RETRIEVERS", "RetrievalResult", "Retriever", "BM25Retriever", "DenseRetriever", "RandomRetriever",
-           "SBERTRetriever", "make_retriever"]
+           "SBERTRetriever", "HybridRetriever", "make_retriever"]
 
 
 #: Spec prefixes served by another subpackage, imported only when used: ``epr:DIR`` is a trained EPR run.
@@ -25,6 +26,7 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
     """Build an un-indexed retriever from a spec string, or load one from a saved directory.
 
     ``random``, ``bm25`` (over inputs), ``bm25:output``, ``bm25:both``, ``sbert``, ``dense:ENCODER``,
+    ``hybrid:SPEC+SPEC[?fusion=rrf|convex&weight=W]`` (fused first stages, see :mod:`.hybrid`),
     ``epr:DIR`` (an EPR work folder, its ``retriever/`` training output, or a saved index).
     """
     name, _, arg = spec.partition(":")
@@ -36,11 +38,14 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
         return SBERTRetriever(encoder=arg or "minilm-l6", device=device)
     if name == "dense":
         return DenseRetriever(encoder=arg or "minilm-l6", device=device)
+    if name == "hybrid":
+        specs, options = parse_hybrid_spec(arg)
+        return HybridRetriever([make_retriever(s, seed=seed, device=device) for s in specs], specs=specs, **options)
     if name in SPEC_PLUGINS:
         module, _, function = SPEC_PLUGINS[name].partition(":")
         return getattr(importlib.import_module(module), function)(arg, device=device)
     if spec and Path(spec).is_dir():
         return Retriever.load(spec)
     raise ValueError(f"unknown retriever '{spec}'; expected random, bm25[:input|output|both], sbert, "
-                     f"dense:ENCODER, epr:DIR or a saved index directory")
+                     f"dense:ENCODER, hybrid:SPEC+SPEC, epr:DIR or a saved index directory")
 

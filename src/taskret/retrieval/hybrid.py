@@ -1,0 +1,137 @@
+"""Hybrid retrieval: several first stages fused into one ranking, what a practitioner deploys.
+
+``hybrid:bm25+dense:minilm-l6`` fuses BM25 with a dense encoder. Two fusions:
+
+- ``rrf`` (reciprocal-rank fusion, Cormack et al. 2009): ``sum_c 1 / (rrf_k + rank_c(d))``; needs no
+  tuning and ignores score scales. A document missing from a component's top ``depth`` gets nothing
+  from it.
+- ``convex``: each component's top-``depth`` scores are min-max normalised per query to [0, 1] (a
+  document missing from a component's list gets 0 there), then ``sum_c weight_c * score_c``. With two
+  components ``weight`` is the FIRST component's share (BM25's in ``hybrid:bm25+dense:...``). Choose it
+  on the dev data of training tasks, never on the evaluation task (:func:`taskret.tart.evaluation`'s
+  fusion tuning does so).
+
+Options follow the spec after ``?``: ``hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.3&depth=100``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..data import Example
+from .base import Retriever, example_text
+
+__all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "fuse_rrf", "fuse_convex"]
+
+FUSIONS = ("rrf", "convex")
+_OPTIONS = {"fusion": str, "weight": float, "rrf_k": float, "depth": int}
+
+
+def parse_hybrid_spec(spec: str) -> tuple[list[str], dict]:
+    """``"bm25+dense:minilm-l6?fusion=convex&weight=0.3"`` -> (component specs, options)."""
+    body, _, query = spec.partition("?")
+    components = [part.strip() for part in body.split("+")]
+    if len(components) < 2 or not all(components):
+        raise ValueError(f"hybrid retriever '{spec}': expected two or more retriever specs joined by '+', "
+                         f"e.g. hybrid:bm25+dense:minilm-l6")
+    options: dict = {}
+    for item in filter(None, query.split("&")):
+        key, sep, value = item.partition("=")
+        if not sep or key not in _OPTIONS:
+            raise ValueError(f"hybrid retriever '{spec}': unknown option '{item}'; expected "
+                             f"{', '.join(k + '=...' for k in _OPTIONS)}")
+        try:
+            options[key] = _OPTIONS[key](value)
+        except ValueError:
+            raise ValueError(f"hybrid retriever '{spec}': option {key} needs a {_OPTIONS[key].__name__}, "
+                             f"got '{value}'") from None
+    return components, options
+
+
+def fuse_rrf(rankings: Sequence[list[int]], rrf_k: float = 60.0) -> dict[int, float]:
+    """Reciprocal-rank fusion of one query's component rankings (row indices, best first)."""
+    fused: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, row in enumerate(ranking, start=1):
+            fused[row] = fused.get(row, 0.0) + 1.0 / (rrf_k + rank)
+    return fused
+
+
+def fuse_convex(rankings: Sequence[list[int]], scores: Sequence[Sequence[float]],
+                weights: Sequence[float]) -> dict[int, float]:
+    """Convex combination of one query's min-max normalised component scores (0 where a component
+    did not return the document; 1 for all of a component's hits when their scores are all equal)."""
+    fused = {row: 0.0 for ranking in rankings for row in ranking}
+    for ranking, row_scores, weight in zip(rankings, scores, weights):
+        values = np.asarray(row_scores[: len(ranking)], dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        low, span = (float(finite.min()), float(finite.max() - finite.min())) if finite.size else (0.0, 0.0)
+        for row, value in zip(ranking, values):
+            fused[row] += weight * ((float(value) - low) / span if span > 0 and np.isfinite(value) else 1.0)
+    return fused
+
+
+class HybridRetriever(Retriever):
+    """Fuse the rankings of several retrievers over the same texts (see the module docstring)."""
+
+    name = "hybrid"
+
+    def __init__(self, components: Sequence[Retriever] = (), specs: Sequence[str] = (), fusion: str = "rrf",
+                 weight: float | None = None, weights: Sequence[float] | None = None, rrf_k: float = 60.0,
+                 depth: int = 100, field: str = "input"):
+        super().__init__()
+        example_text(Example("", "", ""), field)
+        if fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion '{fusion}'; expected one of {FUSIONS}")
+        if depth < 1:
+            raise ValueError(f"depth must be at least 1, got {depth}")
+        self.components = list(components)
+        self.specs = list(specs) or [c.name for c in self.components]
+        n = len(self.specs)
+        if weights is None:
+            if weight is not None:
+                if n != 2:
+                    raise ValueError("weight= applies to two components; give weights= for more")
+                weights = [weight, 1.0 - weight]
+            else:
+                weights = [1.0 / n] * n if n else []
+        if len(weights) != n or any(w < 0 for w in weights):
+            raise ValueError(f"weights must be {n} non-negative numbers, got {list(weights)}")
+        self.fusion, self.weights, self.rrf_k, self.depth, self.field = fusion, list(weights), rrf_k, depth, field
+
+    def _index_texts(self, texts: list[str]) -> None:
+        if not self.components:
+            raise RuntimeError("a hybrid retriever needs its component retrievers to index")
+        # Components index the same texts under row numbers, so their hits map straight back to our rows.
+        rows = [str(i) for i in range(len(texts))]
+        for component in self.components:
+            component.index_texts(rows, texts)
+
+    def _search(self, queries: Sequence[str], k: int):
+        depth = min(max(self.depth, k), len(self.ids))
+        results = [component._search(list(queries), depth) for component in self.components]
+        out_rows, out_scores = [], np.full((len(queries), k), np.nan, dtype=np.float32)
+        for q in range(len(queries)):
+            rankings = [[int(r) for r in rows[q]] for rows, _ in results]
+            if self.fusion == "rrf":
+                fused = fuse_rrf(rankings, self.rrf_k)
+            else:
+                fused = fuse_convex(rankings, [scores[q] for _, scores in results], self.weights)
+            best = sorted(fused, key=lambda row: (-fused[row], row))[:k]
+            out_rows.append(best)
+            out_scores[q, : len(best)] = [fused[row] for row in best]
+        return out_rows, out_scores
+
+    def config(self) -> dict:
+        return {"specs": self.specs, "fusion": self.fusion, "weights": self.weights, "rrf_k": self.rrf_k,
+                "depth": self.depth, "field": self.field}
+
+    def _save_index(self, directory: Path) -> None:
+        for n, component in enumerate(self.components):
+            component.save(directory / f"component_{n}")
+
+    def _load_index(self, directory: Path) -> None:
+        self.components = [Retriever.load(directory / f"component_{n}") for n in range(len(self.specs))]

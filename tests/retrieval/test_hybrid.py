@@ -1,0 +1,61 @@
+"""Hybrid first stages: reciprocal-rank and convex fusion, by spec, saved and loaded, on real retrievers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from taskret.retrieval import BM25Retriever, HybridRetriever, Retriever, make_retriever
+from taskret.retrieval.hybrid import fuse_convex, fuse_rrf, parse_hybrid_spec
+
+
+def test_rrf_adds_reciprocal_ranks():
+    fused = fuse_rrf([[3, 1, 2], [1, 4]], rrf_k=60)
+    assert fused[1] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[3] == pytest.approx(1 / 61) and fused[4] == pytest.approx(1 / 62)
+    assert max(fused, key=fused.get) == 1  # found by both beats first in one
+
+
+def test_convex_normalises_each_component_and_weights_them():
+    fused = fuse_convex([[0, 1, 2], [2, 3]], [[10.0, 5.0, 0.0], [0.9, 0.1]], [0.25, 0.75])
+    # component 1: 0 -> 1, 1 -> 0.5, 2 -> 0; component 2: 2 -> 1, 3 -> 0; missing rows get 0
+    assert fused == pytest.approx({0: 0.25, 1: 0.125, 2: 0.75, 3: 0.0})
+    assert fuse_convex([[5], [5]], [[3.0], [np.nan]], [0.5, 0.5])[5] == pytest.approx(1.0)
+
+
+def test_parse_spec_and_its_errors():
+    assert parse_hybrid_spec("bm25+dense:minilm-l6?fusion=convex&weight=0.3") == (
+        ["bm25", "dense:minilm-l6"], {"fusion": "convex", "weight": 0.3})
+    for bad, message in [("bm25", "two or more"), ("bm25+random?speed=3", "unknown option"),
+                         ("bm25+random?depth=x", "needs a int")]:
+        with pytest.raises(ValueError, match=message):
+            parse_hybrid_spec(bad)
+    with pytest.raises(ValueError, match="unknown fusion"):
+        make_retriever("hybrid:bm25+random?fusion=max")
+    with pytest.raises(ValueError, match="weights must be"):
+        HybridRetriever([BM25Retriever(), BM25Retriever()], weights=[0.5])
+
+
+def test_hybrid_of_two_bm25_fields_finds_what_either_finds(pool_examples):
+    by_input = BM25Retriever(field="input").index(pool_examples)
+    by_output = BM25Retriever(field="output").index(pool_examples)
+    hybrid = make_retriever("hybrid:bm25:input+bm25:output?fusion=rrf&depth=5")
+    hybrid.index(pool_examples)  # components see the hybrid's field (input): one text per example
+    query = pool_examples[0].input
+    top = hybrid.retrieve([query], k=3).ids[0]
+    assert top[0] == by_input.retrieve([query], k=1).ids[0][0]
+    assert len(set(top)) == 3 and set(top) <= {e.id for e in pool_examples}
+    assert by_output.ids == hybrid.ids
+
+
+@pytest.mark.integration
+def test_bm25_plus_minilm_saved_and_loaded_gives_the_same_ranking(tmp_path, pool_examples):
+    hybrid = make_retriever("hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.4&depth=10").index(pool_examples)
+    queries = [e.input for e in pool_examples[:4]]
+    before = hybrid.retrieve(queries, k=5, exclude=[e.id for e in pool_examples[:4]])
+    hybrid.save(tmp_path / "index")
+    loaded = Retriever.load(tmp_path / "index")
+    assert isinstance(loaded, HybridRetriever) and loaded.weights == pytest.approx([0.4, 0.6])
+    after = loaded.retrieve(queries, k=5, exclude=[e.id for e in pool_examples[:4]])
+    assert after.ids == before.ids and np.allclose(after.scores, before.scores, equal_nan=True)
+    assert all(e.id not in ids for e, ids in zip(pool_examples[:4], after.ids))
