@@ -1,0 +1,85 @@
+"""Choosing fusion weights on the dev data of training tasks, never on the task evaluated.
+
+A hybrid first stage (``hybrid:bm25+dense:MODEL?fusion=convex&weight=W``) and a reranker interpolated
+with its first stage both mix two rankings with one weight. :func:`choose_weight` picks it: each
+component ranks each dev task's queries ONCE (:func:`rank_tasks`), every weight of a grid fuses those
+rankings (:func:`taskret.retrieval.hybrid.fuse_convex`: min-max normalised scores, a missing document
+scores 0), and the weight with the best NDCG@10 averaged over tasks wins (ties: the weight nearest 0.5,
+then the smaller). The evaluation task never enters: a weight picked on it would be an upper bound.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from ..formats import format_query
+from ..retrieval.base import RetrievalResult
+from ..retrieval.hybrid import fuse_convex
+from .evaluation import compute_metrics
+from .tasks import RetrievalTask
+
+__all__ = ["WeightChoice", "rank_tasks", "fused_ndcg", "choose_weight", "DEFAULT_GRID"]
+
+DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
+
+
+class WeightChoice(NamedTuple):
+    """The chosen weight of the FIRST ranking, and the mean NDCG@10 over tasks of every weight tried
+    (``per_task[weight][task]`` too)."""
+
+    weight: float
+    mean_ndcg: dict[float, float]
+    per_task: dict[float, dict[str, float]]
+
+
+def rank_tasks(make: Callable[[], object], tasks: Sequence[RetrievalTask], depth: int = 100,
+               use_instruction: bool = False) -> dict[str, tuple[list[str], RetrievalResult]]:
+    """``{task: (query ids, ranking)}``: a fresh retriever from ``make()`` indexes each task's corpus and
+    ranks its judged queries (with the task's instruction when ``use_instruction``)."""
+    out = {}
+    for task in tasks:
+        retriever = make().index_texts(*task.doc_ids_and_texts())
+        qids = [q for q in task.queries if q in task.qrels]
+        instruction = task.instruction if use_instruction else None
+        out[task.name] = (qids, retriever.retrieve([format_query(instruction, task.queries[q]) for q in qids],
+                                                   k=min(depth, len(task.corpus))))
+    return out
+
+
+def _fused_run(first: RetrievalResult, second: RetrievalResult, qids: Sequence[str],
+               weight: float) -> dict[str, dict[str, float]]:
+    run = {}
+    for q, qid in enumerate(qids):
+        fused = fuse_convex([first.ids[q], second.ids[q]], [first.scores[q], second.scores[q]], [weight, 1 - weight])
+        run[qid] = fused
+    return run
+
+
+def fused_ndcg(first: dict[str, tuple[list[str], RetrievalResult]], second: dict[str, tuple[list[str], RetrievalResult]],
+               tasks: Sequence[RetrievalTask], weight: float) -> dict[str, float]:
+    """NDCG@10 per task of the convex fusion ``weight * first + (1 - weight) * second``."""
+    out = {}
+    for task in tasks:
+        qids, a = first[task.name]
+        qids_b, b = second[task.name]
+        if qids != qids_b:
+            raise ValueError(f"task '{task.name}': the two rankings are of different queries")
+        run = _fused_run(a, b, qids, weight)
+        out[task.name] = compute_metrics({q: task.qrels[q] for q in qids}, run)["ndcg@10"]
+    return out
+
+
+def choose_weight(first: dict[str, tuple[list[str], RetrievalResult]],
+                  second: dict[str, tuple[list[str], RetrievalResult]], tasks: Sequence[RetrievalTask],
+                  grid: Sequence[float] = DEFAULT_GRID) -> WeightChoice:
+    """The grid weight of ``first`` whose fusion with ``second`` has the best mean NDCG@10 over ``tasks``."""
+    if not tasks:
+        raise ValueError("choosing a fusion weight needs at least one dev task")
+    if not grid or any(not 0.0 <= w <= 1.0 for w in grid):
+        raise ValueError(f"fusion weights must lie in [0, 1], got {list(grid)}")
+    per_task = {float(w): fused_ndcg(first, second, tasks, float(w)) for w in grid}
+    mean = {w: sum(v.values()) / len(v) for w, v in per_task.items()}
+    best = max(mean, key=lambda w: (round(mean[w], 9), -abs(w - 0.5), -w))
+    return WeightChoice(best, mean, per_task)
