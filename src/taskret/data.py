@@ -82,11 +82,15 @@ _PACKAGE_DEMO = Path(__file__).parent / "resources" / "demo"
 
 
 def default_data_dir() -> Path:
-    """``$TASKRET_DATA_DIR`` if set, else ``../shared/data`` beside the working directory."""
-    env = os.environ.get("TASKRET_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path.cwd().parent / "shared" / "data"
+    """Where built-in tasks are read from: ``$TASKRET_DATA_DIR`` if set; else ``../shared/data`` beside the
+    working directory when that folder exists (a development checkout's shared data); else the folder
+    ``taskret data download`` fills, ``$XDG_CACHE_HOME/taskret/data`` (``~/.cache/taskret/data``)."""
+    from .download import download_dir
+
+    shared = Path.cwd().parent / "shared" / "data"
+    if not os.environ.get("TASKRET_DATA_DIR") and shared.is_dir():
+        return shared
+    return download_dir()
 
 
 def _field(path: Path, line: int, record: dict, name: str) -> str:

@@ -21,12 +21,14 @@ console = Console(stderr=True)
 
 
 def _register_subcommands() -> None:
+    from .data import app as data_app
     from .epr import app as epr_app
     from .tart import app as tart_app
     from .tart import search as tart_search
 
     app.add_typer(epr_app, name="epr")
     app.add_typer(tart_app, name="tart")
+    app.add_typer(data_app, name="data")
     # `taskret search`: the same command as `taskret tart search` (a thin layer over taskret.tart.search).
     app.command("search", help="Search a `taskret tart index` folder with an instruction, optionally reranked by "
                 "TART-full (--rerank DIR); the same as `taskret tart search`.")(tart_search)
