@@ -59,3 +59,17 @@ def test_bm25_plus_minilm_saved_and_loaded_gives_the_same_ranking(tmp_path, pool
     after = loaded.retrieve(queries, k=5, exclude=[e.id for e in pool_examples[:4]])
     assert after.ids == before.ids and np.allclose(after.scores, before.scores, equal_nan=True)
     assert all(e.id not in ids for e, ids in zip(pool_examples[:4], after.ids))
+
+
+def test_fuse_results_interpolates_a_reranking_with_its_first_stage():
+    from taskret.retrieval.base import RetrievalResult
+    from taskret.retrieval.hybrid import fuse_results
+
+    first = RetrievalResult([["a", "b", "c"]], np.array([[3.0, 2.0, 1.0]], dtype=np.float32))
+    reranked = RetrievalResult([["c", "a", "b"]], np.array([[9.0, 5.0, 1.0]], dtype=np.float32))
+    assert fuse_results([first, reranked], [1.0, 0.0]).ids == [["a", "b", "c"]]
+    assert fuse_results([first, reranked], [0.0, 1.0]).ids == [["c", "a", "b"]]
+    mixed = fuse_results([first, reranked], [0.5, 0.5])  # a: (1 + .5)/2, c: (0 + 1)/2, b: (.5 + 0)/2
+    assert mixed.ids == [["a", "c", "b"]] and mixed.scores[0, 0] == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="2 rankings for 1 weights"):
+        fuse_results([first, reranked], [1.0])

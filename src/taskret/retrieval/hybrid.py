@@ -22,9 +22,9 @@ from typing import Sequence
 import numpy as np
 
 from ..data import Example
-from .base import Retriever, example_text
+from .base import RetrievalResult, Retriever, example_text
 
-__all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "fuse_rrf", "fuse_convex"]
+__all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "fuse_rrf", "fuse_convex", "fuse_results"]
 
 FUSIONS = ("rrf", "convex")
 _OPTIONS = {"fusion": str, "weight": float, "rrf_k": float, "depth": int}
@@ -60,8 +60,8 @@ def fuse_rrf(rankings: Sequence[list[int]], rrf_k: float = 60.0) -> dict[int, fl
     return fused
 
 
-def fuse_convex(rankings: Sequence[list[int]], scores: Sequence[Sequence[float]],
-                weights: Sequence[float]) -> dict[int, float]:
+def fuse_convex(rankings: Sequence[Sequence], scores: Sequence[Sequence[float]],
+                weights: Sequence[float]) -> dict:
     """Convex combination of one query's min-max normalised component scores (0 where a component
     did not return the document; 1 for all of a component's hits when their scores are all equal)."""
     fused = {row: 0.0 for ranking in rankings for row in ranking}
@@ -72,6 +72,24 @@ def fuse_convex(rankings: Sequence[list[int]], scores: Sequence[Sequence[float]]
         for row, value in zip(ranking, values):
             fused[row] += weight * ((float(value) - low) / span if span > 0 and np.isfinite(value) else 1.0)
     return fused
+
+
+def fuse_results(results: Sequence[RetrievalResult], weights: Sequence[float]) -> RetrievalResult:
+    """Convex fusion of rankings of the same queries by document id (e.g. a first stage and its reranking:
+    TART-full interpolated with BM25), best first; see :func:`fuse_convex`."""
+    if len(results) != len(weights) or not results:
+        raise ValueError(f"{len(results)} rankings for {len(weights)} weights")
+    n_queries = len(results[0].ids)
+    if any(len(r.ids) != n_queries for r in results):
+        raise ValueError("the rankings to fuse are of different numbers of queries")
+    width = max(len(ids) for r in results for ids in r.ids) if n_queries else 0
+    out_ids, out_scores = [], np.full((n_queries, width), np.nan, dtype=np.float32)
+    for q in range(n_queries):
+        fused = fuse_convex([r.ids[q] for r in results], [r.scores[q] for r in results], weights)
+        best = sorted(fused, key=lambda doc: -fused[doc])  # stable: ties keep the first ranking's order
+        out_ids.append(best)
+        out_scores[q, : len(best)] = [fused[doc] for doc in best]
+    return RetrievalResult(out_ids, out_scores)
 
 
 class HybridRetriever(Retriever):
