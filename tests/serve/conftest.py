@@ -1,21 +1,5 @@
-"""Index folders for the service tests: BM25 over the shared example pool (no model needed)."""
+"""The service tests serve the index folders of tests/retrieval/conftest.py."""
 
 from __future__ import annotations
 
-import pytest
-
-from taskret.retrieval import BM25Retriever
-from taskret.retrieval.index import save_index
-
-
-@pytest.fixture
-def bm25_index(tmp_path, pool_examples):
-    return save_index(tmp_path / "index", BM25Retriever().index(pool_examples), pool_examples, task="pool",
-                      retriever_spec="bm25")
-
-
-@pytest.fixture(scope="module")
-def shared_bm25_index(tmp_path_factory, pool_examples):
-    """One index for tests that only read it."""
-    folder = tmp_path_factory.mktemp("served") / "index"
-    return save_index(folder, BM25Retriever().index(pool_examples), pool_examples, task="pool", retriever_spec="bm25")
+from ..retrieval.conftest import bm25_index, shared_bm25_index  # noqa: F401 - fixtures

@@ -7,9 +7,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from taskret.icl.prompt import PromptBuilder
+from taskret.icl.prompt import PromptBuilder, whitespace_tokens
 from taskret.retrieval import BM25Retriever
-from taskret.retrieval.index import InvalidIndex, save_index, whitespace_tokens
+from taskret.retrieval.index import ITEMS_FILE, InvalidIndex, save_index
 from taskret.serve.app import MAX_BODY_BYTES, create_app
 
 from ..conftest import write_jsonl_rows
@@ -163,6 +163,25 @@ def test_unexpected_errors_give_json_500_and_the_service_goes_on(bm25_index):
 
 
 def test_create_app_refuses_a_mismatched_index(bm25_index):
-    (bm25_index / "examples.jsonl").write_text('{"id": "weather", "input": "a", "output": "b"}\n')
-    with pytest.raises(InvalidIndex, match="examples.jsonl: holds 1 records"):
+    (bm25_index / ITEMS_FILE).write_text('{"id": "weather", "input": "a", "output": "b"}\n')
+    with pytest.raises(InvalidIndex, match="items.jsonl: holds 1 records"):
         create_app(bm25_index)
+
+
+def test_prompt_takes_max_demos_and_k_as_its_old_name(client):
+    by_new_name = client.post("/prompt", json={"input": "call john", "max_demos": 2}).json()
+    by_old_name = client.post("/prompt", json={"input": "call john", "k": 2}).json()
+    assert len(by_new_name["ids"]) == 2 and by_new_name == by_old_name
+    response = client.post("/prompt", json={"input": "a", "max_demos": 0})
+    assert response.status_code == 422 and "body.max_demos" in response.json()["message"]
+
+
+def test_default_budget_is_the_context_window_minus_the_answer_capped_by_the_lm(shared_bm25_index, tiny_model_dir):
+    health = TestClient(create_app(shared_bm25_index, context_window=4096, max_new_tokens=96)).get("/health").json()
+    assert health["token_budget"] == 4096 - 96
+    # The tiny LM's context is 2,048 tokens: a larger window is capped to it.
+    health = TestClient(create_app(shared_bm25_index, lm=str(tiny_model_dir), context_window=4096)).get("/health").json()
+    assert health["token_budget"] == 2048 - 128
+    assert TestClient(create_app(shared_bm25_index, token_budget=300)).get("/health").json()["token_budget"] == 300
+    with pytest.raises(ValueError, match="no room for a prompt"):
+        create_app(shared_bm25_index, context_window=100, max_new_tokens=100)

@@ -35,8 +35,8 @@ def test_index_and_search_round_trip(tmp_path):
     index_dir = tmp_path / "index"
     result = invoke("index", "--task", folder, "--retriever", "bm25", "--out", index_dir)
     assert result.exit_code == 0, result.output
-    assert (index_dir / "meta.json").exists() and (index_dir / "docs.jsonl").exists()
-    assert json.loads((index_dir / "tart.json").read_text())["n_docs"] == 3
+    assert (index_dir / "meta.json").exists() and (index_dir / "items.jsonl").exists()
+    assert json.loads((index_dir / "index_info.json").read_text())["n"] == 3
 
     result = invoke("search", "--index", index_dir, "--instruction", "Retrieve scientific evidence",
                     "--k", 2, "aspirin heart attacks")

@@ -209,16 +209,24 @@ def index(
     train: Optional[Path] = typer.Option(None), input_field: Optional[str] = typer.Option(None),
     output_field: Optional[str] = typer.Option(None), id_field: Optional[str] = typer.Option(None),
     data_dir: Optional[Path] = typer.Option(None),
+    lm: Optional[str] = typer.Option(None, help="the LM whose tokenizer `taskret serve` counts prompt tokens with "
+                                     "(default: whitespace-separated words)"),
     out: Path = typer.Option(..., help="index folder to write"),
 ):
-    """Encode the training set with the example encoder into a FAISS index."""
+    """Encode the training set with the example encoder into a FAISS index, saved with the examples' texts
+    (servable by `taskret serve`, written atomically)."""
+    from ..models import resolve_model
     from ..retrieval import make_retriever
+    from ..retrieval.index import output_format_name, save_index
 
     try:
         loaded = _task(task, train, input_field, output_field, id_field, data_dir)
+        if lm is not None:
+            resolve_model(lm)  # an unknown LM fails now, not when the index is served
         retriever = make_retriever(f"epr:{model}")
         retriever.index(loaded.train)
-        retriever.save(out)
+        save_index(out, retriever, loaded.train, task=loaded.name, retriever_spec=f"epr:{model}",
+                   output_format=output_format_name(loaded.output_format), lm=lm)
     except ERRORS as err:
         _fail(err)
     console.print(f"indexed {len(loaded.train)} examples -> {out}")

@@ -30,8 +30,8 @@ def _register_subcommands() -> None:
     app.add_typer(tart_app, name="tart")
     app.add_typer(data_app, name="data")
     # `taskret search`: the same command as `taskret tart search` (a thin layer over taskret.tart.search).
-    app.command("search", help="Search a `taskret tart index` folder with an instruction, optionally reranked by "
-                "TART-full (--rerank DIR); the same as `taskret tart search`.")(tart_search)
+    app.command("search", help="Search an index folder (any taskret index command's) with an instruction, "
+                "optionally reranked by TART-full (--rerank DIR); the same as `taskret tart search`.")(tart_search)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # taskret never fetches from a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -161,13 +161,16 @@ def index(
 
 @app.command()
 def serve(
-    index_dir: Path = typer.Option(..., "--index", help="an index directory written by `taskret index` (or `taskret "
-                                   "tart index`)"),
+    index_dir: Path = typer.Option(..., "--index", help="an index directory written by `taskret index`, `taskret "
+                                   "epr index` or `taskret tart index`"),
     host: str = typer.Option("127.0.0.1", help="address to listen on (loopback by default)"),
     port: int = typer.Option(8000, help="port to listen on"),
     lm: Optional[str] = typer.Option(None, help="count /prompt tokens with this LM's tokenizer (default: the index's "
                                      "LM, else whitespace-separated words)"),
-    token_budget: int = typer.Option(1920, help="default /prompt token budget (2048-token context - 128 for the answer)"),
+    token_budget: Optional[int] = typer.Option(None, help="default /prompt token budget (default: --context-window "
+                                               "minus --max-new-tokens, capped by the LM's context)"),
+    context_window: int = typer.Option(2048, help="LM context in tokens, as `taskret evaluate --context-window`"),
+    max_new_tokens: int = typer.Option(128, help="room left for the answer, as `taskret evaluate --max-new-tokens`"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="log every request"),
 ):
@@ -182,7 +185,8 @@ def serve(
 
     try:
         with console.status(f"loading {index_dir}"):
-            service = create_app(index_dir, lm=lm, token_budget=token_budget)
+            service = create_app(index_dir, lm=lm, token_budget=token_budget, context_window=context_window,
+                                 max_new_tokens=max_new_tokens)
     except (InvalidIndex, DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
         _fail(str(err))
     console.print(f"serving {index_dir} on http://{host}:{port} (docs: http://{host}:{port}/docs)")
@@ -191,18 +195,19 @@ def serve(
 
 @app.command()
 def retrieve(
-    index_dir: Path = typer.Option(..., "--index", help="an index directory written by `taskret index`"),
+    index_dir: Path = typer.Option(..., "--index", help="an index directory written by `taskret index`, `taskret "
+                                   "epr index` or `taskret tart index` (or a bare saved retriever)"),
     query: list[str] = typer.Argument(..., help="one or more query texts"),
-    k: int = typer.Option(5, help="how many results"),
+    top_k: int = typer.Option(5, "--top-k", "--k", help="how many results"),
 ):
     """Print the top-k example ids and scores for queries, as JSONL on stdout."""
     import json
 
-    from ..retrieval import Retriever
+    from ..retrieval.index import load_index
 
     try:
-        ret = Retriever.load(index_dir)
-        result = ret.retrieve(query, k=k)
+        # A bare retriever (the EPR pipeline's index/) has ids and scores to print, if no texts.
+        result = load_index(index_dir, texts_required=False).retriever.retrieve(query, k=top_k)
     except (DataError, ValueError, FileNotFoundError) as err:
         _fail(str(err))
     for q, ids, scores in zip(query, result.ids, result.scores):

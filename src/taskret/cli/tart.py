@@ -14,7 +14,6 @@ from rich.console import Console
 
 from ..io import DataError
 from ..models import ModelNotInstalled
-from ..tart.search import DOCS_FILE, TART_META
 
 app = typer.Typer(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual, "
                   "train-full, distil, run).", no_args_is_help=True)
@@ -112,20 +111,20 @@ def index(
     data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data"),
     out: Path = typer.Option(..., help="index folder to write"),
 ):
-    """Index a task's corpus (with the documents' texts, for `taskret tart search`)."""
-    from ..io import write_json, write_jsonl
+    """Index a task's corpus with the documents' texts and the task's instruction (for `taskret tart search`
+    and `taskret serve`; written atomically)."""
     from ..retrieval import make_retriever
+    from ..retrieval.index import save_index
     from ..tart.tasks import load_retrieval_task
 
     try:
         loaded = load_retrieval_task(task, data_dir, split)
         with console.status(f"indexing {len(loaded.corpus)} documents with {retriever}"):
-            ret = make_retriever(retriever).index_texts(*loaded.doc_ids_and_texts())
-        out.mkdir(parents=True, exist_ok=True)
-        write_jsonl(out / DOCS_FILE, ({"id": d.id, "title": d.title, "text": d.text} for d in loaded.corpus.values()))
-        write_json(out / TART_META, {"task": loaded.name, "split": split, "retriever": retriever,
-                                     "n_docs": len(loaded.corpus), "instructions": loaded.instructions})
-        ret.save(out)  # meta.json last: its presence marks a complete index
+            ids, texts = loaded.doc_ids_and_texts()
+            ret = make_retriever(retriever).index_texts(ids, texts)
+        save_index(out, ret, [loaded.corpus[i] for i in ids], kind="documents", task=loaded.name,
+                   retriever_spec=retriever, instruction=loaded.instruction,
+                   extra={"split": split, "instructions": loaded.instructions})
     except ERRORS as err:
         _fail(err)
     console.print(f"indexed {len(loaded.corpus)} documents of {loaded.name} with {retriever} -> {out}")
@@ -134,31 +133,35 @@ def index(
 @app.command()
 def search(
     query: list[str] = typer.Argument(..., help="one or more queries"),
-    index_dir: Path = typer.Option(..., "--index", help="a folder written by `taskret tart index`"),
+    index_dir: Path = typer.Option(..., "--index", help="a folder written by `taskret tart index` (or any taskret "
+                                   "index command)"),
     instruction: Optional[str] = typer.Option(None, help="what to find, e.g. 'Retrieve scientific evidence to "
                                               "verify this claim' (default: the query alone)"),
-    k: int = typer.Option(5, help="how many documents"),
+    top_k: int = typer.Option(5, "--top-k", "--k", help="how many documents"),
     rerank: Optional[Path] = typer.Option(None, help="rerank with a TART-full folder (or any CrossEncoder folder)"),
-    rerank_top_k: int = typer.Option(100, help="how many first-stage documents the reranker reorders"),
+    rerank_depth: int = typer.Option(100, "--rerank-depth", "--rerank-top-k",
+                                     help="how many first-stage documents the reranker reorders"),
     as_json: bool = typer.Option(False, "--json", help="JSONL on stdout instead of text"),
 ):
     """Search an index with an instruction: prints rank, document id, score and the document's title / first 200 chars."""
+    from ..retrieval.index import load_index
     from ..tart.search import search_index, snippet
 
     try:
-        texts, hits = search_index(index_dir, query, instruction=instruction, k=k, reranker=rerank,
-                                   rerank_top_k=rerank_top_k)
+        index = load_index(index_dir)
+        texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=rerank,
+                                     rerank_depth=rerank_depth)
     except ERRORS as err:
         _fail(err)
-    for text, row in zip(texts, hits):
+    for text, ids, scores in zip(texts, result.ids, result.scores):
+        snippets = [snippet(index.records[i]) for i in ids]
         if as_json:
-            sys.stdout.write(json.dumps({"query": text, "ids": [h.doc_id for h in row],
-                                         "scores": [round(h.score, 4) for h in row],
-                                         "snippets": [snippet(h.doc) for h in row]}, ensure_ascii=False) + "\n")
+            sys.stdout.write(json.dumps({"query": text, "ids": ids, "scores": [round(float(s), 4) for s in scores[:len(ids)]],
+                                         "snippets": snippets}, ensure_ascii=False) + "\n")
             continue
         sys.stdout.write(f"query: {text}\n")
-        for rank, hit in enumerate(row, start=1):
-            sys.stdout.write(f"{rank:3d}. {hit.doc_id}\t{hit.score:.4f}\t{snippet(hit.doc)}\n")
+        for rank, (doc_id, score, shown) in enumerate(zip(ids, scores, snippets), start=1):
+            sys.stdout.write(f"{rank:3d}. {doc_id}\t{score:.4f}\t{shown}\n")
 
 
 @app.command("build-data")

@@ -13,12 +13,8 @@ from ..data import Example, Task
 from ..formats import normalize_whitespace
 from ..io import read_jsonl, write_json, write_jsonl
 from ..retrieval import RetrievalResult, Retriever
-from .inference import (
-    DEFAULT_CONTEXT_WINDOW,
-    DEFAULT_MAX_NEW_TOKENS,
-    Prediction,
-    predict,
-)
+from .inference import Prediction, predict
+from .prompt import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, prompt_token_budget
 
 
 def exact_match(prediction: str, gold: str) -> bool:
@@ -118,6 +114,7 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
              retrieved: RetrievalResult | None = None) -> dict:
     """Run in-context learning on ``examples`` and write predictions.jsonl and summary.json to ``out_dir``."""
     out_dir = Path(out_dir)
+    budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)  # refuses no room early
     start = time.perf_counter()
     predictions = predict(task, retriever, lm, examples, context_window=context_window, max_new_tokens=max_new_tokens,
                           max_demos=max_demos, progress=progress, retrieved=retrieved)
@@ -128,8 +125,9 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
         "lm": lm.name,
         "n": len(predictions),
         "metrics": score_predictions(task, predictions),
-        "context_window": min(context_window, lm.context_length),
+        "context_window": budget + max_new_tokens,  # capped by the LM's context
         "max_new_tokens": max_new_tokens,
+        "token_budget": budget,
         "max_demos": max_demos,
         "mean_demos": sum(len(p.prompt.demo_ids) for p in predictions) / max(len(predictions), 1),
         "mean_prompt_tokens": sum(p.prompt.n_tokens for p in predictions) / max(len(predictions), 1),

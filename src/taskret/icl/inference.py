@@ -8,10 +8,9 @@ from typing import Callable, Sequence
 from ..backends.base import LMBackend
 from ..data import Example, Task
 from ..retrieval import RetrievalResult, Retriever
-from .prompt import Prompt, PromptBuilder
+from .prompt import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, Prompt, PromptBuilder, prompt_token_budget
 
-DEFAULT_CONTEXT_WINDOW = 2048  # the paper's LM context (GPT-Neo); SmolLM2 allows 8192
-DEFAULT_MAX_NEW_TOKENS = 128
+__all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_MAX_NEW_TOKENS", "Prediction", "build_prompts", "predict"]
 
 
 @dataclass(frozen=True)
@@ -49,8 +48,10 @@ def predict(task: Task, retriever: Retriever | None, lm: LMBackend, examples: Se
             context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
             max_demos: int | None = None, n_candidates: int = 100, retrieved: RetrievalResult | None = None,
             progress: Callable[[int], None] | None = None) -> list[Prediction]:
-    window = min(context_window, lm.context_length)
-    builder = PromptBuilder(lm.count_tokens, budget=window - max_new_tokens, max_demos=max_demos)
+    """Greedy predictions for ``examples``, each prompt filled with up to ``max_demos`` of ``n_candidates``
+    retrieved demonstrations within :func:`~taskret.icl.prompt.prompt_token_budget`."""
+    budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)
+    builder = PromptBuilder(lm.count_tokens, budget=budget, max_demos=max_demos)
     prompts, ids, scores = build_prompts(task, retriever, examples, builder, n_candidates=n_candidates,
                                           retrieved=retrieved)
     generations = lm.generate([p.text for p in prompts], max_new_tokens=max_new_tokens, progress=progress)

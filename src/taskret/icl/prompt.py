@@ -1,16 +1,77 @@
 """Prompt assembly: demonstrations ``"{input}\\t{output}"`` joined by newlines, most similar last,
-then ``"{test input}\\t"``, filled greedily in retrieval order up to a token budget."""
+then ``"{test input}\\t"``, filled greedily in retrieval order up to a token budget.
+
+The budget is :func:`prompt_token_budget` (the context window minus room for the answer, capped by the
+LM's context) everywhere a prompt is built: ``taskret evaluate``, the EPR pipeline and ``taskret serve``.
+"""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ..formats import demonstration, render_query
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_CONTEXT_WINDOW = 2048  # the paper's LM context (GPT-Neo); SmolLM2 allows 8192
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+def prompt_token_budget(context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                        lm_context_length: int | None = None) -> int:
+    """Tokens a prompt may use: the context window (capped by the LM's own context length, when known)
+    minus the ``max_new_tokens`` left for the answer."""
+    if context_window < 1 or max_new_tokens < 0:
+        raise ValueError(f"context_window must be positive and max_new_tokens not negative (got {context_window} "
+                         f"and {max_new_tokens})")
+    window = context_window if lm_context_length is None else min(context_window, lm_context_length)
+    budget = window - max_new_tokens
+    if budget < 1:
+        raise ValueError(f"no room for a prompt: a {window}-token context window minus {max_new_tokens} tokens "
+                         f"for the answer leaves {budget}")
+    return budget
+
+
+# -- token counting --------------------------------------------------------------------------------------
+
+
+def whitespace_tokens(text: str) -> int:
+    """The fallback count: whitespace-separated words. LM tokenizers split words into sub-words, so this
+    undercounts (by ~1.3-2x on English, more on logical forms); name an LM for exact budgets."""
+    return len(text.split())
+
+
+class TokenCounter(NamedTuple):
+    """How prompt tokens are counted without loading an LM: ``count(text)``, a ``name`` that says how
+    (``tokenizer:LM`` or ``whitespace``), and the LM's context length (None when unknown)."""
+
+    count: Callable[[str], int]
+    name: str
+    context_length: int | None = None
+
+
+def make_token_counter(lm: str | None) -> TokenCounter:
+    """The LM's own tokenizer (as ``CausalLM.count_tokens`` counts, no special tokens) and context length
+    when an LM is named, else :func:`whitespace_tokens`."""
+    if not lm:
+        return TokenCounter(whitespace_tokens, "whitespace")
+    from transformers import AutoConfig, AutoTokenizer
+
+    from ..models import resolve_model
+
+    folder = str(resolve_model(lm))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    context_length = getattr(AutoConfig.from_pretrained(folder), "max_position_embeddings", None)
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    return TokenCounter(count, f"tokenizer:{lm}", int(context_length) if context_length else None)
+
+
+# -- assembly --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,8 @@ class TaskretExampleSelector(BaseExampleSelector):
 
         index = load_index(index_dir)
         if index.kind != "examples":
-            raise ValueError(f"{index_dir}: holds {index.kind}, not examples; write it with `taskret index`")
+            raise ValueError(f"{index_dir}: holds {index.kind}, not examples; write it with `taskret index` or "
+                             f"`taskret epr index`")
         records = index.records
         return cls(index.retriever, index.examples(), k=k, input_key=input_key, output_key=output_key,
                    prompt_output=lambda e: index.prompt_output(records[e.id]), mutable=False, **kwargs)

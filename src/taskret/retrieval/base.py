@@ -20,6 +20,10 @@ class RetrievalResult(NamedTuple):
     ids: list[list[str]]
     scores: np.ndarray
 
+    def head(self, k: int) -> "RetrievalResult":
+        """The first ``k`` results of every query."""
+        return RetrievalResult([list(ids[:k]) for ids in self.ids], self.scores[:, :k])
+
 
 FIELDS = ("input", "output", "both")
 
@@ -125,8 +129,9 @@ class Retriever(ABC):
         """Constructor keyword arguments that rebuild this retriever (saved in meta.json)."""
         return {}
 
-    def _save_index(self, directory: Path) -> None:
+    # Hooks for retrievers with files beside meta.json (bm25s/, index.faiss); a seeded random one has none.
+    def _save_index(self, directory: Path) -> None:  # noqa: B027 - an optional hook, not abstract
         pass
 
-    def _load_index(self, directory: Path) -> None:
+    def _load_index(self, directory: Path) -> None:  # noqa: B027 - an optional hook, not abstract
         pass

@@ -1,17 +1,22 @@
-"""Index folders that can be served: a saved retriever plus the texts it indexes.
+"""Index folders that can be served: a saved retriever plus the texts it indexes, in one format.
 
-An *example index* (written by :func:`save_index`, i.e. ``taskret index``) holds::
+Every ``index`` command (``taskret index``, ``taskret epr index``, ``taskret tart index``) writes, through
+:func:`save_index`, a ``taskret-index/2`` folder::
 
-    examples.jsonl     one {"id", "input", "output"} per indexed example, in index order
-    index_info.json    what was indexed: task, retriever spec, output format, the LM whose tokenizer
-                       counts prompt tokens (optional), number of examples
-    meta.json, ...     the retriever (Retriever.save): bm25s/ for BM25, index.faiss for dense retrievers
+    items.jsonl        the indexed texts in index order: {"id", "input", "output"} per example, or
+                       {"id", "title", "text"} per document
+    index_info.json    {"format": "taskret-index/2", "kind": "examples" | "documents", "task", "retriever"
+                       (the spec it was built from), "n", "output_format", "lm" (whose tokenizer counts prompt
+                       tokens), "instruction" (TART: the task's instruction), ...}
+    meta.json, ...     the retriever (Retriever.save): bm25s/ for BM25, index.faiss for dense retrievers;
+                       meta.json is written last, the mark of a complete index
 
-A *document index* (written by ``taskret tart index``) holds ``docs.jsonl`` ({"id", "title", "text"}) and
-``tart.json`` instead. Both keep ``meta.json`` as the last file written, the mark of a complete index.
+The folder is written beside its destination and renamed onto it, so a reader never sees half an index.
 
-:func:`load_index` checks every file before anything is served and refuses a partial or mismatched
-folder with an :class:`InvalidIndex` error that names the offending file.
+:func:`load_index` reads that format and the layouts older versions left on disk: ``taskret-index/1``
+example indexes (``examples.jsonl`` + ``index_info.json``) and TART document indexes (``docs.jsonl`` +
+``tart.json``). It checks every file before anything is served and refuses a partial or mismatched folder
+with an :class:`InvalidIndex` error that names the offending file.
 """
 
 from __future__ import annotations
@@ -30,14 +35,19 @@ from ..io import DataError, iter_records, read_json, write_json, write_jsonl
 from .base import REGISTRY as RETRIEVERS
 from .base import Retriever
 
-__all__ = ["EXAMPLES_FILE", "INFO_FILE", "DOCS_FILE", "TART_META", "InvalidIndex", "IndexRecord", "LoadedIndex",
-           "save_index", "load_index", "output_format_name", "make_token_counter"]
+__all__ = ["INDEX_FORMAT", "ITEMS_FILE", "INFO_FILE", "KINDS", "InvalidIndex", "IndexRecord", "LoadedIndex",
+           "save_index", "load_index", "output_format_name"]
 
-EXAMPLES_FILE = "examples.jsonl"
+INDEX_FORMAT = "taskret-index/2"
+ITEMS_FILE = "items.jsonl"
 INFO_FILE = "index_info.json"
-DOCS_FILE = "docs.jsonl"  # taskret tart index
-TART_META = "tart.json"  # taskret tart index
-INDEX_FORMAT = "taskret-index/1"
+META_FILE = "meta.json"  # Retriever.save writes it last
+KINDS = ("examples", "documents")
+# Older layouts, read by load_index and written by nothing any more.
+EXAMPLES_FILE = "examples.jsonl"  # taskret-index/1 (taskret index): examples.jsonl + index_info.json
+DOCS_FILE = "docs.jsonl"  # taskret tart index before taskret-index/2: docs.jsonl + tart.json
+TART_META = "tart.json"
+_WRITTEN_BY = "`taskret index`, `taskret epr index` or `taskret tart index`"
 
 # Files bm25s writes (BM25Retriever saves them under bm25s/); the non-occurrence array only for BM25L/BM25+.
 _BM25S_FILES = ("params.index.json", "vocab.index.json", "data.csc.index.npy", "indices.csc.index.npy",
@@ -63,9 +73,9 @@ class IndexRecord:
 class LoadedIndex:
     directory: Path
     retriever: Retriever
-    kind: str  # "examples" or "documents"
+    kind: str  # "examples" or "documents" ("retriever": a bare retriever, no records; see load_index)
     records: dict[str, IndexRecord]
-    info: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)  # index_info.json (older layouts: mapped onto its keys)
 
     @property
     def lm(self) -> str | None:
@@ -73,7 +83,11 @@ class LoadedIndex:
 
     @property
     def output_format(self) -> str:
-        return self.info.get("output_format", "plain")
+        return self.info.get("output_format") or "plain"
+
+    @property
+    def instruction(self) -> str | None:
+        return self.info.get("instruction")
 
     def prompt_output(self, record: IndexRecord) -> str:
         """The output as a demonstration shows it (Break's ``1#) step 2#) step``, others unchanged)."""
@@ -96,30 +110,49 @@ def _umask() -> int:
     return mask
 
 
-def save_index(out: str | os.PathLike, retriever: Retriever, examples: Sequence[Example], *, task: str | None = None,
-               retriever_spec: str | None = None, output_format: str = "plain", lm: str | None = None) -> Path:
-    """Save an indexed retriever with its examples' texts, atomically: everything is written to a
-    temporary folder beside ``out`` and renamed onto it, so ``out`` never holds a partial index.
+def _item_row(kind: str, item) -> dict:
+    """items.jsonl's row of an :class:`~taskret.data.Example`, a document (anything with ``id``, ``title``
+    and ``text``, e.g. :class:`~taskret.tart.tasks.Document`) or an :class:`IndexRecord`."""
+    if kind == "examples":
+        if isinstance(item, IndexRecord):
+            return {"id": item.id, "input": item.text, "output": item.output or ""}
+        return {"id": item.id, "input": item.input, "output": item.output}
+    return {"id": item.id, "title": item.title or "", "text": item.text}
+
+
+def save_index(out: str | os.PathLike, retriever: Retriever, items: Sequence, *, kind: str = "examples",
+               task: str | None = None, retriever_spec: str | None = None, output_format: str | None = None,
+               lm: str | None = None, instruction: str | None = None, extra: dict | None = None) -> Path:
+    """Save an indexed retriever with the texts it indexes (``items``: examples, or documents with
+    ``kind="documents"``) as a ``taskret-index/2`` folder, atomically: everything is written to a temporary
+    folder beside ``out`` and renamed onto it, so ``out`` never holds a partial index. ``extra`` adds keys
+    to index_info.json.
 
     An existing index at ``out`` is replaced; an existing non-empty folder that is not an index is refused.
     """
     out = Path(out)
-    if output_format not in OUTPUT_FORMATS:
-        raise ValueError(f"unknown output format '{output_format}'; expected one of {', '.join(OUTPUT_FORMATS)}")
-    if [e.id for e in examples] != list(retriever.ids):
-        raise ValueError("the retriever must be indexed over exactly these examples, in this order")
+    if kind not in KINDS:
+        raise ValueError(f"unknown index kind '{kind}'; expected one of {', '.join(KINDS)}")
+    if kind == "examples":
+        output_format = output_format or "plain"
+        if output_format not in OUTPUT_FORMATS:
+            raise ValueError(f"unknown output format '{output_format}'; expected one of {', '.join(OUTPUT_FORMATS)}")
+    elif output_format is not None or lm is not None:
+        raise ValueError("output_format and lm describe prompts built from examples; a document index has neither")
+    if [item.id for item in items] != list(retriever.ids):
+        raise ValueError(f"the retriever must be indexed over exactly these {kind}, in this order")
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"{out}: exists and is not a folder")
-        if any(out.iterdir()) and not (out / "meta.json").exists():
+        if any(out.iterdir()) and not (out / META_FILE).exists():
             raise ValueError(f"{out}: a non-empty folder that is not a taskret index; refusing to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        write_jsonl(tmp / EXAMPLES_FILE, ({"id": e.id, "input": e.input, "output": e.output} for e in examples))
-        write_json(tmp / INFO_FILE, {"format": INDEX_FORMAT, "kind": "examples", "task": task,
-                                     "retriever": retriever_spec or retriever.name, "n": len(examples),
-                                     "output_format": output_format, "lm": lm})
+        write_jsonl(tmp / ITEMS_FILE, (_item_row(kind, item) for item in items))
+        write_json(tmp / INFO_FILE, {**(extra or {}), "format": INDEX_FORMAT, "kind": kind, "task": task,
+                                     "retriever": retriever_spec or retriever.name, "n": len(items),
+                                     "output_format": output_format, "lm": lm, "instruction": instruction})
         retriever.save(tmp)  # meta.json last
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes the folder private
         if out.exists():
@@ -139,16 +172,11 @@ def save_index(out: str | os.PathLike, retriever: Retriever, examples: Sequence[
 
 
 def _read_meta(directory: Path) -> dict:
-    meta_path = directory / "meta.json"
+    meta_path = directory / META_FILE
     if not meta_path.is_file():
-        raise InvalidIndex(f"{meta_path}: missing; {directory} is not a complete taskret index (a partial write, "
-                           f"or not written by `taskret index` / `taskret tart index`)")
-    try:
-        meta = read_json(meta_path)
-    except DataError as err:
-        raise InvalidIndex(str(err)) from err
-    if not isinstance(meta, dict):
-        raise InvalidIndex(f"{meta_path}: expected a JSON object")
+        raise InvalidIndex(f"{meta_path}: missing; {directory} is not a complete taskret index (no meta.json: a "
+                           f"partial write, or not written by {_WRITTEN_BY})")
+    meta = _read_json_object(meta_path)
     if meta.get("retriever") not in RETRIEVERS:
         raise InvalidIndex(f"{meta_path}: unknown retriever {meta.get('retriever')!r}; expected one of "
                            f"{', '.join(RETRIEVERS)}")
@@ -189,14 +217,53 @@ def _string(path: Path, line: int, record: dict, name: str, required: bool = Tru
     return value
 
 
-def _read_records(directory: Path) -> tuple[str, Path, dict[str, IndexRecord]]:
-    if (directory / EXAMPLES_FILE).is_file():
-        kind, path = "examples", directory / EXAMPLES_FILE
-    elif (directory / DOCS_FILE).is_file():
-        kind, path = "documents", directory / DOCS_FILE
-    else:
-        raise InvalidIndex(f"{directory}: holds no texts ({EXAMPLES_FILE} or {DOCS_FILE}); re-create it with "
-                           f"`taskret index ... --out {directory}` (or `taskret tart index` for a corpus)")
+def _read_json_object(path: Path) -> dict:
+    try:
+        info = read_json(path)
+    except DataError as err:
+        raise InvalidIndex(str(err)) from err
+    if not isinstance(info, dict):
+        raise InvalidIndex(f"{path}: expected a JSON object")
+    return info
+
+
+def _layout(directory: Path) -> tuple[str, Path, dict] | None:
+    """``(kind, texts file, info)`` of the index's layout: taskret-index/2, or an older one (its info mapped
+    onto taskret-index/2's keys); None for a bare retriever (Retriever.save alone)."""
+    if (directory / ITEMS_FILE).is_file():
+        info_path = directory / INFO_FILE
+        if not info_path.is_file():
+            raise InvalidIndex(f"{info_path}: missing; the index is partial")
+        info = _read_json_object(info_path)
+        if info.get("kind") not in KINDS:
+            raise InvalidIndex(f"{info_path}: 'kind' must be one of {', '.join(KINDS)} (got {info.get('kind')!r})")
+        return info["kind"], directory / ITEMS_FILE, info
+    if (directory / EXAMPLES_FILE).is_file():  # taskret-index/1
+        info_path = directory / INFO_FILE
+        info = _read_json_object(info_path) if info_path.is_file() else {}
+        return "examples", directory / EXAMPLES_FILE, {**info, "kind": "examples"}
+    if (directory / DOCS_FILE).is_file():  # taskret tart index before taskret-index/2
+        tart_path = directory / TART_META
+        tart = _read_json_object(tart_path) if tart_path.is_file() else {}
+        instructions = tart.get("instructions") or []
+        return "documents", directory / DOCS_FILE, {
+            **tart, "format": "tart-docs", "kind": "documents", "n": tart.get("n_docs"),
+            "instruction": instructions[0] if isinstance(instructions, list) and instructions else None}
+    return None
+
+
+def _check_info(directory: Path, kind: str, info: dict) -> None:
+    path = directory / (TART_META if info.get("format") == "tart-docs" else INFO_FILE)
+    if kind == "examples":
+        if (info.get("output_format") or "plain") not in OUTPUT_FORMATS:
+            raise InvalidIndex(f"{path}: unknown output_format {info.get('output_format')!r}")
+        if info.get("lm") is not None and not isinstance(info["lm"], str):
+            raise InvalidIndex(f"{path}: 'lm' must be a string or null")
+    if info.get("instruction") is not None and not isinstance(info["instruction"], str):
+        raise InvalidIndex(f"{path}: 'instruction' must be a string or null")
+
+
+def _read_records(path: Path, kind: str) -> dict[str, IndexRecord]:
     records: dict[str, IndexRecord] = {}
     try:
         for line, row in iter_records(path):
@@ -215,44 +282,38 @@ def _read_records(directory: Path) -> tuple[str, Path, dict[str, IndexRecord]]:
                 records[record_id] = IndexRecord(record_id, text, title=_string(path, line, row, "title", False))
     except DataError as err:
         raise InvalidIndex(str(err)) from err
-    return kind, path, records
+    return records
 
 
-def _read_info(directory: Path, kind: str) -> dict:
-    path = directory / (INFO_FILE if kind == "examples" else TART_META)
-    if not path.exists():
-        return {}
-    try:
-        info = read_json(path)
-    except DataError as err:
-        raise InvalidIndex(str(err)) from err
-    if not isinstance(info, dict):
-        raise InvalidIndex(f"{path}: expected a JSON object")
-    if kind == "examples":
-        if info.get("output_format", "plain") not in OUTPUT_FORMATS:
-            raise InvalidIndex(f"{path}: unknown output_format {info.get('output_format')!r}")
-        if info.get("lm") is not None and not isinstance(info["lm"], str):
-            raise InvalidIndex(f"{path}: 'lm' must be a string or null")
-    return info
+def load_index(directory: str | os.PathLike, *, texts_required: bool = True) -> LoadedIndex:
+    """Load and check an index folder (any layout a taskret ``index`` command has written): meta.json, the
+    retriever's files, the texts and what was indexed, and that they agree.
 
-
-def load_index(directory: str | os.PathLike) -> LoadedIndex:
-    """Load and check an index folder: meta.json, the retriever's files, the texts, and that they agree."""
+    A bare retriever folder (``Retriever.save`` alone, as the EPR pipeline's ``index/``) holds no texts: it
+    is refused, or with ``texts_required=False`` loaded as kind ``"retriever"`` with no records."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise InvalidIndex(f"{directory}: no such folder")
+        raise InvalidIndex(f"{directory}: no such folder (so no meta.json); write an index with {_WRITTEN_BY}")
     meta = _read_meta(directory)
     _check_retriever_files(directory, meta)
-    kind, texts_path, records = _read_records(directory)
     ids = meta["ids"]
-    if len(records) != len(ids):
-        raise InvalidIndex(f"{texts_path}: holds {len(records)} records but {directory / 'meta.json'} lists "
-                           f"{len(ids)} ids (mismatched or partial index)")
-    missing = next((i for i in ids if i not in records), None)
-    if missing is not None:
-        raise InvalidIndex(f"{texts_path}: has no record for id '{missing}' listed in {directory / 'meta.json'} "
-                           f"(mismatched index)")
-    info = _read_info(directory, kind)
+    layout = _layout(directory)
+    if layout is None:
+        if texts_required:
+            raise InvalidIndex(f"{directory}: holds no texts ({ITEMS_FILE}), only a retriever; re-create it with "
+                               f"{_WRITTEN_BY}")
+        kind, info, records = "retriever", {}, {}
+    else:
+        kind, texts_path, info = layout
+        records = _read_records(texts_path, kind)
+        if len(records) != len(ids):
+            raise InvalidIndex(f"{texts_path}: holds {len(records)} records but {directory / META_FILE} lists "
+                               f"{len(ids)} ids (mismatched or partial index)")
+        missing = next((i for i in ids if i not in records), None)
+        if missing is not None:
+            raise InvalidIndex(f"{texts_path}: has no record for id '{missing}' listed in {directory / META_FILE} "
+                               f"(mismatched index)")
+    _check_info(directory, kind, info)
     try:
         retriever = Retriever.load(directory)
     except InvalidIndex:
@@ -261,32 +322,6 @@ def load_index(directory: str | os.PathLike) -> LoadedIndex:
         raise InvalidIndex(f"{directory}: cannot load the {meta['retriever']} index ({err})") from err
     counted = _count_indexed(directory, retriever)
     if counted is not None and counted[0] != len(ids):
-        raise InvalidIndex(f"{counted[1]}: holds {counted[0]} items but {directory / 'meta.json'} lists {len(ids)} "
+        raise InvalidIndex(f"{counted[1]}: holds {counted[0]} items but {directory / META_FILE} lists {len(ids)} "
                            f"ids (mismatched or partial index)")
     return LoadedIndex(directory=directory, retriever=retriever, kind=kind, records=records, info=info)
-
-
-# -- token counting --------------------------------------------------------------------------------------
-
-
-def whitespace_tokens(text: str) -> int:
-    """The fallback count: whitespace-separated words. LM tokenizers split words into sub-words, so this
-    undercounts (by ~1.3-2x on English, more on logical forms); give the index an LM for exact budgets."""
-    return len(text.split())
-
-
-def make_token_counter(lm: str | None) -> tuple[Callable[[str], int], str]:
-    """``(count_tokens, description)``: the LM's own tokenizer (as ``CausalLM.count_tokens`` counts, no
-    special tokens) when an LM is named, else :func:`whitespace_tokens`."""
-    if not lm:
-        return whitespace_tokens, "whitespace"
-    from transformers import AutoTokenizer
-
-    from ..models import resolve_model
-
-    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(lm)))
-
-    def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False).input_ids)
-
-    return count, f"tokenizer:{lm}"

@@ -4,9 +4,11 @@ Endpoints (the OpenAPI schema is at ``/openapi.json``, interactive docs at ``/do
 
 - ``POST /retrieve`` ``{"query", "instruction"?, "k"?}``: the top-k ids, scores and texts. With an
   instruction the query is TART's ``"{instruction} [SEP] {query}"``.
-- ``POST /prompt`` ``{"input", "k"?, "token_budget"?}`` (example indexes only): the in-context-learning
-  prompt ``taskret evaluate`` would build: demonstrations ``"{input}\\t{output}"`` filled in retrieval order
-  up to the token budget, most similar last, then ``"{input}\\t"``; and the ids it used, in prompt order.
+- ``POST /prompt`` ``{"input", "max_demos"?, "token_budget"?}`` (example indexes only; ``k`` is accepted
+  for ``max_demos``): the in-context-learning prompt ``taskret evaluate`` would build: demonstrations
+  ``"{input}\\t{output}"`` filled in retrieval order up to the token budget, most similar last, then
+  ``"{input}\\t"``; and the ids it used, in prompt order. The default budget is
+  :func:`~taskret.icl.prompt.prompt_token_budget` of the server's context window and answer room.
   Tokens are counted with the tokenizer of the LM the index records (``taskret index --lm``, or
   ``taskret serve --lm``); without one, whitespace-separated words are counted, which undercounts
   sub-word tokens (``token_counter`` in the answer says which was used).
@@ -29,20 +31,26 @@ from typing import Annotated, Optional
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, StringConstraints
 
 from .._version import __version__
-from ..icl.prompt import PromptBuilder
-from ..retrieval.index import LoadedIndex, load_index, make_token_counter
+from ..icl.prompt import (
+    DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_MAX_NEW_TOKENS,
+    PromptBuilder,
+    TokenCounter,
+    make_token_counter,
+    prompt_token_budget,
+)
+from ..retrieval.index import LoadedIndex, load_index
 
 logger = logging.getLogger(__name__)
 
 MAX_TEXT_CHARS = 10_000
 MAX_K = 100
 DEFAULT_K = 5
-DEFAULT_TOKEN_BUDGET = 2048 - 128  # taskret evaluate's defaults: a 2,048-token context minus room for the answer
 MAX_TOKEN_BUDGET = 131_072
-PROMPT_CANDIDATES = 100  # retrieved per /prompt without k: enough to fill any sensible budget
+PROMPT_DEPTH = 100  # examples retrieved per /prompt without max_demos: enough to fill any sensible budget
 MAX_BODY_BYTES = 1 << 20
 
 
@@ -78,7 +86,9 @@ class RetrieveResponse(BaseModel):
 
 class PromptRequest(_Request):
     input: Text = Field(description="the test input")
-    k: Optional[int] = Field(None, ge=1, le=MAX_K, description="at most k demonstrations (default: fill the budget)")
+    max_demos: Optional[int] = Field(None, ge=1, le=MAX_K, validation_alias=AliasChoices("max_demos", "k"),
+                                     description="at most this many demonstrations (default: fill the budget); "
+                                     "'k' is accepted for it")
     token_budget: Optional[int] = Field(None, ge=1, le=MAX_TOKEN_BUDGET,
                                         description="prompt tokens allowed (default: the server's)")
 
@@ -179,16 +189,23 @@ def _json(status: int, body: dict) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = None,
-               token_budget: int = DEFAULT_TOKEN_BUDGET, warmup: bool = True) -> FastAPI:
-    """A FastAPI app serving one index folder (checked first: a partial or mismatched one raises
-    :class:`~taskret.serve.index.InvalidIndex`). ``lm`` overrides the LM whose tokenizer counts prompt
-    tokens; ``token_budget`` is the default prompt budget; ``warmup`` runs one query so that a dense
-    retriever loads its encoder before the first request, not during it."""
+def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = None, token_budget: int | None = None,
+               context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+               warmup: bool = True) -> FastAPI:
+    """A FastAPI app serving one index folder, of any layout a taskret ``index`` command writes (checked
+    first: a partial or mismatched one raises :class:`~taskret.retrieval.index.InvalidIndex`). ``lm``
+    overrides the LM whose tokenizer counts prompt tokens; the default prompt budget is ``token_budget``,
+    else :func:`~taskret.icl.prompt.prompt_token_budget` of ``context_window`` and ``max_new_tokens``
+    (capped by the LM's context); ``warmup`` runs one query so that a dense retriever loads its encoder
+    before the first request, not during it."""
     index = index_dir if isinstance(index_dir, LoadedIndex) else load_index(index_dir)
+    examples = index.kind == "examples"
+    counter = make_token_counter(lm or index.lm) if examples else TokenCounter(None, "none")
+    count_tokens, counter_name = counter.count, counter.name
+    if token_budget is None:
+        token_budget = prompt_token_budget(context_window, max_new_tokens, counter.context_length)
     if not 1 <= token_budget <= MAX_TOKEN_BUDGET:
         raise ValueError(f"token_budget must be within 1..{MAX_TOKEN_BUDGET}")
-    count_tokens, counter_name = make_token_counter(lm or index.lm) if index.kind == "examples" else (None, "none")
     # bm25s, FAISS and tokenizers are not all safe to share between the threads FastAPI runs handlers on,
     # and with the GIL there is little to gain: one request searches at a time.
     lock = threading.Lock()
@@ -224,7 +241,6 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
         ids = result.ids[0]
         scores = [float(s) if math.isfinite(s) else None for s in result.scores[0][: len(ids)]]
         records = [index.records[i] for i in ids]
-        examples = index.kind == "examples"
         return RetrieveResponse(query=query, ids=ids, scores=scores, texts=[r.text for r in records],
                                 outputs=[r.output or "" for r in records] if examples else None,
                                 titles=None if examples else [r.title for r in records])
@@ -233,12 +249,12 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     def prompt(request: PromptRequest) -> PromptResponse:
         if index.kind != "examples":
             raise HTTPException(400, detail=f"this index holds {index.kind} (a retrieval corpus); /prompt needs an "
-                                "example index written by `taskret index`")
+                                "example index written by `taskret index` or `taskret epr index`")
         budget = request.token_budget or token_budget
-        n_candidates = min(request.k or PROMPT_CANDIDATES, len(index.retriever.ids))
-        builder = PromptBuilder(count_tokens, budget=budget, max_demos=request.k)
+        depth = min(request.max_demos or PROMPT_DEPTH, len(index.retriever.ids))
+        builder = PromptBuilder(count_tokens, budget=budget, max_demos=request.max_demos)
         with lock:
-            ids = index.retriever.retrieve([request.input], k=n_candidates).ids[0]
+            ids = index.retriever.retrieve([request.input], k=depth).ids[0]
             demos = [(i, index.records[i].text, index.prompt_output(index.records[i])) for i in ids]
             built = builder.build(request.input, demos)
         return PromptResponse(prompt=built.text, ids=built.demo_ids, n_tokens=built.n_tokens, token_budget=budget,

@@ -1,4 +1,5 @@
-"""Index folders for serving: written atomically with their texts; partial or mismatched ones refused."""
+"""The index format (taskret-index/2): written atomically with its texts; older layouts still read;
+partial or mismatched folders refused."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from taskret.cli import app as cli_app
 from taskret.data import Example
 from taskret.retrieval import BM25Retriever, DenseRetriever
 from taskret.retrieval.index import (
+    DOCS_FILE,
     EXAMPLES_FILE,
+    INDEX_FORMAT,
     INFO_FILE,
+    ITEMS_FILE,
+    TART_META,
     InvalidIndex,
     load_index,
     save_index,
 )
+from taskret.tart.tasks import Document
 
 from ..conftest import read_jsonl_rows, write_jsonl_rows
 
@@ -26,11 +32,13 @@ ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 
 
 def test_save_index_writes_texts_info_and_retriever(bm25_index, pool_examples):
-    assert {p.name for p in bm25_index.iterdir()} == {EXAMPLES_FILE, INFO_FILE, "meta.json", "bm25s"}
-    rows = read_jsonl_rows(bm25_index / EXAMPLES_FILE)
+    assert {p.name for p in bm25_index.iterdir()} == {ITEMS_FILE, INFO_FILE, "meta.json", "bm25s"}
+    rows = read_jsonl_rows(bm25_index / ITEMS_FILE)
     assert rows == [{"id": e.id, "input": e.input, "output": e.output} for e in pool_examples]
     info = json.loads((bm25_index / INFO_FILE).read_text())
     assert info["kind"] == "examples" and info["n"] == len(pool_examples) and info["lm"] is None
+    assert info["format"] == INDEX_FORMAT == "taskret-index/2" and info["task"] == "pool"
+    assert info["retriever"] == "bm25" and info["output_format"] == "plain" and info["instruction"] is None
     assert not [p for p in bm25_index.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
     loaded = load_index(bm25_index)
@@ -62,10 +70,18 @@ def test_break_output_format_is_recorded(tmp_path):
     assert loaded.prompt_output(loaded.records["a"]) == "1#) return dogs 2#) return number of #1"
 
 
+def _rewrite_json(path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
 def _rewrite_meta(folder, **changes):
-    meta = json.loads((folder / "meta.json").read_text())
-    meta.update(changes)
-    (folder / "meta.json").write_text(json.dumps(meta))
+    _rewrite_json(folder / "meta.json", **changes)
+
+
+def _rewrite_info(folder, **changes):
+    _rewrite_json(folder / INFO_FILE, **changes)
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -76,15 +92,18 @@ def _rewrite_meta(folder, **changes):
     (lambda d: _rewrite_meta(d, ids="weather"), "meta.json: 'ids' must be a non-empty list"),
     (lambda d: _rewrite_meta(d, ids=["a", "a"]), "meta.json: 'ids' holds duplicates"),
     (lambda d: (d / "bm25s" / "vocab.index.json").unlink(), "vocab.index.json: missing"),
-    (lambda d: (d / EXAMPLES_FILE).unlink(), "holds no texts"),
-    (lambda d: (d / EXAMPLES_FILE).write_text((d / EXAMPLES_FILE).read_text().splitlines(True)[0]),
-     "examples.jsonl: holds 1 records but .* lists 8 ids"),
-    (lambda d: (d / EXAMPLES_FILE).write_text((d / EXAMPLES_FILE).read_text().replace('"id": "news"', '"id": "sport"')),
-     "examples.jsonl: has no record for id 'news'"),
-    (lambda d: (d / EXAMPLES_FILE).write_text('{"id": "a", "input": "", "output": "x"}\n'),
-     "examples.jsonl, line 1: field 'input' must be a non-empty string"),
-    (lambda d: (d / EXAMPLES_FILE).write_text("{broken\n"), "examples.jsonl, line 1: malformed JSON"),
-    (lambda d: (d / INFO_FILE).write_text('{"output_format": "yaml"}'), "index_info.json: unknown output_format"),
+    (lambda d: (d / ITEMS_FILE).unlink(), "holds no texts"),
+    (lambda d: (d / ITEMS_FILE).write_text((d / ITEMS_FILE).read_text().splitlines(True)[0]),
+     "items.jsonl: holds 1 records but .* lists 8 ids"),
+    (lambda d: (d / ITEMS_FILE).write_text((d / ITEMS_FILE).read_text().replace('"id": "news"', '"id": "sport"')),
+     "items.jsonl: has no record for id 'news'"),
+    (lambda d: (d / ITEMS_FILE).write_text('{"id": "a", "input": "", "output": "x"}\n'),
+     "items.jsonl, line 1: field 'input' must be a non-empty string"),
+    (lambda d: (d / ITEMS_FILE).write_text("{broken\n"), "items.jsonl, line 1: malformed JSON"),
+    (lambda d: _rewrite_info(d, output_format="yaml"), "index_info.json: unknown output_format"),
+    (lambda d: (d / INFO_FILE).unlink(), "index_info.json: missing"),
+    (lambda d: _rewrite_info(d, kind="movies"), "index_info.json: 'kind' must be one of examples, documents"),
+    (lambda d: _rewrite_info(d, instruction=3), "index_info.json: 'instruction' must be a string or null"),
 ])
 def test_partial_or_mismatched_index_is_refused(bm25_index, damage, message):
     damage(bm25_index)
@@ -106,12 +125,57 @@ def test_not_a_folder(tmp_path):
 
 
 def test_document_index_of_tart_is_served_as_documents(tmp_path):
+    """The layout `taskret tart index` wrote before taskret-index/2: docs.jsonl + tart.json."""
     docs = [{"id": "d1", "title": "Vitamin D", "text": "deficiency and mood"}, {"id": "d2", "title": "Sleep", "text": ""}]
     folder = tmp_path / "docs"
-    write_jsonl_rows(folder / "docs.jsonl", docs)
+    write_jsonl_rows(folder / DOCS_FILE, docs)
     BM25Retriever().index_texts(["d1", "d2"], ["Vitamin D deficiency and mood", "Sleep"]).save(folder)
     loaded = load_index(folder)
     assert loaded.kind == "documents" and loaded.records["d1"].title == "Vitamin D"
+    assert loaded.instruction is None
+
+    (folder / TART_META).write_text(json.dumps({"task": "facts", "split": "test", "retriever": "bm25", "n_docs": 2,
+                                                "instructions": ["Retrieve evidence", "Find a fact"]}))
+    loaded = load_index(folder)
+    assert loaded.instruction == "Retrieve evidence" and loaded.info["task"] == "facts" and loaded.info["n"] == 2
+
+
+def test_save_index_of_documents(tmp_path):
+    docs = [Document("d1", "Vitamin D", "deficiency and mood"), Document("d2", "", "naps help memory")]
+    retriever = BM25Retriever().index_texts(["d1", "d2"], ["Vitamin D deficiency and mood", "naps help memory"])
+    folder = save_index(tmp_path / "docs", retriever, docs, kind="documents", task="facts", retriever_spec="bm25",
+                        instruction="Retrieve evidence", extra={"split": "test"})
+    assert read_jsonl_rows(folder / ITEMS_FILE) == [{"id": "d1", "title": "Vitamin D", "text": "deficiency and mood"},
+                                                    {"id": "d2", "title": "", "text": "naps help memory"}]
+    info = json.loads((folder / INFO_FILE).read_text())
+    assert info["kind"] == "documents" and info["split"] == "test" and info["output_format"] is None
+    loaded = load_index(folder)
+    assert loaded.kind == "documents" and loaded.instruction == "Retrieve evidence"
+    assert loaded.records["d2"].text == "naps help memory" and loaded.records["d1"].title == "Vitamin D"
+    with pytest.raises(ValueError, match="a document index has neither"):
+        save_index(tmp_path / "x", retriever, docs, kind="documents", lm="smollm2-135m")
+    with pytest.raises(ValueError, match="unknown index kind 'passages'"):
+        save_index(tmp_path / "x", retriever, docs, kind="passages")
+
+
+def test_taskret_index_1_folders_are_still_read(bm25_index, pool_examples):
+    """taskret-index/1 (taskret index before taskret-index/2): examples.jsonl + index_info.json."""
+    (bm25_index / ITEMS_FILE).rename(bm25_index / EXAMPLES_FILE)
+    (bm25_index / INFO_FILE).write_text(json.dumps({"format": "taskret-index/1", "kind": "examples", "task": "pool",
+                                                    "retriever": "bm25", "n": 8, "output_format": "break", "lm": None}))
+    loaded = load_index(bm25_index)
+    assert loaded.kind == "examples" and loaded.examples() == list(pool_examples) and loaded.output_format == "break"
+    (bm25_index / EXAMPLES_FILE).write_text((bm25_index / EXAMPLES_FILE).read_text().splitlines(True)[0])
+    with pytest.raises(InvalidIndex, match="examples.jsonl: holds 1 records"):
+        load_index(bm25_index)
+
+
+def test_a_bare_retriever_is_refused_unless_texts_are_optional(tmp_path, pool_examples):
+    BM25Retriever().index(pool_examples).save(tmp_path / "bare")  # as the EPR pipeline's index/
+    with pytest.raises(InvalidIndex, match="holds no texts"):
+        load_index(tmp_path / "bare")
+    loaded = load_index(tmp_path / "bare", texts_required=False)
+    assert loaded.kind == "retriever" and loaded.records == {} and loaded.retriever.ids == [e.id for e in pool_examples]
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +214,7 @@ def test_cli_index_writes_a_servable_index(tmp_path, pool_files):
 
 
 def test_cli_serve_refuses_a_bad_index(tmp_path, bm25_index):
-    (bm25_index / EXAMPLES_FILE).unlink()
+    (bm25_index / ITEMS_FILE).unlink()
     result = CliRunner().invoke(cli_app, ["serve", "--index", str(bm25_index)], env=ENV)
     assert result.exit_code == 2 and "holds no texts" in result.stderr
 

@@ -1,4 +1,4 @@
-"""Prompt assembly, with token counts from the real SmolLM2 tokenizer."""
+"""Prompt assembly, with token counts from the real SmolLM2 tokenizer; the prompt token budget; token counters."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import logging
 import pytest
 
 from taskret.formats import render_demo
-from taskret.icl.prompt import PromptBuilder
+from taskret.icl.prompt import (
+    DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_MAX_NEW_TOKENS,
+    PromptBuilder,
+    make_token_counter,
+    prompt_token_budget,
+    whitespace_tokens,
+)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +114,27 @@ def test_prompt_never_exceeds_the_budget(count, demo_task, budget):
 def test_budget_must_be_positive(count):
     with pytest.raises(ValueError, match="positive"):
         PromptBuilder(count, budget=0)
+
+
+# --- the budget and token counters ------------------------------------------------------------------
+
+
+def test_prompt_token_budget_is_the_window_minus_the_answer_capped_by_the_lm():
+    assert prompt_token_budget() == DEFAULT_CONTEXT_WINDOW - DEFAULT_MAX_NEW_TOKENS == 1920
+    assert prompt_token_budget(640, 96) == 544
+    assert prompt_token_budget(8192, 128, lm_context_length=2048) == 1920  # the LM's context caps the window
+    assert prompt_token_budget(1024, 128, lm_context_length=8192) == 896
+    with pytest.raises(ValueError, match="no room for a prompt: a 2048-token context window minus 2048"):
+        prompt_token_budget(4096, 2048, lm_context_length=2048)
+    with pytest.raises(ValueError, match="context_window must be positive"):
+        prompt_token_budget(0, 10)
+
+
+def test_token_counters(tiny_model_dir, tokenizer):
+    counter = make_token_counter(None)
+    assert counter.name == "whitespace" and counter.context_length is None
+    assert counter.count("set an  alarm\tfor 7") == whitespace_tokens("set an alarm for 7") == 5
+    counter = make_token_counter(str(tiny_model_dir))
+    assert counter.name == f"tokenizer:{tiny_model_dir}" and counter.context_length == 2048
+    text = "[IN:CREATE_ALARM [SL:DATE_TIME for 7 am ] ]"
+    assert counter.count(text) == len(tokenizer(text, add_special_tokens=False).input_ids)
