@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tart_zero_shot import _machine, _round  # noqa: E402
 
 from taskret.io import read_json, write_json
+from taskret.rerank import load_reranker
 from taskret.tart.cross_encoder import CONFIG_FILE as FULL_FILE
-from taskret.tart.cross_encoder import TartFullConfig, load_reranker, train_tart_full
+from taskret.tart.cross_encoder import TartFullConfig, train_tart_full
 from taskret.tart.dual import CONFIG_FILE as DUAL_FILE
 from taskret.tart.dual import TartDualConfig, train_tart_dual
 from taskret.tart.evaluation import evaluate_retriever

@@ -16,7 +16,7 @@ One factory per kind of component, by name, each imported only when used::
     import taskret
     retriever = taskret.make_retriever("bm25")          # or "dense:minilm-l6", "epr:runs/epr", a saved index
     lm = taskret.load_lm("smollm2-135m")                # or "openai:http://host:8000/v1#name", "vllm:..."
-    reranker = taskret.load_reranker("runs/tart/full")  # a TART-full folder
+    reranker = taskret.load_reranker("runs/tart/full")  # a TART-full folder (taskret.rerank)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ._version import __version__
 _FACTORIES = {
     "make_retriever": "taskret.retrieval",
     "load_lm": "taskret.backends.base",
-    "load_reranker": "taskret.tart.cross_encoder",
+    "load_reranker": "taskret.rerank",
     "load_task": "taskret.data",
     "load_retrieval_task": "taskret.tart.tasks",
 }

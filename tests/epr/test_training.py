@@ -1,4 +1,5 @@
-"""EPR training stage: triplet sampling, the DPR loss, and a tiny end-to-end dual-encoder run.
+"""EPR training stage: triplet sampling, the DPR loss, and a tiny end-to-end dual-encoder run
+(the shared batching, losses and trainer are tested in tests/training).
 
 Uses a 2-layer, 32-wide BERT with random weights and the MiniLM tokenizer, built in-process, so
 the whole file runs in well under a minute on a CPU.
@@ -27,7 +28,7 @@ from taskret.epr.training import (
 )
 from taskret.io import DataError
 from taskret.retrieval.base import example_text
-from taskret.training.batching import RowKeys, epoch_batches
+from taskret.training.batching import epoch_batches
 from taskret.training.encoders import build_bi_encoder
 from taskret.training.losses import dpr_loss
 
@@ -157,69 +158,17 @@ def test_unknown_id_in_labels_file_fails_before_training(tmp_path, tiny_bert_dir
     assert not (tmp_path / "out" / "model").exists()
 
 
-def _false_negatives(batch, rows) -> int:
-    """Rows of a batch that share their example with another row's query or document, or whose
-    positive text is another document of the batch."""
-    count = 0
-    for i in batch:
-        mine = set(rows[i].query)
-        for j in batch:
-            if j == i:
-                continue
-            theirs = set(rows[j].query) | set(rows[j].positive) | set(rows[j].negative)
-            if mine & theirs or rows[i].positive_text in (rows[j].positive_text, rows[j].negative_text):
-                count += 1
-                break
-    return count
-
-
-def _toy_rows(n_rows: int, pool: int, seed: int) -> list:
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    keys = lambda k: (f"id:e{k}", f"x:text {k % (pool - 5)}")  # noqa: E731 - a few duplicate input texts
-    rows = []
-    for i in range(n_rows):
-        q, p, n = i % pool, int(rng.integers(pool)), int(rng.integers(pool))
-        rows.append(RowKeys(keys(q), keys(p), keys(n), keys(p)[1], keys(n)[1]))
-    return rows
-
-
-def test_batches_are_full_and_avoid_false_negatives():
-    import numpy as np
-
-    clean = plain = 0
-    for seed in range(5):
-        rows = _toy_rows(60, 400, seed)
-        batches = epoch_batches(rows, 8, np.random.default_rng(seed), True)
-        assert sorted(i for b in batches for i in b) == list(range(60))
-        assert [len(b) for b in batches] == [8] * 7 + [4]
-        clean += sum(_false_negatives(b, rows) for b in batches)
-        unordered = epoch_batches(rows, 8, np.random.default_rng(seed), False)
-        plain += sum(_false_negatives(b, rows) for b in unordered)
-    assert clean == 0 and plain > 0, (clean, plain)
-
-
-def test_batches_on_a_crowded_pool_are_still_full():
-    import numpy as np
-
-    rows = _toy_rows(64, 64, 0)  # every example is everyone's candidate: duplicates are unavoidable
-    clean = epoch_batches(rows, 16, np.random.default_rng(0), True)
-    assert sorted(i for b in clean for i in b) == list(range(64))
-    assert [len(b) for b in clean] == [16] * 4
-    plain = epoch_batches(rows, 16, np.random.default_rng(0), False)
-    assert sum(_false_negatives(b, rows) for b in clean) < sum(_false_negatives(b, rows) for b in plain)
-
-
 def test_own_example_is_never_a_document_of_its_batch(tiny_bert_dir):
     """With field="output" the query's own example is invisible to a text comparison."""
     import numpy as np
 
-    from taskret.epr.training import _sample_epoch, _validated_rows
+    from taskret.epr.training import _validated_rows, triplet_sampler
 
     examples = toy_examples()
     by_id, usable, _ = _validated_rows(examples, toy_labels(), "labels", None)
-    _, rows = _sample_epoch(by_id, usable, TrainingConfig(field="output"), 0)
+    config = TrainingConfig(field="output")
+    rows = triplet_sampler(by_id, config).epoch(usable, config.seed, 0).keys
+    assert len(rows) == len(usable)
     for seed in range(3):
         for batch in epoch_batches(rows, 4, np.random.default_rng(seed), True)[:-1]:
             queries = {rows[i].query[0] for i in batch}

@@ -1,5 +1,6 @@
 """TART-full: 1:4 pairs, a tiny cross-encoder run (BCE) that reloads as a reranker, reranking in evaluation
-and search, the CLI (train-full, evaluate/search --rerank, `taskret search`), and TART-full as the denoiser."""
+and search, the CLI (train-full, evaluate/search --rerank, `taskret search`), and TART-full as the denoiser.
+The reranker API itself is tested in tests/rerank."""
 
 from __future__ import annotations
 
@@ -12,17 +13,13 @@ from typer.testing import CliRunner
 from taskret.cli import app
 from taskret.formats import SEP, format_query
 from taskret.io import DataError
-from taskret.retrieval import RetrievalResult, make_retriever
+from taskret.rerank import CrossEncoderReranker, Reranker, cross_encoder_folder, load_reranker, make_denoiser
+from taskret.retrieval import make_retriever
 from taskret.tart.cross_encoder import (
     CONFIG_FILE,
     LOG_FILE,
-    CrossEncoderReranker,
-    Reranker,
     TartFullConfig,
     build_pairs,
-    cross_encoder_folder,
-    load_reranker,
-    make_denoiser,
     train_tart_full,
 )
 from taskret.tart.evaluation import evaluate_retriever
@@ -32,19 +29,6 @@ from taskret.tart.training_data import build_training_examples, write_training_e
 from .test_tasks import write_beir
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
-
-
-class Overlap(Reranker):
-    """A deterministic reranker: shared lower-cased words between query and document."""
-
-    name = "overlap"
-
-    def __init__(self):
-        self.calls: list[list[tuple[str, str]]] = []
-
-    def score_pairs(self, pairs):
-        self.calls.append(list(pairs))
-        return np.array([len(set(q.lower().split()) & set(d.lower().split())) for q, d in pairs], dtype=np.float32)
 
 
 class Reverse(Reranker):
@@ -160,52 +144,20 @@ def test_a_failed_run_leaves_no_model(tmp_path, rows, tiny_bert_dir, monkeypatch
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [LOG_FILE]
 
 
-def test_trained_folder_is_a_reranker(trained, tmp_path):
-    from taskret.models import ModelNotInstalled
-
+def test_trained_folder_is_a_reranker(trained):
     out, folder, _ = trained
-    assert cross_encoder_folder(out) == folder and cross_encoder_folder(folder) == folder
+    assert cross_encoder_folder(out) == folder
     reranker = load_reranker(out)
     assert isinstance(reranker, CrossEncoderReranker) and reranker.use_instruction is True
+    assert reranker.config == json.loads((out / CONFIG_FILE).read_text())
     docs = ["aspirin lowers the risk of heart attacks", "coffee harms sleep", "jazz by miles davis"]
-    scores = reranker.score("Find evidence [SEP] aspirin prevents heart attacks", docs)
-    assert scores.shape == (3,) and np.isfinite(scores).all()
     ranked = reranker.rank("Find evidence [SEP] aspirin prevents heart attacks", docs, doc_ids=["a", "b", "c"])
-    assert sorted(r.doc_id for r in ranked) == ["a", "b", "c"] and [r.rank for r in ranked] == [1, 2, 3]
-    assert [r.score for r in ranked] == sorted(scores.tolist(), reverse=True)
+    assert sorted(ranked.ids[0]) == ["a", "b", "c"] and np.isfinite(ranked.scores).all()
     probabilities = reranker.predict([("q", d) for d in docs])
     assert ((probabilities > 0) & (probabilities < 1)).all()  # the model's own activation: a sigmoid
-    with pytest.raises(FileNotFoundError, match="not a cross-encoder folder"):
-        CrossEncoderReranker(tmp_path)
-    with pytest.raises(ModelNotInstalled, match="missing"):
-        CrossEncoderReranker(out / "missing")
 
 
 # -- reranking -----------------------------------------------------------------------------------
-
-
-def test_rank_orders_by_score_and_keeps_ties_in_order():
-    ranked = Overlap().rank("heart attacks", ["coffee", "heart attacks risk", "heart", "tea"])
-    assert [r.doc_id for r in ranked] == ["1", "2", "0", "3"]
-    assert [r.text for r in ranked][:2] == ["heart attacks risk", "heart"]
-    with pytest.raises(ValueError, match="doc_ids"):
-        Overlap().rank("q", ["a"], doc_ids=["x", "y"])
-
-
-def test_rerank_reorders_the_head_and_keeps_the_tail_below():
-    texts = {"a": "coffee", "b": "tea", "c": "heart attacks", "d": "heart", "e": "heart attacks heart"}
-    first = RetrievalResult([["a", "b", "c", "d", "e"], ["d", "c"]],
-                            np.array([[5, 4, 3, 2, 1], [2, 1, np.nan, np.nan, np.nan]], dtype=np.float32))
-    overlap = Overlap()
-    result = overlap.rerank(["heart attacks", "heart attacks"], first, texts, top_k=3)
-    assert result.ids[0] == ["c", "a", "b", "d", "e"]  # only the top 3 were reranked, the rest follow
-    assert result.ids[1] == ["c", "d"]
-    scores = result.scores[0]
-    assert list(scores) == sorted(scores, reverse=True)  # trec_eval sorts by score: the same order
-    assert len(overlap.calls) == 1 and len(overlap.calls[0]) == 5  # one batch of every query's pairs
-    assert np.isnan(result.scores[1, 2:]).all()
-    with pytest.raises(ValueError, match="top_k"):
-        overlap.rerank(["q"], first, texts, top_k=0)
 
 
 def test_evaluation_reranks_and_changes_the_order(tasks, tmp_path):

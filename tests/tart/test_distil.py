@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from taskret.cli import app
 from taskret.formats import SEP, format_query
 from taskret.io import DataError
-from taskret.tart.cross_encoder import Reranker, TartFullConfig, train_tart_full
+from taskret.rerank import Reranker
+from taskret.tart.cross_encoder import TartFullConfig, train_tart_full
 from taskret.tart.distil import (
     CONFIG_FILE,
     LOG_FILE,
@@ -25,7 +26,7 @@ from taskret.tart.distil import (
 )
 from taskret.tart.training_data import write_training_examples
 
-from .test_training_data import make_tasks
+from .conftest import make_tasks
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 

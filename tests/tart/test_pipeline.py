@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from taskret.cli import app
 from taskret.tart.pipeline import TartRunConfig, run_pipeline
 
+from .conftest import make_tasks
 from .test_tasks import write_beir
-from .test_training_data import make_tasks
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 

@@ -74,7 +74,7 @@ def evaluate(
         start = time.perf_counter()
         reranker = None
         if rerank is not None:
-            from ..tart.cross_encoder import load_reranker
+            from ..rerank import load_reranker
 
             with console.status(f"loading the reranker {rerank}"):
                 reranker = load_reranker(rerank)
@@ -201,7 +201,7 @@ def build_data(
             console.print(f"[yellow]warning:[/] {message}; skipped")
         score, with_instruction = None, False
         if denoiser is not None:
-            from ..tart.cross_encoder import make_denoiser
+            from ..rerank import make_denoiser
 
             score, with_instruction = make_denoiser(denoiser)
             with_instruction = with_instruction if denoise_instruction is None else denoise_instruction

@@ -12,6 +12,7 @@ Public API::
 
     TrainingConfig                                                      # hyperparameters, JSON round-trip
     build_training_pairs(examples, labels_rows, config, epoch)          # -> datasets.Dataset triplets
+    triplet_sampler(examples_by_id, config)                             # how one epoch's triplets are drawn
     train_dual_encoder(examples, labels_path, out_dir, config)          # -> out_dir / "model"
 
 Design notes
@@ -61,16 +62,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Sequence
 
-import numpy as np
-
 from ..data import Example
 from ..io import DataError, iter_records
 from ..retrieval.base import FIELDS, example_text
 from ..training.batching import RowKeys
 from ..training.config import TrainerSettings, check_training_values
 from ..training.encoders import build_bi_encoder
-from ..training.fit import RUN_KEYS, fit_and_record
+from ..training.fit import RUN_KEYS
 from ..training.losses import dpr_training_loss
+from ..training.trainer import EpochRows, ModelRecipe, RowSampler, TrainingRow, train
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
@@ -82,9 +82,13 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "TrainingConfig",
     "build_training_pairs",
+    "triplet_sampler",
     "train_dual_encoder",
     "ROUTER_MAPPING",
 ]
+
+#: The columns of a triplet dataset (the query's input, a positive's and a hard negative's text).
+TRIPLET_COLUMNS = ("anchor", "positive", "negative")
 
 #: Dataset column -> Router route, for the two-encoder model.
 ROUTER_MAPPING = {"anchor": "query", "positive": "document", "negative": "document"}
@@ -198,30 +202,28 @@ def build_training_pairs(examples: Sequence[Example], labels_rows: Sequence[dict
     import datasets
 
     by_id, usable, _ = _validated_rows(examples, labels_rows, source, line_numbers)
-    columns, _ = _sample_epoch(by_id, usable, config, epoch)
-    return datasets.Dataset.from_dict(columns)
+    return datasets.Dataset.from_dict(triplet_sampler(by_id, config).epoch(usable, config.seed, epoch).columns)
 
 
 def _example_keys(example: Example) -> tuple[str, ...]:
     return ("id:" + example.id, "x:" + example.input)
 
 
-def _sample_epoch(by_id: dict[str, Example], usable: _Usable,
-                  config: TrainingConfig, epoch: int) -> tuple[dict[str, list[str]], list[RowKeys]]:
-    """One epoch's triplet columns, and each row's keys for duplicate-free batching."""
-    rng = np.random.default_rng([config.seed, epoch])
-    columns: dict[str, list[str]] = {"anchor": [], "positive": [], "negative": []}
-    keys: list[RowKeys] = []
-    for query_id, positives, negatives in usable:
+def triplet_sampler(by_id: dict[str, Example], config: TrainingConfig) -> RowSampler[tuple[str, list[str], list[str]]]:
+    """Draws, per usable labels row (query id, positive ids, negative ids), one triplet: the query's input,
+    one positive and one hard negative (their ``config.field`` texts), with the row's batching keys."""
+
+    def draw(usable_row: tuple[str, list[str], list[str]], rng) -> list[TrainingRow]:
+        query_id, positives, negatives = usable_row
         query = by_id[query_id]
         positive = by_id[positives[int(rng.integers(len(positives)))]]
         negative = by_id[negatives[int(rng.integers(len(negatives)))]]
-        columns["anchor"].append(query.input)
-        columns["positive"].append(example_text(positive, config.field))
-        columns["negative"].append(example_text(negative, config.field))
-        keys.append(RowKeys(_example_keys(query), _example_keys(positive), _example_keys(negative),
-                             columns["positive"][-1], columns["negative"][-1]))
-    return columns, keys
+        positive_text, negative_text = example_text(positive, config.field), example_text(negative, config.field)
+        keys = RowKeys(_example_keys(query), _example_keys(positive), _example_keys(negative), positive_text,
+                       negative_text)
+        return [TrainingRow({"anchor": query.input, "positive": positive_text, "negative": negative_text}, keys)]
+
+    return RowSampler(TRIPLET_COLUMNS, draw)
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -256,14 +258,17 @@ def train_dual_encoder(examples: Sequence[Example], labels_path: str | os.PathLi
 
     rows, lines = _read_labels(labels_path)
     by_id, usable, n_skipped = _validated_rows(examples, rows, str(labels_path), lines)
-    epochs = [_sample_epoch(by_id, usable, config, epoch) for epoch in range(config.epochs)]
-    counts = {"n_examples": len(examples), "n_labelled": len(usable), "n_skipped": n_skipped,
-              "n_pairs": sum(len(cols["anchor"]) for cols, _ in epochs)}
-    return fit_and_record(config, lambda: build_bi_encoder(config.base_model, shared_encoder=config.shared_encoder,
-                                                        max_seq_length=config.max_seq_length), lambda model: dpr_training_loss(model, config),
-                          [cols for cols, _ in epochs], out_dir, CONFIG_FILE, counts, started=started,
-                          blocks=[keys for _, keys in epochs], no_duplicates=config.no_duplicates, progress=progress,
-                          extra_args={"router_mapping": {} if config.shared_encoder else dict(ROUTER_MAPPING)})
+    recipe = ModelRecipe(lambda: build_bi_encoder(config.base_model, shared_encoder=config.shared_encoder,
+                                                  max_seq_length=config.max_seq_length),
+                         lambda model: dpr_training_loss(model, config),
+                         router_mapping=None if config.shared_encoder else ROUTER_MAPPING)
+
+    def counts(epochs: list[EpochRows]) -> dict:
+        return {"n_examples": len(examples), "n_labelled": len(usable), "n_skipped": n_skipped,
+                "n_pairs": sum(len(epoch) for epoch in epochs)}
+
+    return train(config, usable, triplet_sampler(by_id, config), recipe, out_dir, CONFIG_FILE, counts,
+                 no_duplicates=config.no_duplicates, progress=progress, started=started)
 
 
 def load_retriever(directory: str | os.PathLike, device: str | None = None) -> "DenseRetriever | Retriever":

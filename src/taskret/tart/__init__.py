@@ -4,7 +4,7 @@
 their instructions; ``evaluation``: NDCG@10 / Recall@100 / MRR@10 of any retriever, with or without
 instructions, on each task's own corpus (closed) or on all corpora pooled, optionally reranked;
 ``training_data``: rows of (instruction, query, positive, negatives); ``dual``: TART-dual;
-``cross_encoder``: TART-full and the ``Reranker`` API; ``distil``: TART-full distilled into a dual
+``cross_encoder``: TART-full (its reranking: :mod:`taskret.rerank`); ``distil``: TART-full distilled into a dual
 encoder; ``search``: a saved index searched with an instruction; ``pipeline``: ``taskret tart run``;
 ``cli``: ``taskret tart ...``.
 """

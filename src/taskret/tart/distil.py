@@ -9,11 +9,12 @@ better a trained TART-dual (its run folder or its ``model/``).
 
 Public API::
 
-    TartDistilConfig                                       # hyperparameters, JSON round-trip
-    teacher_scores(rows, teacher, config)                  # {(query text, document text): teacher logit}
-    build_distillation_rows(rows, scores, config, epoch)   # -> anchor, positive, negative_1.., label columns
-    train_tart_distil(rows, teacher, out_dir, config)      # -> out_dir / "model"
-    distillation_kl(model, columns, config)                # the objective, no gradients
+    TartDistilConfig                                        # hyperparameters, JSON round-trip
+    teacher_scores(rows, teacher, config)                   # {(query text, document text): teacher logit}
+    build_distillation_rows(rows, scores, teacher, config, epoch)  # -> anchor, positive, negative_1.., label
+    distillation_sampler(scores, teacher, config)           # how one epoch's examples are drawn
+    train_tart_distil(rows, teacher, out_dir, config)       # -> out_dir / "model"
+    distillation_kl(model, columns, config)                 # the objective, no gradients
 
 Design notes
 ------------
@@ -39,12 +40,13 @@ import numpy as np
 
 from ..formats import format_query
 from ..training.encoders import build_bi_encoder
-from ..training.fit import LOG_FILE, RUN_KEYS, fit_and_record
+from ..training.fit import LOG_FILE, RUN_KEYS
+from ..training.trainer import EpochRows, ModelRecipe, RowSampler, TrainingRow, train
 from .config import TartSettings
 from .training_data import draw_negatives, usable_rows
 
-__all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "train_tart_distil", "distillation_kl",
-           "scaled_cos_sim", "student_model_folder", "CONFIG_FILE", "LOG_FILE"]
+__all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "distillation_sampler",
+           "train_tart_distil", "distillation_kl", "scaled_cos_sim", "student_model_folder", "CONFIG_FILE", "LOG_FILE"]
 
 CONFIG_FILE = "tart_distil_config.json"
 
@@ -107,18 +109,22 @@ def teacher_scores(rows: Sequence[dict], teacher, config: TartDistilConfig | Non
     return {pair: float(s) for pair, s in zip(pairs, scores)}
 
 
-def _sample_epoch(usable, scores: dict, teacher, config: TartDistilConfig, epoch: int) -> dict[str, list]:
-    rng = np.random.default_rng([config.seed, epoch])
-    names = ["anchor", "positive", *(f"negative_{i + 1}" for i in range(config.n_negatives))]
-    columns: dict[str, list] = {name: [] for name in [*names, "label"]}
-    for row, negatives in usable:
+def distillation_sampler(scores: dict[tuple[str, str], float], teacher,
+                         config: TartDistilConfig) -> RowSampler[tuple[dict, list[dict]]]:
+    """Draws, per usable row (a training row, its negatives of ``config.negative_kinds``), one example: the
+    student's query, the positive, ``config.n_negatives`` negatives (repeated to fill when the row has fewer)
+    and the teacher's logits of those ``1 + n`` candidates (from ``scores``, keyed by the teacher's query)."""
+    names = ("anchor", "positive", *(f"negative_{i + 1}" for i in range(config.n_negatives)))
+
+    def draw(usable_row: tuple[dict, list[dict]], rng) -> list[TrainingRow]:
+        row, negatives = usable_row
         query = _teacher_query(row, teacher)
         docs = [row["positive_text"], *(n["text"] for n in draw_negatives(rng, negatives, config.n_negatives, True))]
-        columns["anchor"].append(format_query(row["instruction"] if config.use_instruction else None, row["query"]))
-        for name, text in zip(names[1:], docs):
-            columns[name].append(text)
-        columns["label"].append([scores[query, text] for text in docs])
-    return columns
+        values = {"anchor": format_query(row["instruction"] if config.use_instruction else None, row["query"]),
+                  **dict(zip(names[1:], docs)), "label": [scores[query, text] for text in docs]}
+        return [TrainingRow(values)]
+
+    return RowSampler((*names, "label"), draw)
 
 
 def build_distillation_rows(rows: Sequence[dict], scores: dict[tuple[str, str], float], teacher,
@@ -126,7 +132,7 @@ def build_distillation_rows(rows: Sequence[dict], scores: dict[tuple[str, str], 
     """One epoch of distillation examples in row order: ``anchor`` (the student's query), ``positive``,
     ``negative_1..n`` and ``label`` (the teacher's ``1 + n`` logits, from :func:`teacher_scores`)."""
     usable, _ = usable_rows(rows, config.negative_kinds, source)
-    return _sample_epoch(usable, scores, teacher, config, epoch)
+    return distillation_sampler(scores, teacher, config).epoch(usable, config.seed, epoch).columns
 
 
 def _loss(model, config: TartDistilConfig):
@@ -155,12 +161,12 @@ def distillation_kl(model, columns: dict[str, list], config: TartDistilConfig, b
 
 def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
                       config: TartDistilConfig | None = None, progress: bool = True, source: str = "rows") -> Path:
-    """Distil ``teacher`` (a TART-full folder or a :class:`~taskret.tart.cross_encoder.Reranker`) into a dual
+    """Distil ``teacher`` (a TART-full folder or a :class:`~taskret.rerank.Reranker`) into a dual
     encoder initialised from ``config.base_model``; return ``out_dir / "model"``.
 
     A failed run leaves no ``model`` folder of its own (an older one stays) and no config file.
     """
-    from .cross_encoder import load_reranker
+    from ..rerank import load_reranker
 
     config = config or TartDistilConfig()
     started = time.perf_counter()
@@ -170,12 +176,15 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
     teacher_start = time.perf_counter()
     scores = teacher_scores([row for row, _ in usable], teacher, config, source=source)
     teacher_s = time.perf_counter() - teacher_start
-    epochs = [_sample_epoch(usable, scores, teacher, config, epoch) for epoch in range(config.epochs)]
-    counts = {"teacher": teacher_name, "n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
-              "n_examples": sum(len(cols["label"]) for cols in epochs), "n_teacher_pairs": len(scores),
-              "teacher_s": round(teacher_s, 3),
-              "teacher_pairs_per_s": round(len(scores) / teacher_s, 1) if teacher_s > 0 else None}
     student = student_model_folder(config.base_model)
-    return fit_and_record(config, lambda: build_bi_encoder(student, max_seq_length=config.max_seq_length),
-                          lambda model: _loss(model, config), epochs, out_dir, CONFIG_FILE, counts, started=started,
-                          progress=progress)
+    recipe = ModelRecipe(lambda: build_bi_encoder(student, max_seq_length=config.max_seq_length),
+                         lambda model: _loss(model, config))
+
+    def counts(epochs: list[EpochRows]) -> dict:
+        return {"teacher": teacher_name, "n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
+                "n_examples": sum(len(epoch) for epoch in epochs), "n_teacher_pairs": len(scores),
+                "teacher_s": round(teacher_s, 3),
+                "teacher_pairs_per_s": round(len(scores) / teacher_s, 1) if teacher_s > 0 else None}
+
+    return train(config, usable, distillation_sampler(scores, teacher, config), recipe, out_dir, CONFIG_FILE, counts,
+                 progress=progress, started=started)

@@ -11,6 +11,7 @@ Public API::
 
     TartDualConfig                                    # hyperparameters, JSON round-trip
     build_triplets(rows, config, epoch)               # -> {"anchor", "positive", "negative"} columns
+    triplet_sampler(config)                           # how one epoch's triplets are drawn
     train_tart_dual(rows, out_dir, config)            # -> out_dir / "model"
 
 Design notes
@@ -23,7 +24,7 @@ Design notes
   no positive text that is another row's document (MTOP/Break queries often share one parse).
 * ``use_instruction=False`` trains the no-instruction ablation: the anchor is the query alone.
 * The model is :func:`~taskret.training.encoders.build_bi_encoder` with one shared encoder; the trainer set-up, the training
-  log and the atomic model folder are :func:`taskret.training.fit`'s. The saved folder is a plain
+  log and the atomic model folder are :func:`taskret.training.trainer.train`'s. The saved folder is a plain
   SentenceTransformer, so ``make_retriever("dense:" + str(out_dir / "model"))`` and
   :func:`~taskret.tart.evaluation.evaluate_retriever` use it unchanged.
 * Output: ``out_dir/model`` (safetensors; written beside it and renamed into place when complete),
@@ -39,17 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Sequence
 
-import numpy as np
-
 from ..formats import format_query
 from ..training.batching import RowKeys
 from ..training.encoders import build_bi_encoder
-from ..training.fit import LOG_FILE, RUN_KEYS, fit_and_record
+from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
+from ..training.trainer import EpochRows, ModelRecipe, RowSampler, TrainingRow, negatives_used, train
 from .config import NEGATIVE_KINDS, TartSettings
 from .training_data import usable_rows
 
-__all__ = ["TartDualConfig", "build_triplets", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
+__all__ = ["TartDualConfig", "build_triplets", "triplet_sampler", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
 
 CONFIG_FILE = "tart_dual_config.json"
 
@@ -80,26 +80,23 @@ def _anchor(row: dict, config: TartDualConfig) -> str:
     return format_query(row["instruction"] if config.use_instruction else None, row["query"])
 
 
-def _sample_epoch(usable, config: TartDualConfig, epoch: int):
-    """One epoch's triplet columns, the kind of each drawn negative, and EPR's per-row batching keys."""
-    rng = np.random.default_rng([config.seed, epoch])
-    columns: dict[str, list[str]] = {"anchor": [], "positive": [], "negative": []}
-    kinds: list[str] = []
-    keys = []
-    for row, negatives in usable:
+def triplet_sampler(config: TartDualConfig) -> RowSampler[tuple[dict, list[dict]]]:
+    """Draws, per usable row (a training row, its negatives of ``config.negative_kinds``), one triplet with one
+    negative drawn uniformly, and the row's batching keys (documents by task, unfollowing ones by pooled id)."""
+
+    def draw(usable_row: tuple[dict, list[dict]], rng) -> list[TrainingRow]:
+        row, negatives = usable_row
         negative = negatives[int(rng.integers(len(negatives)))]
-        anchor = _anchor(row, config)
-        columns["anchor"].append(anchor)
-        columns["positive"].append(row["positive_text"])
-        columns["negative"].append(negative["text"])
-        kinds.append(negative["kind"])
         task = row["task"]
         negative_id = negative["id"] if negative["kind"] == "unfollowing" else f"{task}/{negative['id']}"
-        keys.append(RowKeys(("q:" + f"{task}/{row['qid']}", "x:" + row["query"]),
-                            ("d:" + f"{task}/{row['positive']}", "t:" + row["positive_text"]),
-                            ("d:" + negative_id, "t:" + negative["text"]),
-                            row["positive_text"], negative["text"]))
-    return columns, kinds, keys
+        keys = RowKeys(("q:" + f"{task}/{row['qid']}", "x:" + row["query"]),
+                       ("d:" + f"{task}/{row['positive']}", "t:" + row["positive_text"]),
+                       ("d:" + negative_id, "t:" + negative["text"]),
+                       row["positive_text"], negative["text"])
+        values = {"anchor": _anchor(row, config), "positive": row["positive_text"], "negative": negative["text"]}
+        return [TrainingRow(values, keys, negative["kind"])]
+
+    return RowSampler(("anchor", "positive", "negative"), draw)
 
 
 def build_triplets(rows: Sequence[dict], config: TartDualConfig, epoch: int = 0, *,
@@ -111,8 +108,7 @@ def build_triplets(rows: Sequence[dict], config: TartDualConfig, epoch: int = 0,
     ``(config.seed, epoch)``) among the row's negatives of ``config.negative_kinds``.
     """
     usable, _ = usable_rows(rows, config.negative_kinds, source)
-    columns, _, _ = _sample_epoch(usable, config, epoch)
-    return columns
+    return triplet_sampler(config).epoch(usable, config.seed, epoch).columns
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -128,12 +124,12 @@ def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     config = config or TartDualConfig()
     started = time.perf_counter()
     usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
-    epochs = [_sample_epoch(usable, config, epoch) for epoch in range(config.epochs)]
-    counts = {"n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
-              "n_triplets": sum(len(cols["anchor"]) for cols, _, _ in epochs),
-              "negatives_used": {kind: sum(k == kind for _, kinds, _ in epochs for k in kinds)
-                                 for kind in NEGATIVE_KINDS}}
-    return fit_and_record(config, lambda: build_bi_encoder(config.base_model, max_seq_length=config.max_seq_length),
-                          lambda model: dpr_training_loss(model, config), [cols for cols, _, _ in epochs], out_dir,
-                          CONFIG_FILE, counts, started=started, blocks=[keys for _, _, keys in epochs],
-                          no_duplicates=config.no_duplicates, progress=progress)
+    recipe = ModelRecipe(lambda: build_bi_encoder(config.base_model, max_seq_length=config.max_seq_length),
+                         lambda model: dpr_training_loss(model, config))
+
+    def counts(epochs: list[EpochRows]) -> dict:
+        return {"n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
+                "n_triplets": sum(len(epoch) for epoch in epochs), "negatives_used": negatives_used(epochs, NEGATIVE_KINDS)}
+
+    return train(config, usable, triplet_sampler(config), recipe, out_dir, CONFIG_FILE, counts,
+                 no_duplicates=config.no_duplicates, progress=progress, started=started)

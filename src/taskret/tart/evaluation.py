@@ -209,7 +209,7 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     per-query metrics). ``indexes`` (a dict, filled on first use) lets several calls share built indexes
     (keyed by retriever, setting, task names and corpus sizes: pass it only for the same corpora).
 
-    ``reranker`` (a :class:`~taskret.tart.cross_encoder.Reranker`, or a TART-full / CrossEncoder folder)
+    ``reranker`` (a :class:`~taskret.rerank.Reranker`, or a TART-full / CrossEncoder folder)
     reranks each query's first ``rerank_top_k`` documents (the first stage retrieves ``max(k,
     rerank_top_k)``); it reads the same query text as above, while the first stage reads the query with
     the instruction if ``first_stage_instruction`` (default: as ``use_instruction``). Each task's entry
@@ -218,7 +218,7 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     if k < 1:
         raise ValueError("k must be at least 1")
     if reranker is not None:
-        from .cross_encoder import load_reranker
+        from ..rerank import load_reranker
 
         if rerank_top_k < 1:
             raise ValueError("rerank_top_k must be at least 1")

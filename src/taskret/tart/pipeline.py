@@ -123,8 +123,9 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     """Run every stage whose output is missing; return ``{system: mean metrics}`` (also in ``metrics.json``)."""
     from rich.markup import escape
 
+    from ..rerank import load_reranker, make_denoiser
     from .cross_encoder import CONFIG_FILE as FULL_FILE
-    from .cross_encoder import load_reranker, make_denoiser, train_tart_full
+    from .cross_encoder import train_tart_full
     from .distil import CONFIG_FILE as DISTIL_FILE
     from .distil import train_tart_distil
     from .dual import CONFIG_FILE as DUAL_FILE

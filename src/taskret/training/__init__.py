@@ -1,1 +1,2 @@
-"""Training shared by EPR and TART: one fit loop, configs, encoders and losses."""
+"""Training shared by EPR and TART: one ``train`` entry (``trainer``) over one fit loop (``fit``), with the
+configs (``config``), batches (``batching``), encoders (``encoders``) and losses (``losses``) every model uses."""

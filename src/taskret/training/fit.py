@@ -2,7 +2,8 @@
 (a cross-encoder) and the distillation of TART-full into TART-dual.
 
 The package: ``config`` (settings shared by every run), ``batching`` (in-batch negatives, per-epoch
-blocks), ``encoders`` (the bi-encoder every model starts from), ``losses`` (DPR), and this module::
+blocks), ``encoders`` (the bi-encoder every model starts from), ``losses`` (DPR), ``trainer`` (``train``,
+the entry every model calls: per-epoch row sampling, then :func:`fit_and_record`), and this module::
 
     fit(build_model, build_loss, ...)  # one sentence-transformers trainer run -> FitResult
     fit_and_record(config, ...)        # fit with a config's settings, then write the run's summary file

@@ -1,0 +1,44 @@
+"""Rerankers: score a query against documents and reorder a first stage's ranking, in the style of the
+``rerankers`` library (a small abstract base, one module per backend).
+
+Public API::
+
+    load_reranker(spec)                 # "cross-encoder:PATH", or a PATH / model name (the cross-encoder)
+    Reranker                            # abstract: score_pairs / score / rank / rerank
+    CrossEncoderReranker(path)          # a TART-full run folder or any sentence-transformers CrossEncoder
+    cross_encoder_folder(spec), make_denoiser(spec)
+
+Rankings are :class:`~taskret.retrieval.base.RetrievalResult` s (ids and scores, one row per query), as
+retrievers return them. Backends import their model libraries only when a reranker is built.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .base import Reranker, RetrievalResult
+from .cross_encoder import CrossEncoderReranker, cross_encoder_folder, make_denoiser
+
+__all__ = ["BACKENDS", "CrossEncoderReranker", "Reranker", "RetrievalResult", "cross_encoder_folder",
+           "load_reranker", "make_denoiser"]
+
+#: Reranker classes by the name a spec may start with (``"NAME:"``); the first is the default backend.
+BACKENDS: dict[str, type[Reranker]] = {"cross-encoder": CrossEncoderReranker}
+
+
+def load_reranker(spec: str | os.PathLike | Reranker, **kwargs) -> Reranker:
+    """A :class:`Reranker` as it is; else the backend that ``spec`` names: ``"NAME:ARG"`` for a backend of
+    :data:`BACKENDS`, or a folder / registered model name for the default (``cross-encoder``). ``kwargs`` go
+    to the backend (``batch_size``, ``device``, ...)."""
+    if isinstance(spec, Reranker):
+        return spec
+    text = str(spec)
+    name, sep, arg = text.partition(":")
+    if sep and not Path(text).exists():
+        if name in BACKENDS:
+            return BACKENDS[name](arg, **kwargs)
+        if "/" not in name and os.sep not in name:
+            raise ValueError(f"unknown reranker backend '{name}' in '{text}'; expected one of "
+                             f"{', '.join(BACKENDS)} (NAME:PATH), or a folder or model name")
+    return next(iter(BACKENDS.values()))(spec, **kwargs)
