@@ -1,0 +1,205 @@
+"""TART on SciFact, zero-shot: the pipelines a practitioner would deploy, and ours, scored by NDCG@10 with and
+without the SciFact instruction; fusion weights are chosen on berri-lite DEV tasks, never on SciFact.
+
+Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tart-full DIR``):
+
+- ``bm25``, ``minilm`` (untrained all-MiniLM-L6-v2), ``mpnet`` (untrained all-mpnet-base-v2), ``tart_dual``;
+- ``hybrid`` = BM25 + MiniLM, ``hybrid+tart_dual`` = BM25 + TART-dual: min-max convex fusion of the top 100
+  (:mod:`taskret.retrieval.hybrid`), BM25's weight chosen on the dev tasks (:mod:`taskret.tart.fusion`);
+- ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot) and ``FIRST+tart_full``: the reranker reorders the
+  first stage's top ``--rerank-depth`` and is interpolated with it, the reranker's weight again chosen on
+  the dev tasks; ``FIRST+RERANKER_raw`` is the reranking alone.
+
+Instructions: in the ``instruction`` column the instructed query ``"{instruction} [SEP] {claim}"`` goes to
+every model that reads text (encoders, rerankers) and to BM25 when BM25 is the whole system; inside a hybrid
+BM25 always reads the bare claim (words of the instruction only add noise to a lexical match).
+
+Every ranking is cached under ``--work`` (JSONL, written atomically), so an interrupted run resumes and a
+rerun recomputes only the rows it lacks. Writes ``{"scifact": {SYSTEM: {"instruction", "no_instruction"}},
+"weights", "dev_tasks", "device", "commands", ...}``::
+
+    python benchmarks/tart_berri.py --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from _common import command_line, machine, parser, write_result
+
+from taskret.formats import format_query
+from taskret.io import read_jsonl, write_jsonl
+from taskret.retrieval import make_retriever
+from taskret.retrieval.base import RetrievalResult
+from taskret.retrieval.hybrid import fuse_results
+from taskret.tart.evaluation import compute_metrics
+from taskret.tart.fusion import DEFAULT_GRID
+from taskret.tart.tasks import RetrievalTask, load_retrieval_task
+
+ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base"}
+# berri-lite dev tasks with small corpora (fast to encode) and intents unlike SciFact's, none trivial for BM25.
+DEV_TASKS = ("berri-lite/pubmedqa", "berri-lite/argkp", "berri-lite/scitldr", "berri-lite/semeval_cqa",
+             "berri-lite/liar_plus", "berri-lite/conala")
+
+
+class Rankings:
+    """Rankings of one task's queries by each component, cached as JSONL under ``work/{task}/``."""
+
+    def __init__(self, task: RetrievalTask, work: Path, depth: int):
+        self.task, self.work, self.depth = task, work / task.name, depth
+        self.qids = [q for q in task.queries if q in task.qrels]
+        self._doc_texts = dict(zip(*task.doc_ids_and_texts()))
+
+    def _path(self, name: str, instructed: bool) -> Path:
+        return self.work / f"{name}.{'instruction' if instructed else 'no_instruction'}.jsonl"
+
+    def queries(self, instructed: bool) -> list[str]:
+        instruction = self.task.instruction if instructed else None
+        return [format_query(instruction, self.task.queries[q]) for q in self.qids]
+
+    def _cached(self, name: str, instructed: bool, compute: Callable[[], RetrievalResult]) -> RetrievalResult:
+        path = self._path(name, instructed)
+        if path.exists():
+            rows = read_jsonl(path)
+            if [r["qid"] for r in rows] == self.qids:
+                import numpy as np
+
+                width = max((len(r["ids"]) for r in rows), default=0)
+                scores = np.full((len(rows), width), np.nan, dtype=np.float32)
+                for i, r in enumerate(rows):
+                    scores[i, : len(r["scores"])] = r["scores"]
+                return RetrievalResult([r["ids"] for r in rows], scores)
+        start = time.perf_counter()
+        result = compute()
+        print(f"  {self.task.name}: {name} ({'instruction' if instructed else 'no instruction'}) "
+              f"in {time.perf_counter() - start:.0f}s", flush=True)
+        write_jsonl(path, ({"qid": q, "ids": ids, "scores": [round(float(s), 6) for s in row[: len(ids)]]}
+                           for q, ids, row in zip(self.qids, result.ids, result.scores)))
+        return result
+
+    def first_stage(self, name: str, spec: str, instructed: bool, retrievers: dict) -> RetrievalResult:
+        def compute() -> RetrievalResult:
+            if spec not in retrievers:  # one index per task and spec, shared by both instruction settings
+                retrievers.clear()
+                retrievers[spec] = make_retriever(spec).index_texts(list(self._doc_texts), list(self._doc_texts.values()))
+            return retrievers[spec].retrieve(self.queries(instructed), k=min(self.depth, len(self._doc_texts)))
+
+        return self._cached(name, instructed, compute)
+
+    def reranked(self, name: str, reranker, first: RetrievalResult, instructed: bool, top: int) -> RetrievalResult:
+        return self._cached(name, instructed, lambda: reranker.rerank(self.queries(instructed), first,
+                                                                      self._doc_texts.__getitem__, top_k=top))
+
+    def ndcg(self, result: RetrievalResult) -> float:
+        run = {q: {d: float(s) for d, s in zip(ids, row)} for q, ids, row in zip(self.qids, result.ids, result.scores)}
+        return round(compute_metrics({q: self.task.qrels[q] for q in self.qids}, run)["ndcg@10"], 2)
+
+
+def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalResult]]) -> tuple[float, dict]:
+    """The weight of the first ranking with the best mean dev NDCG@10 (ties: nearest 0.5)."""
+    means = {}
+    for w in DEFAULT_GRID:
+        means[w] = sum(r.ndcg(fuse_results([a, b], [w, 1 - w])) for r, (a, b) in zip(dev, pairs)) / len(dev)
+    best = max(means, key=lambda w: (round(means[w], 6), -abs(w - 0.5)))
+    return best, {str(w): round(v, 2) for w, v in means.items()}
+
+
+def main() -> None:
+    arg_parser = _parser()
+    args = arg_parser.parse_args()
+    work = Path(args.work)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    encoders = {name: spec for name, spec in ENCODERS.items() if name in systems}
+    if args.tart_dual:
+        encoders["tart_dual"] = f"dense:{Path(args.tart_dual) / 'model'}" if (Path(args.tart_dual) / "model").is_dir() \
+            else f"dense:{args.tart_dual}"
+    hybrids = {"hybrid": "minilm", "hybrid+tart_dual": "tart_dual"}
+    hybrids = {name: enc for name, enc in hybrids.items() if enc in encoders and (name in systems or args.tart_dual)}
+    rerankers = {}
+    if "upr" in systems:
+        from taskret.rerank import load_reranker
+
+        rerankers["upr"] = load_reranker(f"upr:{args.upr_lm}")
+    if args.tart_full:
+        from taskret.rerank import load_reranker
+
+        rerankers["tart_full"] = load_reranker(args.tart_full)
+
+    scifact = load_retrieval_task("scifact", args.data_dir, "test").sample(args.limit, seed=0)
+    dev_tasks = [load_retrieval_task(name, args.data_dir, "test").sample(args.dev_limit, seed=0)
+                 for name in args.dev_tasks.split(",")]
+    target = Rankings(scifact, work, args.depth)
+    dev = [Rankings(t, work / "dev", args.depth) for t in dev_tasks]
+    result: dict = {"scifact": {}, "weights": {}, "dev_tasks": [t.name for t in dev_tasks],
+                    "dev_limit": args.dev_limit, "rerank_depth": args.rerank_depth, "details": {}}
+    started = time.perf_counter()
+
+    def first_stages(r: Rankings, instructed: bool) -> dict[str, RetrievalResult]:
+        cache: dict = {}
+        out = {"bm25": r.first_stage("bm25", "bm25", instructed, cache)}
+        out["bm25_bare"] = out["bm25"] if not instructed else r.first_stage("bm25", "bm25", False, cache)
+        for name, spec in encoders.items():
+            out[name] = r.first_stage(name, spec, instructed, cache)
+        return out
+
+    for instructed in (False, True):
+        column = "instruction" if instructed else "no_instruction"
+        print(f"{column}: first stages on the dev tasks, then SciFact", flush=True)
+        dev_first = [first_stages(r, instructed) for r in dev]
+        sci_first = first_stages(target, instructed)
+        stages = {name: sci_first[name] for name in ["bm25", *encoders]}
+        dev_stages = [{name: f[name] for name in ["bm25", *encoders]} for f in dev_first]
+        for hybrid, encoder in hybrids.items():
+            weight, means = _choose(dev, [(f["bm25_bare"], f[encoder]) for f in dev_first])
+            result["weights"].setdefault(hybrid, {})[column] = {"bm25": weight, "dev_mean_ndcg": means}
+            stages[hybrid] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], [weight, 1 - weight])
+            for f, d in zip(dev_first, dev_stages):
+                d[hybrid] = fuse_results([f["bm25_bare"], f[encoder]], [weight, 1 - weight])
+        for rname, reranker in rerankers.items():
+            for first in ["bm25", *hybrids]:
+                name = f"{first}+{rname}"
+                dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth)
+                                for r, d in zip(dev, dev_stages)]
+                weight, means = _choose(dev, [(d[first], rr) for d, rr in zip(dev_stages, dev_reranked)])
+                result["weights"].setdefault(name, {})[column] = {first: weight, "dev_mean_ndcg": means}
+                reranked = target.reranked(name, reranker, stages[first], instructed, args.rerank_depth)
+                stages[f"{name}_raw"] = reranked
+                stages[name] = fuse_results([stages[first], reranked], [weight, 1 - weight])
+        for name, ranking in stages.items():
+            result["scifact"].setdefault(name, {})[column] = target.ndcg(ranking)
+        for r, d in zip(dev, dev_stages):
+            result["details"].setdefault(r.task.name, {}).update(
+                {f"{name}.{column}": r.ndcg(ranking) for name, ranking in d.items()})
+
+    result["n_scifact_queries"] = len(target.qids)
+    result["wall_time_s"] = round(time.perf_counter() - started, 1)
+    result["device"] = "cpu"
+    result["machine"] = machine()
+    result["commands"] = [command_line(args, arg_parser)]
+    write_result(args.out, result)
+    width = max(len(n) for n in result["scifact"])
+    for name, cols in result["scifact"].items():
+        print(f"{name:<{width}}  no instruction {cols.get('no_instruction', float('nan')):5.1f}   "
+              f"instruction {cols.get('instruction', float('nan')):5.1f}")
+
+
+def _parser():
+    p = parser(__doc__, out="benchmarks/results/tart_berri.json")
+    p.add_argument("--work", default="runs/bench/tart_berri", help="cached rankings (resumable)")
+    p.add_argument("--systems", default="bm25,minilm,hybrid,upr",
+                   help="among bm25, minilm, mpnet, hybrid, upr (bm25 always runs)")
+    p.add_argument("--tart-dual", default=None, help="a TART-dual run folder (adds tart_dual, hybrid+tart_dual)")
+    p.add_argument("--tart-full", default=None, help="a TART-full run folder (adds FIRST+tart_full)")
+    p.add_argument("--upr-lm", default="smollm2-135m", help="the causal LM of the upr reranker")
+    p.add_argument("--dev-tasks", default=",".join(DEV_TASKS), help="berri-lite dev tasks that choose the weights")
+    p.add_argument("--dev-limit", type=int, default=40, help="dev queries per task (seeded sample)")
+    p.add_argument("--limit", type=int, default=None, help="SciFact test claims (default: all 300)")
+    p.add_argument("--depth", type=int, default=100, help="first-stage depth fused")
+    p.add_argument("--rerank-depth", type=int, default=20, help="first-stage documents each reranker reorders")
+    return p
+
+
+if __name__ == "__main__":
+    main()

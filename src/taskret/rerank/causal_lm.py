@@ -1,0 +1,78 @@
+"""The causal-LM backend: zero-shot reranking by query likelihood (UPR, Sachan et al. 2022).
+
+A document is scored by how well it lets the LM write the query: ``log P(query | prompt(document))``,
+summed over the query's tokens. The LM reads the query and the document together, which a sentence
+encoder turned cross-encoder has to learn from relevance data; this needs none. The bundled
+SmolLM2-135M reranking BM25's top 20 on SciFact gave 69.7 NDCG@10 against BM25's 68.6 (see the README).
+
+Instructions: TART queries arrive as ``"{instruction} [SEP] {query}"`` (:func:`taskret.formats.format_query`).
+The instruction then goes into the prompt (it says what kind of query this document should produce) and
+only the query is scored; without one the prompt asks for a question, as UPR does.
+
+Documents are cut to ``max_doc_tokens`` of the LM's tokenizer (UPR and our measurement used 200): the
+cost is linear in prompt length, and a passage's start carries most of what a query asks about.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..formats import SEP
+from .base import Reranker
+
+__all__ = ["CausalLMReranker", "UPR_PROMPT", "UPR_INSTRUCTED_PROMPT"]
+
+UPR_PROMPT = "Passage: {document}\nPlease write a question based on this passage.\nQuestion:"
+UPR_INSTRUCTED_PROMPT = "Passage: {document}\nTask: {instruction}\nQuery:"
+
+
+class CausalLMReranker(Reranker):
+    """Rerank with a causal LM's query likelihood: ``lm`` is an LM spec (``smollm2-135m``, a folder,
+    ``openai:URL#MODEL``...; see :func:`taskret.backends.load_lm`) or a loaded
+    :class:`~taskret.backends.base.LMBackend`."""
+
+    name = "upr"
+
+    def __init__(self, lm: str = "smollm2-135m", max_doc_tokens: int = 200, prompt: str = UPR_PROMPT,
+                 instructed_prompt: str = UPR_INSTRUCTED_PROMPT, device: str | None = None):
+        if max_doc_tokens < 1:
+            raise ValueError(f"max_doc_tokens must be positive, got {max_doc_tokens}")
+        for template, fields in ((prompt, ("{document}",)), (instructed_prompt, ("{document}", "{instruction}"))):
+            missing = [f for f in fields if f not in template]
+            if missing:
+                raise ValueError(f"reranking prompt {template!r} lacks {', '.join(missing)}")
+        if isinstance(lm, str):
+            from ..backends.base import load_lm
+
+            self.lm_name = lm
+            lm = load_lm(lm, device=device)
+        else:
+            self.lm_name = getattr(lm, "name", "lm")
+        self.lm = lm
+        self.max_doc_tokens, self.prompt, self.instructed_prompt = max_doc_tokens, prompt, instructed_prompt
+        self.name = f"upr:{self.lm_name}"
+
+    def _cut(self, document: str) -> str:
+        tokenizer = getattr(self.lm, "tokenizer", None)
+        if tokenizer is not None:
+            ids = tokenizer(document, add_special_tokens=False)["input_ids"]
+            return document if len(ids) <= self.max_doc_tokens else tokenizer.decode(ids[: self.max_doc_tokens])
+        # A remote LM: words as a stand-in for tokens (about 1.3 tokens a word in English).
+        words = document.split()
+        return document if len(words) * 4 <= self.max_doc_tokens * 3 else " ".join(words[: self.max_doc_tokens * 3 // 4])
+
+    def prompt_and_target(self, query: str, document: str) -> tuple[str, str]:
+        """The prompt the LM reads and the text it is scored on, for one pair."""
+        instruction, sep, bare = query.partition(SEP)
+        document = self._cut(document.strip())
+        if sep and instruction.strip():
+            return self.instructed_prompt.format(document=document, instruction=instruction.strip()), " " + bare.strip()
+        return self.prompt.format(document=document), " " + query.strip()
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        prompts, targets = zip(*(self.prompt_and_target(q, d) for q, d in pairs))
+        return np.asarray([s.logprob for s in self.lm.score(list(prompts), list(targets))], dtype=np.float32)

@@ -1,0 +1,55 @@
+"""The causal-LM (UPR) reranker: prompts with and without an instruction, document cuts, scores that are the
+LM's own log-likelihoods, and a real ranking by the bundled SmolLM2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from taskret.formats import format_query
+from taskret.rerank.causal_lm import CausalLMReranker
+
+
+@pytest.fixture(scope="module")
+def upr(tiny_lm):
+    return CausalLMReranker(tiny_lm, max_doc_tokens=8)
+
+
+def test_prompt_carries_the_instruction_and_scores_only_the_query(upr):
+    prompt, target = upr.prompt_and_target(format_query("Find a bash command", "list files"), "ls -la")
+    assert prompt == "Passage: ls -la\nTask: Find a bash command\nQuery:" and target == " list files"
+    prompt, target = upr.prompt_and_target("list files", "ls -la")
+    assert prompt.startswith("Passage: ls -la\n") and prompt.endswith("Question:") and target == " list files"
+
+
+def test_long_documents_are_cut_to_max_doc_tokens(upr, tiny_lm):
+    document = " ".join(f"word{i}" for i in range(200))
+    prompt, _ = upr.prompt_and_target("q", document)
+    passage = prompt.split("\n")[0].removeprefix("Passage: ")
+    assert len(tiny_lm.tokenizer(passage, add_special_tokens=False)["input_ids"]) <= 8
+    assert document.startswith(passage.strip())
+
+
+def test_scores_are_the_lms_query_log_likelihoods(upr, tiny_lm):
+    pairs = [("list files", "ls -la"), ("remove a file", "rm x"), ("list files", "rm x")]
+    scores = upr.score_pairs(pairs)
+    prompts, targets = zip(*(upr.prompt_and_target(q, d) for q, d in pairs))
+    expected = [s.logprob for s in tiny_lm.score(list(prompts), list(targets))]
+    assert np.allclose(scores, expected, atol=1e-4) and scores.dtype == np.float32
+    assert upr.score_pairs([]).shape == (0,)
+
+
+def test_bad_settings_are_refused(tiny_lm):
+    with pytest.raises(ValueError, match="max_doc_tokens"):
+        CausalLMReranker(tiny_lm, max_doc_tokens=0)
+    with pytest.raises(ValueError, match="lacks \\{document\\}"):
+        CausalLMReranker(tiny_lm, prompt="no slot")
+
+
+@pytest.mark.integration
+def test_smollm2_ranks_the_passage_that_answers_first():
+    upr = CausalLMReranker("smollm2-135m")
+    docs = ["Bananas are a yellow fruit rich in potassium.", "Paris is the capital and largest city of France.",
+            "The stock market fell sharply on Monday."]
+    ranked = upr.rank("What is the capital of France?", docs, doc_ids=["banana", "paris", "stocks"])
+    assert ranked.ids[0][0] == "paris"
