@@ -66,3 +66,16 @@ def test_a_bm25_index_that_does_not_match_its_ids_is_refused(tmp_path):
         Retriever.load(tmp_path / "ix")
     result = CliRunner().invoke(app, ["retrieve", "--index", str(tmp_path / "ix"), "hello"], env={"COLUMNS": "2000"})
     assert result.exit_code == 2 and "mismatched or partial index" in result.output
+
+
+def test_bm25_refuses_a_pool_whose_texts_have_no_terms():
+    """Texts of stop words only used to fail inside bm25s with "max() arg is an empty sequence" after a numpy
+    warning (tests/cli/test_errors.py checks what `taskret evaluate` prints)."""
+    from taskret.retrieval import make_retriever
+
+    examples = [Example("a", "the a an", "weather forecast"), Example("b", "is it", "alarm clock")]
+    with pytest.raises(ValueError, match=r"^bm25: the 2 indexed texts have no terms .* \(e\.g\. 'the a an'\)"):
+        make_retriever("bm25").index(examples)
+    with pytest.raises(ValueError, match="the 0 indexed texts have no terms"):
+        make_retriever("bm25").index([])
+    assert make_retriever("bm25:output").index(examples).retrieve(["alarm"], k=1).ids == [["b"]]

@@ -124,17 +124,3 @@ def read_json(path: str | os.PathLike) -> Any:
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return [record for _, record in iter_records(Path(path))]
 
-
-def guard_config(path: str | os.PathLike, config: Any) -> None:
-    """A pipeline's work folder keeps the config it was made with at ``path``: save ``config`` (a pydantic
-    model) there the first time, and refuse a different one later, since finished stages are skipped
-    and outputs made under another config must not be reused."""
-    path = Path(path)
-    if not path.exists():
-        write_json(path, config.model_dump())
-        return
-    used = type(config).model_validate(read_json(path))
-    if used != config:
-        changed = sorted(k for k in type(config).model_fields if getattr(used, k) != getattr(config, k))
-        raise ValueError(f"{path.parent} was made with another config (changed: {', '.join(changed)}); "
-                         f"use a new work_dir or delete the old one")

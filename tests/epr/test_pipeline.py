@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 from taskret.epr.pipeline import EPRConfig, run_pipeline
+from taskret.io import DataError
 from tests.conftest import read_jsonl_rows, write_jsonl_rows  # noqa: E402
 
 TOPICS = [("weather", "GET_WEATHER"), ("alarm", "CREATE_ALARM"), ("music", "PLAY_MUSIC"), ("timer", "CREATE_TIMER")]
@@ -154,8 +155,8 @@ def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
         EPRConfig(n_candidatez=4)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"train": "t.jsonl", "shard_sise": 3}))
-    with pytest.raises(ValidationError, match="shard_sise"):
-        EPRConfig.from_file(path)
+    with pytest.raises(DataError, match=f"{path}: 1 validation error for EPRConfig\nshard_sise"):
+        EPRConfig.from_file(path)  # a bad file is a DataError naming it
     with pytest.raises(ValidationError, match="n_candidates"):
         EPRConfig(n_candidates=1)
     assert EPRConfig.from_file(write_jsonl_rows(tmp_path / "ok.json", [{"k": 3, "labels": "cbr"}])).k == 3

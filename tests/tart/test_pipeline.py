@@ -141,3 +141,13 @@ def test_task_specs_name_a_split(tmp_path, beir):
                                          instructions={"facts": ["Find evidence"]}, limit=2)
     assert [t.name for t in tasks] == ["parses", "facts"] and tasks[1].instructions == ["Find evidence"]
     assert len(tasks[0].queries) == 2 and not tasks[0].instructions and skipped == []
+
+
+def test_a_training_only_run_trains_both_models_and_evaluates_nothing(tmp_path, beir, tiny_bert_dir):
+    config = make_config(beir, tmp_path / "w", tiny_bert_dir, eval_tasks=[], redenoise=False, distil=None)
+    say = Say()
+    assert run_pipeline(config, console=say, progress=False) == {}
+    assert (tmp_path / "w" / "dual" / "tart_dual_config.json").exists()
+    assert (tmp_path / "w" / "full" / "tart_full_config.json").exists()
+    assert not (tmp_path / "w" / "eval").exists() and not (tmp_path / "w" / "metrics.json").exists()
+    assert say.lines[-1] == "evaluate: no eval_tasks, skipped"

@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..download import DATASETS, DownloadError, download, download_dir, is_installed
+from .common import App
 
-app = typer.Typer(help="Datasets of the built-in tasks: list them, download them from their publishers.",
-                  no_args_is_help=True)
+app = App(help="Datasets of the built-in tasks: list them, download them from their publishers.")
 console = Console(stderr=True)
 
 DATA_DIR_HELP = "where datasets go (default $TASKRET_DATA_DIR, else ~/.cache/taskret/data)"

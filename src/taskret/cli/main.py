@@ -11,13 +11,28 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..data import BUILTIN_TASKS, FORMAT_FIELDS, load_task, sample
-from ..io import DataError
-from ..models import ModelNotInstalled
+from ..data import BUILTIN_TASKS, load_task, sample
+from .common import (
+    App,
+    DataDir,
+    Device,
+    Dtype,
+    FormatName,
+    IdField,
+    InputField,
+    LMOptions,
+    LMSpec,
+    MissingExtra,
+    OutputField,
+    TaskName,
+    TestFile,
+    TrainFile,
+    console,
+    index_pool,
+    load_task_from_options,
+)
 
-app = typer.Typer(help="taskret: learned, task-aware retrieval (EPR prompt retrieval, TART instruction retrieval).",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-console = Console(stderr=True)
+app = App(help="taskret: learned, task-aware retrieval (EPR prompt retrieval, TART instruction retrieval).")
 
 
 def _register_subcommands() -> None:
@@ -38,41 +53,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # our own bars show progress; theirs is noise
 
 
-def _fail(message: str) -> None:
-    from rich.markup import escape
-
-    # escape: paths, ids and outputs hold square brackets that rich would read as markup.
-    console.print(f"[bold red]error:[/] {escape(message)}")
-    raise typer.Exit(2)
-
-
-def _load_task_from_options(task: Optional[str], train: Optional[Path], test: Optional[Path], input_field, output_field,
-                            id_field, fmt: Optional[str], data_dir: Optional[Path]):
-    if fmt is not None:
-        if fmt not in FORMAT_FIELDS:
-            _fail(f"unknown format '{fmt}'; known: {', '.join(FORMAT_FIELDS)}")
-        fi, fo, fid = FORMAT_FIELDS[fmt]
-        input_field, output_field, id_field = input_field or fi, output_field or fo, id_field or fid
-    return load_task(task, train=train, test=test, input_field=input_field, output_field=output_field,
-                     id_field=id_field, data_dir=data_dir)
-
-
 @app.command()
 def evaluate(
-    task: Optional[str] = typer.Option(None, "--task", help="mtop, break, smcalflow or demo (built-in); or use --train/--test"),
-    train: Optional[Path] = typer.Option(None, help="training pool file (.jsonl/.csv/.tsv)"),
-    test: Optional[Path] = typer.Option(None, help="test file (.jsonl/.csv/.tsv)"),
-    input_field: Optional[str] = typer.Option(None, help="field holding the input"),
-    output_field: Optional[str] = typer.Option(None, help="field holding the output"),
-    id_field: Optional[str] = typer.Option(None, help="field holding a unique id (default: line number)"),
-    fmt: Optional[str] = typer.Option(None, "--format", help="field names of a known layout: mtop, break, smcalflow"),
-    data_dir: Optional[Path] = typer.Option(None, help="folder of built-in task files (default $TASKRET_DATA_DIR or ../shared/data)"),
+    task: TaskName = None,
+    train: TrainFile = None,
+    test: TestFile = None,
+    input_field: InputField = None,
+    output_field: OutputField = None,
+    id_field: IdField = None,
+    fmt: FormatName = None,
+    data_dir: DataDir = None,
     retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, epr:DIR, an "
                                   "index dir; or a test-time method: bm25-oracle, lm-oracle, bruteforce"),
-    lm: str = typer.Option("smollm2-135m", help="inference LM: a registered name or local folder (transformers), "
-                           "openai:URL#MODEL (an OpenAI-compatible completions server) or vllm:NAME_OR_FOLDER"),
-    lm_option: Optional[list[str]] = typer.Option(None, "--lm-option", help="backend option of --lm, KEY=VALUE, "
-                                                  "repeatable (e.g. concurrency=16, timeout=60)"),
+    lm: LMSpec = "smollm2-135m",
+    lm_option: LMOptions = None,
     scoring_lm: Optional[str] = typer.Option(None, help="scoring LM of lm-oracle and bruteforce (default: --lm)"),
     scoring_lm_option: Optional[list[str]] = typer.Option(None, "--scoring-lm-option",
                                                           help="backend option of --scoring-lm, KEY=VALUE"),
@@ -81,41 +75,39 @@ def evaluate(
     k: Optional[int] = typer.Option(None, help="at most k demonstrations (k=1: one-shot); default: fill the budget"),
     context_window: int = typer.Option(2048, help="LM context in tokens; the prompt gets this minus --max-new-tokens"),
     max_new_tokens: int = typer.Option(128, help="room left for the answer"),
-    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
-    dtype: str = typer.Option("auto", help="auto, float32 or bfloat16"),
+    device: Device = None,
+    dtype: Dtype = "auto",
     out: Path = typer.Option(Path("runs/evaluate"), help="output folder: predictions.jsonl and summary.json"),
 ):
     """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
-    from ..backends.base import BackendError, load_lm, parse_options
+    from ..backends.base import load_lm, parse_options
     from ..epr.methods import TEST_TIME_METHODS, rank_test_examples
     from ..icl.evaluation import evaluate as run_evaluation
     from ..progress import progress_bar
     from ..retrieval import make_retriever
 
-    try:
-        loaded = _load_task_from_options(task, train, test, input_field, output_field, id_field, fmt, data_dir)
-        examples = sample(loaded.test, limit, seed=seed)
-        with console.status(f"loading {lm}"):
-            model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
-        ret, retrieved = None, None
-        if retriever in TEST_TIME_METHODS:
-            same = scoring_lm in (None, lm) and not scoring_lm_option
-            scorer = model if same or retriever == "bm25-oracle" else load_lm(
-                scoring_lm or lm, parse_options(scoring_lm_option), device=device, dtype=dtype)
-            with progress_bar(len(examples), f"ranking with {retriever}") as advance:
-                retrieved = rank_test_examples(retriever, loaded, examples, scorer, seed=seed)
-                advance(len(examples))
-        else:
-            ret = make_retriever(retriever, seed=seed, device=device)
-            if not ret.ids:
-                with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
-                    ret.index(loaded.train)
-        with progress_bar(len(examples), f"{loaded.name} / {retriever}") as advance:
-            summary = run_evaluation(loaded, ret, model, examples, out, retriever_name=retriever,
-                                     context_window=context_window, max_new_tokens=max_new_tokens, max_demos=k,
-                                     progress=advance, retrieved=retrieved)
-    except (DataError, ModelNotInstalled, ValueError, FileNotFoundError, BackendError) as err:
-        _fail(str(err))
+    loaded = load_task_from_options(task, train=train, test=test, input_field=input_field, output_field=output_field,
+                                    id_field=id_field, fmt=fmt, data_dir=data_dir)
+    examples = sample(loaded.test, limit, seed=seed)
+    with console.status(f"loading {lm}"):
+        model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
+    ret, retrieved = None, None
+    if retriever in TEST_TIME_METHODS:
+        same = scoring_lm in (None, lm) and not scoring_lm_option
+        scorer = model if same or retriever == "bm25-oracle" else load_lm(
+            scoring_lm or lm, parse_options(scoring_lm_option), device=device, dtype=dtype)
+        with progress_bar(len(examples), f"ranking with {retriever}") as advance:
+            retrieved = rank_test_examples(retriever, loaded, examples, scorer, seed=seed)
+            advance(len(examples))
+    else:
+        ret = make_retriever(retriever, seed=seed, device=device)
+        if not ret.ids:
+            with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
+                index_pool(ret, loaded, train)
+    with progress_bar(len(examples), f"{loaded.name} / {retriever}") as advance:
+        summary = run_evaluation(loaded, ret, model, examples, out, retriever_name=retriever,
+                                 context_window=context_window, max_new_tokens=max_new_tokens, max_demos=k,
+                                 progress=advance, retrieved=retrieved)
     metrics = ", ".join(f"{name} {value:.1f}" for name, value in summary["metrics"].items())
     console.print(f"{loaded.name} / {retriever}: {metrics} (N={summary['n']}, {summary['wall_time_s']:.0f}s) -> {out}")
 
@@ -124,10 +116,10 @@ def evaluate(
 def index(
     task: Optional[str] = typer.Option(None, "--task", help="built-in task whose training set to index, or a file"),
     train: Optional[Path] = typer.Option(None, help="training pool file, instead of --task"),
-    input_field: Optional[str] = typer.Option(None),
-    output_field: Optional[str] = typer.Option(None),
-    id_field: Optional[str] = typer.Option(None),
-    data_dir: Optional[Path] = typer.Option(None),
+    input_field: InputField = None,
+    output_field: OutputField = None,
+    id_field: IdField = None,
+    data_dir: DataDir = None,
     retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, epr:DIR"),
     lm: Optional[str] = typer.Option(None, help="the LM whose tokenizer `taskret serve` counts prompt tokens with "
                                      "(default: whitespace-separated words)"),
@@ -139,23 +131,20 @@ def index(
     from ..retrieval import make_retriever
     from ..retrieval.index import output_format_name, save_index
 
-    try:
-        if task is not None and train is None and task not in (*BUILTIN_TASKS, "demo") and Path(task).is_file():
-            task, train = None, Path(task)
-        if train is not None:
-            examples, name, fmt = read_examples(train, input_field or "input", output_field or "output", id_field), \
-                train.stem, "plain"
-        else:
-            loaded = load_task(task, data_dir=data_dir)
-            examples, name, fmt = loaded.train, loaded.name, output_format_name(loaded.output_format)
-        if lm is not None:
-            resolve_model(lm)  # an unknown LM fails now, not when the index is served
-        ret = make_retriever(retriever)
-        with console.status(f"indexing {len(examples)} examples with {retriever}"):
-            ret.index(examples)
-        save_index(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm)
-    except (DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
-        _fail(str(err))
+    if task is not None and train is None and task not in (*BUILTIN_TASKS, "demo") and Path(task).is_file():
+        task, train = None, Path(task)
+    if train is not None:
+        examples, name, fmt = read_examples(train, input_field or "input", output_field or "output", id_field), \
+            train.stem, "plain"
+    else:
+        loaded = load_task(task, data_dir=data_dir)
+        examples, name, fmt = loaded.train, loaded.name, output_format_name(loaded.output_format)
+    if lm is not None:
+        resolve_model(lm)  # an unknown LM fails now, not when the index is served
+    ret = make_retriever(retriever)
+    with console.status(f"indexing {len(examples)} examples with {retriever}"):
+        ret.index(examples)
+    save_index(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm)
     console.print(f"indexed {len(examples)} examples with {retriever} -> {out}")
 
 
@@ -178,17 +167,12 @@ def serve(
     try:
         from ..serve.app import create_app
     except ImportError as err:
-        _fail(f"taskret serve needs FastAPI and uvicorn: pip install 'taskret[serve]' ({err})")
+        raise MissingExtra(f"taskret serve needs FastAPI and uvicorn: pip install 'taskret[serve]' ({err})") from err
     import uvicorn
 
-    from ..retrieval.index import InvalidIndex
-
-    try:
-        with console.status(f"loading {index_dir}"):
-            service = create_app(index_dir, lm=lm, token_budget=token_budget, context_window=context_window,
-                                 max_new_tokens=max_new_tokens)
-    except (InvalidIndex, DataError, ModelNotInstalled, ValueError, FileNotFoundError) as err:
-        _fail(str(err))
+    with console.status(f"loading {index_dir}"):
+        service = create_app(index_dir, lm=lm, token_budget=token_budget, context_window=context_window,
+                             max_new_tokens=max_new_tokens)
     console.print(f"serving {index_dir} on http://{host}:{port} (docs: http://{host}:{port}/docs)")
     uvicorn.run(service, host=host, port=port, log_level=log_level, access_log=access_log)
 
@@ -205,11 +189,8 @@ def retrieve(
 
     from ..retrieval.index import load_index
 
-    try:
-        # A bare retriever (the EPR pipeline's index/) has ids and scores to print, if no texts.
-        result = load_index(index_dir, texts_required=False).retriever.retrieve(query, k=top_k)
-    except (DataError, ValueError, FileNotFoundError) as err:
-        _fail(str(err))
+    # A bare retriever (the EPR pipeline's index/) has ids and scores to print, if no texts.
+    result = load_index(index_dir, texts_required=False).retriever.retrieve(query, k=top_k)
     for q, ids, scores in zip(query, result.ids, result.scores):
         sys.stdout.write(json.dumps({"query": q, "ids": ids, "scores": [round(float(s), 4) for s in scores[: len(ids)]]}) + "\n")
 
@@ -234,36 +215,29 @@ def serve_lm(
     host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface)"),
     port: int = typer.Option(8000, help="port to listen on"),
     served_model_name: Optional[str] = typer.Option(None, help="the model's name in the API (default: --lm)"),
-    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
-    dtype: str = typer.Option("auto", help="auto, float32 or bfloat16"),
+    device: Device = None,
+    dtype: Dtype = "auto",
     max_batch_tokens: int = typer.Option(8192, help="tokens per forward pass (concurrent requests are batched)"),
 ):
     """Serve an LM over the OpenAI completions API (scoring with echo+logprobs, greedy generation), for
     jobs elsewhere: --lm openai:http://HOST:PORT/v1#NAME."""
-    from ..backends.base import BackendError
     from ..backends.lm_server import serve_lm
 
-    try:
-        serve_lm(lm, host=host, port=port, model_name=served_model_name, device=device, dtype=dtype,
-              max_batch_tokens=max_batch_tokens,
-              ready=lambda app: console.print(f"serving {app.state.model_name} on http://{host}:{port}/v1"))
-    except (ModelNotInstalled, ValueError, BackendError) as err:
-        _fail(str(err))
+    serve_lm(lm, host=host, port=port, model_name=served_model_name, device=device, dtype=dtype,
+             max_batch_tokens=max_batch_tokens,
+             ready=lambda app: console.print(f"serving {app.state.model_name} on http://{host}:{port}/v1"))
 
 
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="output folder"),
     lm: str = typer.Option("smollm2-135m", help="inference LM"),
-    methods: str = typer.Option("random,bm25,sbert,epr", help="comma-separated methods to compare"),
+    methods: str = typer.Option("bm25,epr", help="comma-separated methods to compare: bm25, epr, random, sbert"),
 ):
-    """Compare retrievers on the MTOP slice shipped with taskret; prints EM and time per method."""
+    """EPR (trained here, every stage run) against BM25 on the MTOP slice shipped with taskret: EM, time, McNemar."""
     from ..demo import run_demo
 
-    try:
-        run_demo(out, lm=lm, methods=[m.strip() for m in methods.split(",") if m.strip()], console=Console())
-    except (ModelNotInstalled, ValueError) as err:
-        _fail(str(err))
+    run_demo(out, lm=lm, methods=[m.strip() for m in methods.split(",") if m.strip()], console=Console())
 
 
 _register_subcommands()

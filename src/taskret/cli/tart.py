@@ -12,21 +12,10 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 
-from ..io import DataError
-from ..models import ModelNotInstalled
+from .common import App, DataDir, console
 
-app = typer.Typer(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual, "
-                  "train-full, distil, run).", no_args_is_help=True)
-console = Console(stderr=True)
-ERRORS = (DataError, ModelNotInstalled, ValueError, FileNotFoundError, RuntimeError)
-
-
-def _fail(err: Exception | str) -> None:
-    from rich.markup import escape
-
-    # escape: paths and ids hold square brackets that rich would read as markup.
-    console.print(f"[bold red]error:[/] {escape(str(err))}")
-    raise typer.Exit(2)
+app = App(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual, train-full, "
+          "distil, run).")
 
 
 def _task_names(tasks: str) -> list[str]:
@@ -54,8 +43,7 @@ def evaluate(
     first_stage_instruction: Optional[bool] = typer.Option(
         None, "--first-stage-instruction/--no-first-stage-instruction",
         help="with --rerank: whether the first stage reads the instruction too (default: as --instruction)"),
-    data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data (default $TASKRET_DATA_DIR "
-                                            "or ../shared/data)"),
+    data_dir: DataDir = None,
     out: Path = typer.Option(Path("runs/tart-evaluate"), help="output folder: metrics.json and runs/{setting}/{task}.jsonl"),
 ):
     """NDCG@10, Recall@100 and MRR@10 per task; writes metrics.json and the retrieved documents per query."""
@@ -65,28 +53,25 @@ def evaluate(
     from ..tart.evaluation import METRICS, evaluate_retriever
     from ..tart.tasks import load_retrieval_task
 
-    try:
-        if setting not in ("closed", "pooled", "both"):
-            raise ValueError(f"unknown setting '{setting}'; expected closed, pooled or both")
-        if limit is not None and limit < 1:
-            raise ValueError("--limit must be at least 1")
-        loaded = [load_retrieval_task(name, data_dir, split).sample(limit, seed=seed) for name in _task_names(tasks)]
-        start = time.perf_counter()
-        reranker = None
-        if rerank is not None:
-            from ..rerank import load_reranker
+    if setting not in ("closed", "pooled", "both"):
+        raise ValueError(f"unknown setting '{setting}'; expected closed, pooled or both")
+    if limit is not None and limit < 1:
+        raise ValueError("--limit must be at least 1")
+    loaded = [load_retrieval_task(name, data_dir, split).sample(limit, seed=seed) for name in _task_names(tasks)]
+    start = time.perf_counter()
+    reranker = None
+    if rerank is not None:
+        from ..rerank import load_reranker
 
-            with console.status(f"loading the reranker {rerank}"):
-                reranker = load_reranker(rerank)
-        with console.status(f"evaluating {retriever}{' + ' + str(rerank) if rerank else ''} on "
-                            f"{', '.join(t.name for t in loaded)}"):
-            result = evaluate_retriever(retriever, loaded, setting=setting, use_instruction=instruction, k=k,
-                                        run_dir=out / "runs", reranker=reranker, rerank_top_k=rerank_top_k,
-                                        first_stage_instruction=first_stage_instruction)
-        result.update({"split": split, "limit": limit, "seed": seed, "wall_time_s": round(time.perf_counter() - start, 2)})
-        write_json(out / "metrics.json", result)
-    except ERRORS as err:
-        _fail(err)
+        with console.status(f"loading the reranker {rerank}"):
+            reranker = load_reranker(rerank)
+    with console.status(f"evaluating {retriever}{' + ' + str(rerank) if rerank else ''} on "
+                        f"{', '.join(t.name for t in loaded)}"):
+        result = evaluate_retriever(retriever, loaded, setting=setting, use_instruction=instruction, k=k,
+                                    run_dir=out / "runs", reranker=reranker, rerank_top_k=rerank_top_k,
+                                    first_stage_instruction=first_stage_instruction)
+    result.update({"split": split, "limit": limit, "seed": seed, "wall_time_s": round(time.perf_counter() - start, 2)})
+    write_json(out / "metrics.json", result)
     from rich.table import Table
 
     name = f"{retriever} + rerank top {rerank_top_k} by {rerank}" if rerank else retriever
@@ -108,7 +93,7 @@ def index(
     task: str = typer.Option(..., "--task", help="scifact, mtop, mtop-similar, break, ambigqa, or a folder in the BEIR layout"),
     retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER, sbert"),
     split: str = typer.Option("test", help="which split's corpus (it differs only for mtop and break)"),
-    data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data"),
+    data_dir: DataDir = None,
     out: Path = typer.Option(..., help="index folder to write"),
 ):
     """Index a task's corpus with the documents' texts and the task's instruction (for `taskret tart search`
@@ -117,16 +102,13 @@ def index(
     from ..retrieval.index import save_index
     from ..tart.tasks import load_retrieval_task
 
-    try:
-        loaded = load_retrieval_task(task, data_dir, split)
-        with console.status(f"indexing {len(loaded.corpus)} documents with {retriever}"):
-            ids, texts = loaded.doc_ids_and_texts()
-            ret = make_retriever(retriever).index_texts(ids, texts)
-        save_index(out, ret, [loaded.corpus[i] for i in ids], kind="documents", task=loaded.name,
-                   retriever_spec=retriever, instruction=loaded.instruction,
-                   extra={"split": split, "instructions": loaded.instructions})
-    except ERRORS as err:
-        _fail(err)
+    loaded = load_retrieval_task(task, data_dir, split)
+    with console.status(f"indexing {len(loaded.corpus)} documents with {retriever}"):
+        ids, texts = loaded.doc_ids_and_texts()
+        ret = make_retriever(retriever).index_texts(ids, texts)
+    save_index(out, ret, [loaded.corpus[i] for i in ids], kind="documents", task=loaded.name,
+               retriever_spec=retriever, instruction=loaded.instruction,
+               extra={"split": split, "instructions": loaded.instructions})
     console.print(f"indexed {len(loaded.corpus)} documents of {loaded.name} with {retriever} -> {out}")
 
 
@@ -147,12 +129,9 @@ def search(
     from ..retrieval.index import load_index
     from ..tart.search import search_index, snippet
 
-    try:
-        index = load_index(index_dir)
-        texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=rerank,
-                                     rerank_depth=rerank_depth)
-    except ERRORS as err:
-        _fail(err)
+    index = load_index(index_dir)
+    texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=rerank,
+                                 rerank_depth=rerank_depth)
     for text, ids, scores in zip(texts, result.ids, result.scores):
         snippets = [snippet(index.records[i]) for i in ids]
         if as_json:
@@ -185,7 +164,7 @@ def build_data(
         "instructions, else the query alone)"),
     limit: Optional[int] = typer.Option(None, help="a fixed seeded sample of N queries per task (the corpus stays whole)"),
     seed: int = typer.Option(0, help="seed of the instructions, positives, random negatives and query sample"),
-    data_dir: Optional[Path] = typer.Option(None, help="folder of the built-in tasks' data"),
+    data_dir: DataDir = None,
 ):
     """Mine TART training rows (instruction, query, positive, hard/random/unfollowing negatives) to JSONL."""
     import time
@@ -193,28 +172,25 @@ def build_data(
     from ..tart.tasks import load_training_tasks
     from ..tart.training_data import build_training_examples, write_training_examples
 
-    try:
-        if limit is not None and limit < 1:
-            raise ValueError("--limit must be at least 1")
-        loaded, skipped = load_training_tasks(_task_names(tasks), data_dir, split, limit=limit, seed=seed)
-        for message in skipped:
-            console.print(f"[yellow]warning:[/] {message}; skipped")
-        score, with_instruction = None, False
-        if denoiser is not None:
-            from ..rerank import make_denoiser
+    if limit is not None and limit < 1:
+        raise ValueError("--limit must be at least 1")
+    loaded, skipped = load_training_tasks(_task_names(tasks), data_dir, split, limit=limit, seed=seed)
+    for message in skipped:
+        console.print(f"[yellow]warning:[/] {message}; skipped")
+    score, with_instruction = None, False
+    if denoiser is not None:
+        from ..rerank import make_denoiser
 
-            score, with_instruction = make_denoiser(denoiser)
-            with_instruction = with_instruction if denoise_instruction is None else denoise_instruction
-        stats: dict = {}
-        start = time.perf_counter()
-        with console.status(f"mining negatives for {', '.join(t.name for t in loaded)}"):
-            rows = build_training_examples(loaded, first_stage=first_stage, n_hard=n_hard, n_random=n_random,
-                                           n_unfollowing=n_unfollowing, seed=seed, denoiser=score,
-                                           denoise_threshold=denoise_threshold, stats=stats,
-                                           denoise_with_instruction=with_instruction)
-        write_training_examples(out, rows)
-    except ERRORS as err:
-        _fail(err)
+        score, with_instruction = make_denoiser(denoiser)
+        with_instruction = with_instruction if denoise_instruction is None else denoise_instruction
+    stats: dict = {}
+    start = time.perf_counter()
+    with console.status(f"mining negatives for {', '.join(t.name for t in loaded)}"):
+        rows = build_training_examples(loaded, first_stage=first_stage, n_hard=n_hard, n_random=n_random,
+                                       n_unfollowing=n_unfollowing, seed=seed, denoiser=score,
+                                       denoise_threshold=denoise_threshold, stats=stats,
+                                       denoise_with_instruction=with_instruction)
+    write_training_examples(out, rows)
     negatives = ", ".join(f"{n} {kind}" for kind, n in stats["n_negatives"].items())
     per_task = ", ".join(f"{name} {n}" for name, n in stats["per_task"].items())
     console.print(f"{stats['n_rows']} rows ({per_task}; {stats['n_skipped']} queries without a relevant document "
@@ -242,11 +218,8 @@ def _train(data: Path, out: Path, config_file: str, train: Callable[[list[dict]]
     """Read and check the rows, train, and report the run's summary (``out/config_file``)."""
     from ..tart.training_data import read_training_examples
 
-    try:
-        rows = read_training_examples(data)
-        folder = train(rows)
-    except ERRORS as err:
-        _fail(err)
+    rows = read_training_examples(data)
+    folder = train(rows)
     summary = json.loads((out / config_file).read_text(encoding="utf-8"))
     console.print(f"trained on {summary['n_used']} rows ({summary['n_skipped']} skipped), {summary['steps']} steps, "
                   f"mean loss {summary['mean_loss']:.4f}, {summary['wall_time_s']:.1f}s -> {folder} "
@@ -342,14 +315,7 @@ def distil(
 def run(config: Path = typer.Argument(..., help="TART config (JSON); see taskret.tart.pipeline.TartRunConfig")):
     """build-data -> train-dual -> train-full -> (distil) -> evaluate from one config file, skipping stages whose
     outputs exist."""
-    from pydantic import ValidationError
-
     from ..tart.pipeline import TartRunConfig, run_pipeline
 
-    try:
-        cfg = TartRunConfig.from_file(config)
-        run_pipeline(cfg, console=console)
-    except ValidationError as err:
-        _fail(ValueError(f"{config}: {err}"))
-    except ERRORS as err:
-        _fail(err)
+    cfg = TartRunConfig.from_file(config)
+    run_pipeline(cfg, console=console)

@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections import deque
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -71,6 +72,17 @@ class _ScoringWorker:
 
     def score(self, prefixes: list[str], prompts: list[str], targets: list[str]) -> list[tuple[float, int]]:
         return [(s.logprob, s.n_tokens) for s in self.lm.score_shared(prefixes, prompts, targets)]
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where to score on Ray (see :class:`RayScoring`): ``address`` (``auto``, ``local``, ``HOST:PORT`` or
+    ``ray://HOST:PORT``), how many actors, and the GPUs and CPUs each holds."""
+
+    address: str = "auto"
+    workers: int | None = None
+    gpus_per_worker: float | None = None
+    cpus_per_worker: float = 1.0
 
 
 class RayScoring:

@@ -40,8 +40,15 @@ class BM25Retriever(Retriever):
         import bm25s
 
         _quiet_bm25s()
+        tokens = _tokenize(texts)
+        if not tokens.vocab:
+            # bm25s would divide by a zero mean length (a numpy warning) and fail on max() of an empty vocabulary.
+            example = f" (e.g. {texts[0][:80]!r})" if texts else ""
+            raise ValueError(f"bm25: the {len(texts)} indexed texts have no terms after English stop-word removal "
+                             f"and stemming{example}; BM25 needs content words: index another field "
+                             f"(bm25:output, bm25:both) or use another retriever (sbert, dense:ENCODER)")
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
-        self._bm25.index(_tokenize(texts), show_progress=False)
+        self._bm25.index(tokens, show_progress=False)
 
     def _search(self, queries: Sequence[str], k: int):
         tokens = _tokenize(queries, return_ids=False)

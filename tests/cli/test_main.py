@@ -8,8 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from taskret.cli import app
-
-from .conftest import read_jsonl_rows, write_jsonl_rows
+from tests.conftest import read_jsonl_rows, write_jsonl_rows
 
 # A wide "terminal", so rich does not wrap long paths in error messages.
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}

@@ -166,3 +166,15 @@ def test_run_a_bm25_pipeline(tmp_path, train, tiny_model_dir, tiny_bert_dir):
     again = invoke("run", config)
     assert again.exit_code == 0
     assert again.stderr.count("exists, skipped") == 4 and "index:" in again.stderr and "EPR on train: em" in again.stderr
+
+
+def test_the_shared_task_options_take_a_known_format(tmp_path):
+    rows = [{"idx": f"s{i}", "user_utterance": f"schedule meeting number {i} with Abby",
+             "lispress": f"(Yield (Create {i}))"} for i in range(5)]
+    train = write_jsonl_rows(tmp_path / "sm_train.jsonl", rows)
+    out = tmp_path / "cands.jsonl"
+    result = invoke("candidates", "--train", train, "--format", "smcalflow", "--n", 2, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert [r["id"] for r in read_jsonl_rows(out)] == [f"s{i}" for i in range(5)]  # ids from the layout's id field
+    result = invoke("candidates", "--train", train, "--format", "squad", "--out", out)
+    assert result.exit_code == 2 and "unknown format 'squad'" in result.stderr

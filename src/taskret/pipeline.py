@@ -1,0 +1,111 @@
+"""Multi-stage jobs in a work folder (``taskret epr run``, ``taskret tart run``, the benchmarks).
+
+A stage is skipped when its output exists, so a job that stops (killed, out of memory, a bad config found
+late) is started again with the same command and goes on from where it was. Two things make that safe:
+
+- :func:`guard_config`: the work folder keeps the config it was made with, and a different one is refused,
+  since outputs made under another config must not be reused;
+- :class:`Stage`: a stage counts as done only when its output is complete. A file output is written to a
+  temporary name and renamed when the stage returns; a folder output is done when its marker, the file the
+  stage writes last, exists.
+
+Each stage prints one line: ``name: what it made -> output (time)``, or ``name: output exists, skipped``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Collection, Mapping, TypeVar
+
+from pydantic import BaseModel
+
+from .io import DataError, atomic_path, read_json, write_json
+
+__all__ = ["Stage", "guard_config", "read_config"]
+
+Config = TypeVar("Config", bound=BaseModel)
+
+
+def read_config(cls: type[Config], path: str | os.PathLike) -> Config:
+    """A job's config from a JSON file; a file that is not one (unknown keys, bad values) raises a
+    :class:`~taskret.io.DataError` that names the file and pydantic's findings."""
+    from pydantic import ValidationError
+
+    try:
+        return cls.model_validate(read_json(path))
+    except ValidationError as err:
+        raise DataError(path, None, None, str(err)) from err
+
+
+def _fields(config: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    return dict(config) if isinstance(config, Mapping) else {k: getattr(config, k) for k in type(config).model_fields}
+
+
+def guard_config(path: str | os.PathLike, config: BaseModel | Mapping[str, Any], ignore: Collection[str] = ()) -> None:
+    """Save ``config`` (a pydantic model or a JSON-able dict) at ``path`` the first time; later, refuse a
+    config that differs from the saved one in any field but those in ``ignore`` (fields that say where the
+    work runs, not what it computes)."""
+    path = Path(path)
+    if not path.exists():
+        write_json(path, config.model_dump() if isinstance(config, BaseModel) else dict(config))
+        return
+    saved = read_json(path)
+    # A saved pydantic config is validated again, so fields added since then compare with their defaults.
+    used = _fields(type(config).model_validate(saved) if isinstance(config, BaseModel) else saved)
+    wanted = _fields(config)
+    changed = sorted(k for k in set(used) | set(wanted) if k not in ignore and used.get(k) != wanted.get(k))
+    if changed:
+        raise ValueError(f"{path.parent} was made with another config (changed: {', '.join(changed)}); "
+                         f"use a new work folder or delete the old one")
+
+
+def _silent(text: str) -> None:
+    pass
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
+@dataclass
+class Stage:
+    """One stage of a job: ``name`` (in its progress line) and ``output``, a file, or a folder whose
+    ``marker`` file the stage writes last. ``say`` receives the progress line."""
+
+    name: str
+    output: Path
+    marker: Path | None = None
+    say: Callable[[str], None] = _silent
+
+    def __post_init__(self) -> None:
+        self.output = Path(self.output)
+        self.marker = Path(self.marker) if self.marker is not None else None
+
+    @property
+    def done(self) -> bool:
+        return (self.marker or self.output).exists()
+
+    def run(self, make: Callable[[Path], str | None], reused: str = "skipped") -> bool:
+        """Unless the stage is done, call ``make(path)``, which writes the output at ``path`` and may return what
+        it made, for the progress line (e.g. ``"8 examples x 4"``). For a file output ``path`` is a temporary name
+        beside it, renamed onto it when ``make`` returns, so a failed stage leaves nothing that marks it done.
+        A done stage prints ``name: output exists, {reused}``. Returns whether ``make`` ran."""
+        if self.done:
+            self.say(f"{self.name}: {self.marker or self.output} exists, {reused}")
+            return False
+        start = time.perf_counter()
+        if self.marker is None:
+            with atomic_path(self.output) as tmp:
+                made = make(tmp)
+        else:
+            made = make(self.output)
+            if not self.marker.exists():
+                raise RuntimeError(f"stage {self.name} finished without writing {self.marker}")
+        line = " ".join(part for part in (made, "->", str(self.output)) if part)
+        self.say(f"{self.name}: {line} ({_duration(time.perf_counter() - start)})")
+        return True
