@@ -6,23 +6,18 @@ against the Break training set (by output, as EPR mines candidates), same tokens
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import time
 
 import numpy as np
+from _common import command_line, machine, parser, write_result
 
 from taskret.data import load_task
-from taskret.io import write_json
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--k", type=int, default=50)
-    parser.add_argument("--out", default="benchmarks/results/bm25_speed.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/bm25_speed.json")
+    options.add_argument("--k", type=int, default=50)
+    args = options.parse_args()
 
     import bm25s
     import Stemmer
@@ -49,8 +44,8 @@ def main() -> None:
     overlap = float(np.mean([len(set(a) & set(b)) / args.k for a, b in zip(fast_ids.tolist(), slow_ids)]))
     result = {
         "benchmark": "bm25_speed",
-        "command": f"python benchmarks/bm25_speed.py --k {args.k}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, 1 thread",
+        "command": command_line(args, options),
+        "machine": machine(threads=1),
         "n_queries": len(texts), "n_docs": len(texts), "k": args.k,
         "bm25s_s": round(bm25s_s, 2), "rank_bm25_s": round(rank_bm25_s, 2),
         "speedup": round(rank_bm25_s / bm25s_s, 1),
@@ -58,8 +53,8 @@ def main() -> None:
         "rank_bm25_queries_per_s": round(len(texts) / rank_bm25_s, 1),
         "top50_overlap": round(overlap, 3),
     }
-    write_json(args.out, result)
     print(result)
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

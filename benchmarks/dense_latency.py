@@ -14,14 +14,12 @@ The vectors are synthetic, 384-d (MiniLM's width), L2-normalised, seeded:
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import time
 
 import numpy as np
+from _common import command_line, machine, parser, write_result
 
-from taskret.io import write_json
 from taskret.retrieval.dense import build_faiss_index
 
 
@@ -87,26 +85,26 @@ def _recall(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10000,50000,200000")
-    parser.add_argument("--data", default="random", help="comma-separated: random, clustered")
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--single-queries", type=int, default=200, help="queries timed one at a time")
-    parser.add_argument("--batch", type=int, default=256, help="queries per batched search (also the recall set)")
-    parser.add_argument("--repeats", type=int, default=2, help="batched searches timed (best kept)")
-    parser.add_argument("--hnsw-m", type=int, default=32)
-    parser.add_argument("--ef-construction", type=int, default=80)
-    parser.add_argument("--ef-search", default="16,64,256")
-    parser.add_argument("--search-threads", type=int, default=1, help="FAISS (OpenMP) threads while searching")
-    parser.add_argument("--build-threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--hnsw-max-n", type=int, default=None,
+    options = parser(__doc__, out="benchmarks/results/dense_latency.json", data_dir=False, seed=0)
+    options.add_argument("--sizes", default="10000,50000,200000")
+    options.add_argument("--data", default="random", help="comma-separated: random, clustered")
+    options.add_argument("--dim", type=int, default=384)
+    options.add_argument("--k", type=int, default=10)
+    options.add_argument("--single-queries", type=int, default=200, help="queries timed one at a time")
+    options.add_argument("--batch", type=int, default=256, help="queries per batched search (also the recall set)")
+    options.add_argument("--repeats", type=int, default=2, help="batched searches timed (best kept)")
+    options.add_argument("--hnsw-m", type=int, default=32)
+    options.add_argument("--ef-construction", type=int, default=80)
+    options.add_argument("--ef-search", default="16,64,256")
+    options.add_argument("--search-threads", type=int, default=1, help="FAISS (OpenMP) threads while searching")
+    options.add_argument("--build-threads", type=int, default=os.cpu_count() or 1)
+    options.add_argument("--hnsw-max-n", type=int, default=None,
                         help="build HNSW only up to this many vectors (its build is the slow part; default: all)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/results/dense_latency.json")
-    args = parser.parse_args()
+    args = options.parse_args()
 
     import faiss
+
+    measured_on = machine(threads=args.search_threads, faiss=faiss.__version__)
 
     sizes = [int(s) for s in args.sizes.split(",")]
     kinds = [s.strip() for s in args.data.split(",") if s.strip()]
@@ -149,20 +147,16 @@ def main() -> None:
                       f"ef{b['ef_search']} p50 {b['single']['p50_ms']:.3f} ms R@{args.k} {b[f'recall@{args.k}']:.3f}"
                       for b in best) if hnsw is not None else " | hnsw skipped"), flush=True)
             del flat, hnsw, vectors
-            write_json(args.out, _result(args, faiss, runs))  # after every size: a stopped run keeps what it measured
+            # After every size: a stopped run keeps what it measured.
+            write_result(args.out, _result(args, command_line(args, options), measured_on, faiss, runs), quiet=True)
     print(f"-> {args.out}")
 
 
-def _result(args, faiss, runs: list[dict]) -> dict:
+def _result(args, command: str, measured_on: dict, faiss, runs: list[dict]) -> dict:
     return {
         "benchmark": "dense_latency",
-        "command": f"python benchmarks/dense_latency.py --sizes {args.sizes} --data {args.data} --ef-search "
-                   f"{args.ef_search} --hnsw-m {args.hnsw_m} --ef-construction {args.ef_construction} "
-                   f"--search-threads {args.search_threads}"
-                   + (f" --hnsw-max-n {args.hnsw_max_n}" if args.hnsw_max_n is not None else ""),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                   f"faiss {faiss.__version__}",
-        "load_average_1min": round(os.getloadavg()[0], 2),
+        "command": command,
+        "machine": measured_on,
         "vectors": "synthetic L2-normalised 384-d (see the module docstring): latency is what a MiniLM pool of the "
                    "same size costs; recall on 'random' is HNSW's worst case",
         "dim": args.dim, "k": args.k, "single_queries": args.single_queries, "batch": args.batch,

@@ -14,10 +14,8 @@ Every evaluation is kept under --out/<system>/ and reused when the script runs a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -25,9 +23,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from _common import command_line, machine, parser, write_result
+
 from taskret.backends.transformers import CausalLM
 from taskret.data import load_task, sample
-from taskret.epr.methods import any_correct_oracle, bm25_oracle, lm_rank
+from taskret.epr.methods import any_correct_oracle, bm25_oracle, fill_ranking, lm_rank
 from taskret.icl.evaluation import evaluate
 from taskret.io import write_json
 from taskret.progress import progress_bar
@@ -39,20 +39,16 @@ def recall_at(ranked: list[list[str]], positives: list[list[str]], k: int) -> fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--epr", default="benchmarks/results/epr_mtop_small")
-    parser.add_argument("--also-epr", action="append", default=[], metavar="NAME=DIR",
+    options = parser(__doc__, out="benchmarks/results/epr_analysis", icl=True)
+    options.add_argument("--epr", default="benchmarks/results/epr_mtop_small")
+    options.add_argument("--also-epr", action="append", default=[], metavar="NAME=DIR",
                         help="another trained EPR run to analyse beside --epr (e.g. epr-full=benchmarks/results/"
                              "epr_mtop_full), repeatable")
-    parser.add_argument("--n", type=int, default=100)
-    parser.add_argument("--n-candidates", type=int, default=10)
-    parser.add_argument("--k-positives", type=int, default=3)
-    parser.add_argument("--context-window", type=int, default=640)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--out", default="benchmarks/results/epr_analysis")
-    parser.add_argument("--parts", default="recall,one_shot,oracles,any_correct")
-    args = parser.parse_args()
+    options.add_argument("--n", type=int, default=100)
+    options.add_argument("--n-candidates", type=int, default=10)
+    options.add_argument("--k-positives", type=int, default=3)
+    options.add_argument("--parts", default="recall,one_shot,oracles,any_correct")
+    args = options.parse_args()
     out = Path(args.out)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
 
@@ -111,8 +107,7 @@ def main() -> None:
     if "oracles" in parts:
         # Both oracles fill the prompt from BM25-Oracle's top 100; LM-Oracle re-orders its first --n-candidates.
         oracle = bm25_oracle(task, examples, k=100)
-        filled = RetrievalResult([head + [i for i in ids if i not in head] for head, ids in zip(lm_ranked.ids, oracle.ids)],
-                                 oracle.scores)
+        filled = fill_ranking(lm_ranked, oracle)
         for name, ranked in (("bm25-oracle", oracle), ("lm-oracle", filled)):
             em[f"{name}/full"] = evaluated(name, retrieved=ranked)
     if "any_correct" in parts:
@@ -146,14 +141,12 @@ def main() -> None:
 
     result = {
         "benchmark": "epr_analysis",
-        "command": f"python benchmarks/epr_analysis.py --n {args.n} --n-candidates {args.n_candidates} "
-                   f"--k-positives {args.k_positives} --context-window {args.context_window} --epr {args.epr} "
-                   + "".join(f"--also-epr {item} " for item in args.also_epr) + f"--parts {args.parts}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "command": command_line(args, options),
+        "machine": machine(),
         "n": len(examples), "recall_at_k": recall, "em": em, "timings": timings,
     }
-    write_json(out / "analysis.json", result)
     print(json.dumps(result, indent=1))
+    write_result(out / "analysis.json", result)
 
 
 if __name__ == "__main__":

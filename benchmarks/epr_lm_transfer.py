@@ -15,21 +15,21 @@ again (a killed run resumes). Writes --out: EM per (scoring LM, inference LM), B
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from _common import command_line, machine, parser, write_result
+
 from taskret.backends.base import load_lm
 from taskret.data import load_task, sample
 from taskret.epr.pipeline import EPRConfig, run_pipeline
 from taskret.icl.evaluation import evaluate, mcnemar, read_correct
-from taskret.io import read_json, write_json
+from taskret.io import read_json
 from taskret.progress import progress_bar
 from taskret.retrieval import Retriever, make_retriever
 
@@ -63,25 +63,20 @@ def label_agreement(run_a: Path, run_b: Path, k: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="mtop")
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--lms", default="smollm2-135m,gemma3-270m", help="the LMs, each used to score and to infer")
-    parser.add_argument("--n", type=int, default=300, help="test examples (a seeded sample, the same for every cell)")
-    parser.add_argument("--max-train-examples", type=int, default=300)
-    parser.add_argument("--n-candidates", type=int, default=8)
-    parser.add_argument("--k", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--context-window", type=int, default=640)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--reuse", action="append", default=[],
+    options = parser(__doc__, out=None, task="mtop", seed=0, icl=True)
+    options.add_argument("--lms", default="smollm2-135m,gemma3-270m", help="the LMs, each used to score and to infer")
+    options.add_argument("--n", type=int, default=300, help="test examples (a seeded sample, the same for every cell)")
+    options.add_argument("--max-train-examples", type=int, default=300)
+    options.add_argument("--n-candidates", type=int, default=8)
+    options.add_argument("--k", type=int, default=3)
+    options.add_argument("--epochs", type=int, default=5)
+    options.add_argument("--batch-size", type=int, default=64)
+    options.add_argument("--reuse", action="append", default=[],
                         help="SCORING_LM=DIR: a finished `taskret epr run` folder made with these settings and that "
                              "scoring LM (its own evaluation is reused when it holds --n examples, else redone here)")
-    parser.add_argument("--work", default="runs/bench/epr_lm_transfer")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    options.add_argument("--work", default="runs/bench/epr_lm_transfer")
+    options.add_argument("--out", default=None, help="the result (default: benchmarks/results/epr_lm_transfer_TASK.json)")
+    args = options.parse_args()
     os.environ["TASKRET_DATA_DIR"] = args.data_dir  # for reused runs whose config names no data_dir
 
     lm_names = [name.strip() for name in args.lms.split(",") if name.strip()]
@@ -160,12 +155,10 @@ def main() -> None:
     agreement = {f"{a} vs {b}": label_agreement(run_dirs[a], run_dirs[b], args.k)
                  for i, a in enumerate(lm_names) for b in lm_names[i + 1:]}
 
-    write_json(out_path, {
+    write_result(out_path, {
         "benchmark": "epr_lm_transfer",
-        "command": "python benchmarks/epr_lm_transfer.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-            if v not in (None, []) and k not in ("data_dir", "work", "out", "reuse")),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "command": command_line(args, options, leave_out=("data_dir", "work", "reuse")),
+        "machine": machine(),
         "task": args.task, "n": len(examples), "lms": lm_names,
         "scale": {"examples_labelled": args.max_train_examples, "n_candidates": args.n_candidates, "k": args.k,
                   "epochs": args.epochs, "effective_batch": args.batch_size},
@@ -173,7 +166,6 @@ def main() -> None:
         "label_agreement": agreement,
         "wall_time_s_this_run": round(time.perf_counter() - started, 1),
     })
-    print(f"-> {out_path}")
 
 
 if __name__ == "__main__":

@@ -20,10 +20,8 @@ method, N, the training scale (examples labelled, L candidates, k, epochs, effec
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import shutil
 import time
 from pathlib import Path
@@ -31,12 +29,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from _common import command_line, machine, parser, write_result
+
 from taskret.backends.base import load_lm
 from taskret.data import load_task, sample
 from taskret.epr.methods import rank_test_examples
 from taskret.epr.pipeline import EPRConfig, run_pipeline
 from taskret.icl.evaluation import evaluate
-from taskret.io import write_json
 from taskret.progress import progress_bar
 from taskret.retrieval import make_retriever
 
@@ -47,36 +46,30 @@ ALL_METHODS = UNSUPERVISED + tuple(TRAINED) + ORACLES
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="mtop")
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--methods", default=",".join(ALL_METHODS))
-    parser.add_argument("--lm", default="smollm2-135m", help="scoring and inference LM")
-    parser.add_argument("--n", type=int, default=300, help="test examples (a seeded sample, the same for every method)")
-    parser.add_argument("--max-train-examples", type=int, default=None, help="label a seeded sample (default: all)")
-    parser.add_argument("--n-candidates", type=int, default=50)
-    parser.add_argument("--k", type=int, default=5, help="positives and hard negatives per example")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=120, help="effective batch (the paper: 120)")
-    parser.add_argument("--mini-batch-size", type=int, default=16, help="GradCache chunk: memory, not the result")
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--shard-size", type=int, default=25)
-    parser.add_argument("--oracle-candidates", type=int, default=50,
+    options = parser(__doc__, out=None, task="mtop", lm="smollm2-135m", seed=0, icl=True)
+    options.add_argument("--methods", default=",".join(ALL_METHODS))
+    options.add_argument("--n", type=int, default=300, help="test examples (a seeded sample, the same for every method)")
+    options.add_argument("--max-train-examples", type=int, default=None, help="label a seeded sample (default: all)")
+    options.add_argument("--n-candidates", type=int, default=50)
+    options.add_argument("--k", type=int, default=5, help="positives and hard negatives per example")
+    options.add_argument("--epochs", type=int, default=5)
+    options.add_argument("--batch-size", type=int, default=120, help="effective batch (the paper: 120)")
+    options.add_argument("--mini-batch-size", type=int, default=16, help="GradCache chunk: memory, not the result")
+    options.add_argument("--learning-rate", type=float, default=5e-5)
+    options.add_argument("--shard-size", type=int, default=25)
+    options.add_argument("--oracle-candidates", type=int, default=50,
                         help="L for LM-Oracle: BM25-Oracle's top L re-ranked by the LM (the rest of the prompt is "
                              "filled in BM25-Oracle order); L x N pairs are scored")
-    parser.add_argument("--context-window", type=int, default=640)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", default=None, help="method folders (default runs/bench/epr_table)")
-    parser.add_argument("--reuse", default=None, help="a folder of <task>/<method>/summary.json runs to take the "
+    options.add_argument("--work", default=None, help="method folders (default runs/bench/epr_table)")
+    options.add_argument("--reuse", default=None, help="a folder of <task>/<method>/summary.json runs to take the "
                         "unsupervised methods from (benchmarks/results/icl_baselines)")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    options.add_argument("--out", default=None, help="the result (default: benchmarks/results/epr_table_TASK.json)")
+    args = options.parse_args()
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(methods) - set(ALL_METHODS))
     if unknown:
-        parser.error(f"unknown methods: {', '.join(unknown)}; expected some of {', '.join(ALL_METHODS)}")
+        options.error(f"unknown methods: {', '.join(unknown)}; expected some of {', '.join(ALL_METHODS)}")
     work = Path(args.work or "runs/bench/epr_table") / args.task
     out_path = Path(args.out or f"benchmarks/results/epr_table_{args.task}.json")
     task = load_task(args.task, data_dir=args.data_dir)
@@ -140,12 +133,10 @@ def main() -> None:
         print(f"{method}: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["metrics"].items()), flush=True)
 
     labelled = args.max_train_examples or len(task.train)
-    write_json(out_path, {
+    write_result(out_path, {
         "benchmark": "epr_table",
-        "command": "python benchmarks/epr_table.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-            if v is not None and k not in ("data_dir", "work", "out")),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "command": command_line(args, options, leave_out=("data_dir", "work")),
+        "machine": machine(),
         "task": args.task, "lm": args.lm, "n": len(examples), "seed": args.seed,
         "scale": {"train_pool": len(task.train), "examples_labelled": labelled, "n_candidates": args.n_candidates,
                   "pairs_scored": labelled * args.n_candidates, "k": args.k, "epochs": args.epochs,
@@ -154,7 +145,6 @@ def main() -> None:
         "results": results,
         "wall_time_s_this_run": round(time.perf_counter() - started, 1),
     })
-    print(f"-> {out_path}")
 
 
 if __name__ == "__main__":

@@ -8,36 +8,29 @@ predictions under --runs; a rerun skips runs that are already complete, so the j
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from _common import command_line, machine, parser, write_result
+
 from taskret.backends.transformers import CausalLM
 from taskret.data import load_task, sample
 from taskret.icl.evaluation import evaluate
-from taskret.io import write_json
 from taskret.progress import progress_bar
 from taskret.retrieval import make_retriever
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--tasks", default="mtop,break")
-    parser.add_argument("--methods", default="random,sbert,bm25")
-    parser.add_argument("--lm", default="smollm2-135m")
-    parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--context-window", type=int, default=640)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--runs", default="benchmarks/results/icl_baselines")
-    parser.add_argument("--out", default="benchmarks/results/icl_baselines.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/icl_baselines.json", lm="smollm2-135m", seed=0, icl=True)
+    options.add_argument("--tasks", default="mtop,break")
+    options.add_argument("--methods", default="random,sbert,bm25")
+    options.add_argument("--n", type=int, default=300)
+    options.add_argument("--runs", default="benchmarks/results/icl_baselines")
+    args = options.parse_args()
 
     lm = CausalLM.load(args.lm)
     results = []
@@ -59,11 +52,10 @@ def main() -> None:
                                        progress=advance, extra={"index_time_s": round(index_time, 2)})
             print(json.dumps({k: summary[k] for k in ("task", "retriever", "n", "metrics", "mean_demos", "wall_time_s")}))
             results.append(summary)
-    write_json(args.out, {
+    write_result(args.out, {
         "benchmark": "icl_baselines",
-        "command": "python benchmarks/icl_baselines.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("runs", "out", "data_dir")),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "command": command_line(args, options, leave_out=("data_dir", "runs")),
+        "machine": machine(),
         "results": results,
     })
 

@@ -8,14 +8,12 @@ newline. Scoring: EPR scoring pairs (BM25-by-output candidates of training examp
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+from _common import command_line, machine, parser, write_result  # noqa: E402
 
 from taskret.backends.transformers import CausalLM
 from taskret.data import load_task, sample
@@ -23,20 +21,15 @@ from taskret.epr.candidates import mine_candidates
 from taskret.epr.scoring import scoring_pair
 from taskret.icl.inference import build_prompts
 from taskret.icl.prompt import PromptBuilder
-from taskret.io import write_json
 from taskret.retrieval import make_retriever
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--n", type=int, default=48)
-    parser.add_argument("--pairs", type=int, default=200)
-    parser.add_argument("--context-window", type=int, default=640)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--batch-tokens", default="2048,8192")
-    parser.add_argument("--out", default="benchmarks/results/lm_throughput.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/lm_throughput.json", icl=True)
+    options.add_argument("--n", type=int, default=48)
+    options.add_argument("--pairs", type=int, default=200)
+    options.add_argument("--batch-tokens", default="2048,8192")
+    args = options.parse_args()
 
     task = load_task("mtop", data_dir=args.data_dir)
     lm = CausalLM.load("smollm2-135m")
@@ -74,12 +67,10 @@ def main() -> None:
                         "tokens_per_s": round(scored_tokens / score_s, 1)},
         })
         print(results[-1])
-    write_json(args.out, {
+    write_result(args.out, {
         "benchmark": "lm_throughput",
-        "command": f"python benchmarks/lm_throughput.py --n {args.n} --pairs {args.pairs} "
-                   f"--context-window {args.context_window} --batch-tokens {args.batch_tokens}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-                   f"{torch.get_num_threads()} threads, float32",
+        "command": command_line(args, options),
+        "machine": machine(dtype="float32"),
         "lm": "smollm2-135m", "results": results,
     })
 

@@ -12,11 +12,8 @@ Pairs/s counts the scoring only; cluster start and actor start-up (model load) a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,10 +24,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 os.environ.update(RAY_ENV)
 
-from taskret.data import load_task, sample
-from taskret.epr.candidates import mine_candidates
-from taskret.epr.scoring import score_candidates
-from taskret.io import write_json
+from _common import command_line, machine, parser, sampled_candidates, write_result  # noqa: E402
+
+from taskret.data import load_task  # noqa: E402
+from taskret.epr.scoring import score_candidates  # noqa: E402
 
 
 def max_abs_diff(a: Path, b: Path) -> float:
@@ -41,27 +38,22 @@ def max_abs_diff(a: Path, b: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--lm", default="smollm2-135m")
-    parser.add_argument("--examples", type=int, default=24)
-    parser.add_argument("--candidates", type=int, default=8)
-    parser.add_argument("--shard-size", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2, help="CPUs of the machine used by each configuration")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/results/ray_scoring.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/ray_scoring.json", lm="smollm2-135m", seed=0)
+    options.add_argument("--examples", type=int, default=24)
+    options.add_argument("--candidates", type=int, default=8)
+    options.add_argument("--shard-size", type=int, default=2)
+    options.add_argument("--threads", type=int, default=2, help="CPUs of the machine used by each configuration")
+    args = options.parse_args()
 
     import torch
 
     from taskret.backends import make_backend
     from taskret.epr.distributed import RayScoring
 
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    measured_on = machine(threads=args.threads)  # with the load average at the start
     task = load_task("mtop", data_dir=args.data_dir)
     examples = {e.id: e for e in task.train}
-    wanted = {e.id for e in sample(task.train, args.examples, seed=args.seed)}
-    rows = [r for r in mine_candidates(task.train, n=args.candidates) if r["id"] in wanted]
+    rows = sampled_candidates(task.train, args.examples, args.candidates, seed=args.seed)
     n_pairs = sum(len(r["candidates"]) for r in rows)
     options = {"device": "cpu", "dtype": "float32"}
     runs = []
@@ -109,17 +101,15 @@ def main() -> None:
     import ray
 
     result = {
-        "command": "python " + " ".join(sys.argv),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "python": platform.python_version(), "torch": torch.__version__, "ray": ray.__version__},
+        "command": command_line(args, options),
+        "machine": {**measured_on, "ray": ray.__version__},
         "lm": args.lm, "n_examples": len(rows), "n_candidates": args.candidates, "n_pairs": n_pairs,
-        "shard_size": args.shard_size, "load_average_at_start": load_at_start,
+        "shard_size": args.shard_size,
         "reference_for_identical": "local (1 thread)", "ray_cluster_start_s": round(cluster_s, 2), "runs": runs,
         "note": "identical = byte-identical scores.jsonl; a different torch thread count can change the last bits "
                 "of a float32 matmul, so max_abs_diff is reported too (scores are rounded to 5 decimals).",
     }
-    write_json(args.out, result)
-    print(f"-> {args.out}")
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,8 @@ training rows, retriever indexes. (The HTTP service's endpoints are not covered 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -39,9 +37,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from taskret.data import load_task, sample
-from taskret.epr.candidates import mine_candidates, write_candidates
-from taskret.io import write_json
+from _common import command_line, machine, parser, sampled_candidates, write_result
+
+from taskret.data import load_task
+from taskret.epr.candidates import write_candidates
 
 SCORES = "scores.jsonl"
 
@@ -85,8 +84,7 @@ def finished_shards(out: Path) -> int:
 
 def kill_resume(args, work: Path, lm: str) -> dict:
     task = load_task("mtop", data_dir=args.data_dir)
-    queries = {e.id for e in sample(task.train, args.examples, seed=args.seed)}
-    rows = [r for r in mine_candidates(task.train, n=args.candidates) if r["id"] in queries]
+    rows = sampled_candidates(task.train, args.examples, args.candidates, seed=args.seed)
     cands = work / "candidates.jsonl"
     write_candidates(cands, rows)
     n_pairs = sum(len(r["candidates"]) for r in rows)
@@ -404,17 +402,13 @@ def bad_inputs(work: Path, tiny_lm: Path) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--lm", default="smollm2-135m", help="scoring LM of the kill test; 'tiny' = a random 2-layer Llama")
-    parser.add_argument("--examples", type=int, default=25)
-    parser.add_argument("--candidates", type=int, default=8)
-    parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--skip-kill", action="store_true")
-    parser.add_argument("--out", default="benchmarks/results/robustness.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/robustness.json", seed=0, threads=2)
+    options.add_argument("--lm", default="smollm2-135m", help="scoring LM of the kill test; 'tiny' = a random 2-layer Llama")
+    options.add_argument("--examples", type=int, default=25)
+    options.add_argument("--candidates", type=int, default=8)
+    options.add_argument("--kills", type=int, default=10)
+    options.add_argument("--skip-kill", action="store_true")
+    args = options.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="taskret-robustness-") as tmp:
         work = Path(tmp)
@@ -425,9 +419,8 @@ def main() -> None:
         kill_wall = time.perf_counter() - started
         table = bad_inputs(work, tiny)
     result = {
-        "command": "python " + " ".join(sys.argv),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "python": platform.python_version()},
+        "command": command_line(args, options),
+        "machine": machine(threads=args.threads),
         "kill_resume": kill, "kill_resume_wall_s": round(kill_wall, 1),
         "bad_inputs": table,
         "bad_inputs_summary": {
@@ -443,7 +436,7 @@ def main() -> None:
             "longest_message_chars": max(r["message_chars"] for r in table),
         },
     }
-    write_json(args.out, result)
+    write_result(args.out, result, quiet=True)
     if kill:
         print(f"kill/resume: {kill['kills_that_landed']} kills landed, identical: {kill['identical_to_uninterrupted']}, "
               f"temp files left: {len(kill['temp_files_after_final_run'])}")

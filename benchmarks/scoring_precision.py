@@ -16,20 +16,17 @@ how many of float32's top-k and bottom-k candidates (the labels) each keeps.
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import time
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from _common import command_line, machine, parser, scoring_shard, write_result  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
-from scoring_speed import benchmark_shard  # noqa: E402  (benchmarks/, the script's own folder)
 
 from taskret.backends.transformers import CausalLM
-from taskret.io import write_json
 
 
 def quantize_int8(lm: CausalLM) -> CausalLM:
@@ -64,23 +61,19 @@ def agreement(reference: list[float], other: list[float], per_example: int, k: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--task", default="mtop")
-    parser.add_argument("--lm", default="smollm2-135m")
-    parser.add_argument("--examples", type=int, default=10, help="training examples scored (x --n-candidates pairs)")
-    parser.add_argument("--n-candidates", type=int, default=50)
-    parser.add_argument("--k", type=int, default=5, help="positives / hard negatives per example (the labels)")
-    parser.add_argument("--precisions", default="int8", help="comma-separated: int8, bfloat16")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default="benchmarks/results/scoring_precision.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/scoring_precision.json", task="mtop", lm="smollm2-135m",
+                     threads=1)
+    options.add_argument("--examples", type=int, default=10, help="training examples scored (x --n-candidates pairs)")
+    options.add_argument("--n-candidates", type=int, default=50)
+    options.add_argument("--k", type=int, default=5, help="positives / hard negatives per example (the labels)")
+    options.add_argument("--precisions", default="int8", help="comma-separated: int8, bfloat16")
+    args = options.parse_args()
     torch.set_num_threads(args.threads)
-    load_at_start = os.getloadavg()  # other work on the machine slows both precisions alike
+    measured_on = machine()  # with the load average now: other work on the machine slows both precisions alike
 
     # The first --examples examples of the shard scoring_speed.py times.
-    shard, _, (prefixes, prompts, targets) = benchmark_shard(args.data_dir, args.task, args.n_candidates, 25,
-                                                             examples=args.examples)
+    shard, _, (prefixes, prompts, targets) = scoring_shard(args.data_dir, args.task, args.n_candidates, 25,
+                                                           examples=args.examples)
 
     reference, reference_s = timed_scores(CausalLM.load(args.lm, dtype="float32"), prefixes, prompts, targets)
     runs = [{"precision": "float32", "pairs_per_s": round(len(prompts) / reference_s, 2)}]
@@ -98,14 +91,12 @@ def main() -> None:
                      **agreement(reference, scores, args.n_candidates, args.k)})
         print(runs[-1])
     result = {
-        "command": "python benchmarks/scoring_precision.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("data_dir", "out")),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads",
-        "load_average_at_start": [round(x, 2) for x in load_at_start],
+        "command": command_line(args, options),
+        "machine": measured_on,
         "lm": args.lm, "task": args.task, "n_pairs": len(prompts), "shard": shard, "runs": runs,
     }
-    write_json(args.out, result)
     print(result)
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

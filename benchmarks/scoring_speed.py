@@ -21,35 +21,16 @@ products + 2 x hidden x vocab per projected position), as a fraction of each.
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import random
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from _common import command_line, machine, parser, scoring_shard, write_result  # noqa: E402
 
 from taskret.backends.transformers import CausalLM
-from taskret.data import load_task
-from taskret.epr.candidates import mine_candidates
-from taskret.epr.scoring import shard_pairs
-from taskret.io import write_json
-
-
-def benchmark_shard(data_dir: str, task_name: str, n_candidates: int, shard_size: int, shard: int | None = None,
-                    examples: int | None = None):
-    """One shard of ``taskret epr score`` as the pipeline cuts it (training examples in output order, each
-    with its top ``n_candidates`` BM25 candidates): (shard index, every shard's rows, (prefixes, prompts,
-    targets) of its first ``examples`` examples). ``shard=None`` picks a seeded random one."""
-    task = load_task(task_name, data_dir=data_dir)
-    by_id = {e.id: e for e in task.train}
-    rows = sorted(mine_candidates(task.train, n=n_candidates), key=lambda r: (by_id[r["id"]].output, r["id"]))
-    shards = [rows[i: i + shard_size] for i in range(0, len(rows), shard_size)]
-    if shard is None:
-        shard = random.Random(0).randrange(len(shards))
-    return shard, shards, shard_pairs(shards[shard][:examples], by_id, task.output_format)
 
 
 def matmul_flops(dtype: torch.dtype, size: int = 1024, seconds: float = 3.0) -> float:
@@ -95,22 +76,17 @@ def scorer_flops(lm: CausalLM, prompts: list[str], targets: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--task", default="mtop")
-    parser.add_argument("--lm", default="smollm2-135m")
-    parser.add_argument("--shard-size", type=int, default=25, help="training examples per shard (the pipeline's)")
-    parser.add_argument("--n-candidates", type=int, default=50)
-    parser.add_argument("--shard", type=int, default=None, help="which shard (default: a seeded random one)")
-    parser.add_argument("--loop-pairs", type=int, default=200, help="pairs the batch-size-1 loop is timed on")
-    parser.add_argument("--max-batch-tokens", type=int, default=8192)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results/scoring_speed.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/scoring_speed.json", task="mtop", lm="smollm2-135m", threads=2)
+    options.add_argument("--shard-size", type=int, default=25, help="training examples per shard (the pipeline's)")
+    options.add_argument("--n-candidates", type=int, default=50)
+    options.add_argument("--shard", type=int, default=None, help="which shard (default: a seeded random one)")
+    options.add_argument("--loop-pairs", type=int, default=200, help="pairs the batch-size-1 loop is timed on")
+    options.add_argument("--max-batch-tokens", type=int, default=8192)
+    args = options.parse_args()
     torch.set_num_threads(args.threads)
 
-    shard, shards, (prefixes, prompts, targets) = benchmark_shard(args.data_dir, args.task, args.n_candidates,
-                                                                  args.shard_size, args.shard)
+    shard, shards, (prefixes, prompts, targets) = scoring_shard(args.data_dir, args.task, args.n_candidates,
+                                                                args.shard_size, args.shard)
     reuse = len(prefixes) / len(set(prefixes))
 
     lm = CausalLM.load(args.lm, max_batch_tokens=args.max_batch_tokens)
@@ -140,10 +116,8 @@ def main() -> None:
     peak_bf16 = matmul_flops(torch.bfloat16)
     achieved = flops / fast_s
     result = {
-        "command": "python benchmarks/scoring_speed.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k not in ("data_dir",
-                                                                                                        "out")),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads",
+        "command": command_line(args, options),
+        "machine": machine(),
         "lm": args.lm,
         "dtype": str(next(lm.model.parameters()).dtype),
         "n_pairs": len(prompts),
@@ -168,8 +142,8 @@ def main() -> None:
         "scorer_fraction_of_matmul": {"float32": round(achieved / peak_fp32, 3),
                                       "bfloat16": round(achieved / peak_bf16, 3)},
     }
-    write_json(args.out, result)
     print(result)
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

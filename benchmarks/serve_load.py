@@ -10,10 +10,7 @@ so on a small machine both compete for the same cores: the numbers are a floor, 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import platform
 import socket
 import subprocess
 import sys
@@ -24,9 +21,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import psutil
+from _common import command_line, machine, parser, write_result
 
 from taskret.data import load_task
-from taskret.io import write_json
 from taskret.retrieval import BM25Retriever
 from taskret.retrieval.index import save_index
 
@@ -86,14 +83,12 @@ async def _load(url: str, queries: list[str], clients: int, duration: float, k: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load")
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--endpoint", default="/retrieve", choices=["/retrieve", "/prompt"])
-    parser.add_argument("--out", default="benchmarks/results/serve_load.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/serve_load.json")
+    options.add_argument("--clients", type=int, default=32)
+    options.add_argument("--duration", type=float, default=60.0, help="seconds of load")
+    options.add_argument("--k", type=int, default=10)
+    options.add_argument("--endpoint", default="/retrieve", choices=["/retrieve", "/prompt"])
+    args = options.parse_args()
 
     task = load_task("break", data_dir=args.data_dir)
     queries = [e.input for e in task.test]
@@ -111,7 +106,7 @@ def main() -> None:
             _wait_healthy(url, process)
             startup_s = time.perf_counter() - start
             rss_before = _rss_mib(process.pid)
-            load_before = os.getloadavg()[0]
+            measured_on = machine(setup="server (1 uvicorn worker) and load generator on the same machine")
             latencies, errors, elapsed = asyncio.run(_load(url, queries, args.clients, args.duration, args.k,
                                                            args.endpoint))
             rss_after = _rss_mib(process.pid)
@@ -127,11 +122,8 @@ def main() -> None:
     n_errors = sum(errors.values())
     result = {
         "benchmark": "serve_load",
-        "command": f"python benchmarks/serve_load.py --clients {args.clients} --duration {args.duration:g} "
-                   f"--k {args.k} --endpoint {args.endpoint}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; server "
-                   f"(1 uvicorn worker) and load generator on the same machine",
-        "load_average_1min_before": round(load_before, 2),
+        "command": command_line(args, options),
+        "machine": measured_on,
         "index": {"task": "break", "split": "train", "retriever": "bm25 (bm25s, stemmed)", "n_examples": len(task.train),
                   "build_s": round(index_s, 2)},
         "server_startup_s": round(startup_s, 2),
@@ -145,7 +137,7 @@ def main() -> None:
         "server_rss_mib": {"before": rss_before, "after": rss_after, "growth": round(rss_after - rss_before, 1)},
         "server_healthy_after": alive,
     }
-    write_json(args.out, result)
+    write_result(args.out, result, quiet=True)
     print(f"{result['requests_per_s']} req/s, p50 {result['latency_ms']['p50']} ms, p99 {result['latency_ms']['p99']} ms, "
           f"{n_errors} errors, RSS {rss_before} -> {rss_after} MiB -> {args.out}")
 

@@ -25,10 +25,8 @@ the train splits of MTOP and Break and from AmbigQA's only split, so AmbigQA is 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -36,8 +34,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+from _common import command_line, machine, parser, round_metrics, write_result  # noqa: E402
 
-from taskret.io import write_json
 from taskret.retrieval import DenseRetriever, make_retriever
 from taskret.tart.evaluation import evaluate_retriever
 from taskret.tart.tasks import load_retrieval_task, read_instructions
@@ -77,40 +75,19 @@ class _EmbeddingCache:
         return retriever
 
 
-def _round(metrics: dict) -> dict:
-    return {m: round(v, 2) for m, v in metrics.items()}
-
-
-def _machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import torch
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR", "../shared/data"))
-    parser.add_argument("--retrievers", default="bm25,dense:minilm-l6")
-    parser.add_argument("--limit", type=int, default=200, help="queries per task in the cross-task part")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cross-tasks", default=",".join(CROSS_TASKS), help="tasks pooled in the cross-task part")
-    parser.add_argument("--no-scifact", action="store_true", help="skip part 1 (SciFact test, the slow part)")
-    parser.add_argument("--runs", default=None, help="also write the run files (retrieved ids per query) here")
-    parser.add_argument("--out", default="benchmarks/results/tart_zero_shot.json")
-    args = parser.parse_args()
+    options = parser(__doc__, out="benchmarks/results/tart_zero_shot.json", seed=0)
+    options.add_argument("--retrievers", default="bm25,dense:minilm-l6")
+    options.add_argument("--limit", type=int, default=200, help="queries per task in the cross-task part")
+    options.add_argument("--cross-tasks", default=",".join(CROSS_TASKS), help="tasks pooled in the cross-task part")
+    options.add_argument("--no-scifact", action="store_true", help="skip part 1 (SciFact test, the slow part)")
+    options.add_argument("--runs", default=None, help="also write the run files (retrieved ids per query) here")
+    args = options.parse_args()
 
     import torch
 
     torch.set_num_threads(1)
+    measured_on = machine()
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     start_all = time.perf_counter()
     data_dir = Path(args.data_dir)
@@ -142,17 +119,17 @@ def main() -> None:
                 one = evaluate_retriever(spec, [scifact], "closed", use_instruction,
                                          run_dir=runs and runs / "scifact_test", indexes=indexes, make=embeddings.make)
                 entry = one["settings"]["closed"]["scifact"]
-                scifact_results[spec][tag] = {**_round(entry["metrics"]), "query_s": entry["query_s"]}
+                scifact_results[spec][tag] = {**round_metrics(entry["metrics"]), "query_s": entry["query_s"]}
                 scifact_results[spec]["index_s"] = entry["index_s"]
             print(f"[{time.perf_counter() - start_all:6.0f}s] {spec}, {tag}: cross-task closed + pooled", flush=True)
             both = evaluate_retriever(spec, cross, "both", use_instruction, run_dir=runs and runs / "cross_task",
                                       indexes=indexes, make=embeddings.make)
             cross_results[spec][tag] = {
-                setting: {t: {**_round(e["metrics"]), **({"other_task@10": round(e["other_task@10"], 2)}
+                setting: {t: {**round_metrics(e["metrics"]), **({"other_task@10": round(e["other_task@10"], 2)}
                                                          if "other_task@10" in e else {})}
                           for t, e in both["settings"][setting].items()}
                 for setting in ("closed", "pooled")}
-            cross_results[spec][tag]["mean"] = {s: _round(m) for s, m in both["mean"].items()}
+            cross_results[spec][tag]["mean"] = {s: round_metrics(m) for s, m in both["mean"].items()}
             cross_results[spec][tag]["gap_ndcg@10"] = {t: round(g["ndcg@10"], 2) for t, g in both["gap"].items()}
             cross_results[spec][tag]["gap_ndcg@10"]["mean"] = round(both["gap_mean"]["ndcg@10"], 2)
             timings.setdefault(spec, {})[tag] = {
@@ -167,12 +144,8 @@ def main() -> None:
     pooled_docs = sum(len(t.corpus) for t in cross)
     result = {
         "benchmark": "tart_zero_shot",
-        "command": f"OMP_NUM_THREADS=1 python benchmarks/tart_zero_shot.py --data-dir {args.data_dir} "
-                   f"--retrievers {args.retrievers} --limit {args.limit} --seed {args.seed}"
-                   + (f" --cross-tasks {args.cross_tasks}" if args.cross_tasks != ",".join(CROSS_TASKS) else "")
-                   + (" --no-scifact" if args.no_scifact else "")
-                   + (f" --out {args.out}" if args.out != "benchmarks/results/tart_zero_shot.json" else ""),
-        "machine": _machine(),
+        "command": command_line(args, options, leave_out=("data_dir", "runs"), prefix="OMP_NUM_THREADS=1 "),
+        "machine": measured_on,
         "metrics_note": "percent; NDCG@10 and Recall@100 from trec_eval (pytrec-eval-terrier), MRR@10 from the "
                         "same ranking; closed = each task's own corpus, pooled = the cross-task corpora merged",
         "scifact_test": None if args.no_scifact else {
@@ -200,8 +173,7 @@ def main() -> None:
         },
         "wall_time_s": round(time.perf_counter() - start_all, 1),
     }
-    write_json(args.out, result)
-    print(f"-> {args.out} ({result['wall_time_s']:.0f}s)")
+    write_result(args.out, result)
     for spec in retrievers:
         print(spec, "scifact test NDCG@10:", {tag: scifact_results[spec][tag]["ndcg@10"]
                                              for tag in ("no_instruction", "instruction") if tag in scifact_results[spec]})

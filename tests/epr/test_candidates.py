@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from taskret.data import Example
-from taskret.epr.candidates import mine_candidates, read_candidates, write_candidates
+from taskret.epr.candidates import mine_candidates, mine_candidates_for, read_candidates, write_candidates
 from taskret.io import DataError
 from tests.conftest import POOL_ROWS, read_jsonl_rows, write_jsonl_rows
 
@@ -117,3 +117,18 @@ def test_malformed_json_and_missing_file(tmp_path):
         read_candidates(path)
     with pytest.raises(DataError, match="cannot read file"):
         read_candidates(tmp_path / "nope.jsonl")
+
+
+@pytest.mark.parametrize("field", ["output", "input"])
+def test_candidates_for_a_sample_are_the_full_rows_of_those_queries_in_pool_order(examples, field):
+    queries = [examples[7], examples[2], examples[-1]]  # not in pool order
+    rows = mine_candidates_for(examples, queries, n=4, field=field)
+    every = {r["id"]: r for r in mine_candidates(examples, n=4, field=field)}
+    assert [r["id"] for r in rows] == [e.id for e in examples if e.id in {q.id for q in queries}]
+    assert rows == [every[r["id"]] for r in rows]  # neighbours still come from the whole pool
+    assert mine_candidates_for(examples, None, n=4, field=field) == list(every.values())
+
+
+def test_candidates_for_queries_outside_the_pool_are_refused(examples):
+    with pytest.raises(ValueError, match="not in the candidate pool, e.g. 'stranger'"):
+        mine_candidates_for(examples, [Example("stranger", "hello", "HELLO")], n=2)

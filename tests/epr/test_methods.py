@@ -13,6 +13,7 @@ from taskret.epr.methods import (
     any_correct_oracle,
     bm25_oracle,
     brute_force,
+    fill_ranking,
     lm_oracle,
     lm_rank,
     rank_test_examples,
@@ -100,3 +101,17 @@ def test_lm_rank_without_gold_differs_from_with_gold(task, tiny_lm):
     with_gold = lm_rank(task, task.test, candidates, tiny_lm, gold_output=True)
     without = lm_rank(task, task.test, candidates, tiny_lm, gold_output=False)
     assert not (with_gold.scores[:, :3] == without.scores[:, :3]).all()
+
+
+def test_fill_ranking_appends_the_rest_that_the_head_lacks_in_its_order():
+    from taskret.retrieval import RetrievalResult
+
+    head = RetrievalResult([["c", "a"], ["x"]], np.array([[-1.0, -2.0], [-0.5, np.nan]], dtype=np.float32))
+    rest = RetrievalResult([["a", "b", "c", "d"], ["y", "x", "z"]], np.zeros((2, 4), dtype=np.float32))
+    filled = fill_ranking(head, rest)
+    assert filled.ids == [["c", "a", "b", "d"], ["x", "y", "z"]]
+    assert filled.scores.shape == (2, 4)
+    assert list(filled.scores[0, :2]) == [-1.0, -2.0] and np.isnan(filled.scores[0, 2:]).all()
+    assert filled.scores[1, 0] == np.float32(-0.5) and np.isnan(filled.scores[1, 1:]).all()
+    with pytest.raises(ValueError, match="1 head rankings for 2 queries"):
+        fill_ranking(RetrievalResult([["c"]], np.zeros((1, 1), dtype=np.float32)), rest)

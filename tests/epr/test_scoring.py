@@ -247,3 +247,21 @@ def test_sigkill_then_restart_gives_the_uninterrupted_scores(tmp_path, tiny_mode
     rows = read_jsonl_rows(out / SCORES_FILE)
     assert [r["id"] for r in rows] == [e.id for e in examples]
     assert all(len(r["candidates"]) == 6 for r in rows)
+
+
+def test_order_shards_cuts_the_shards_score_candidates_writes(tmp_path, tiny_lm):
+    from taskret.epr.scoring import order_shards
+
+    examples = make_examples(7)
+    by_id = {e.id: e for e in examples}
+    rows = mine_candidates(examples, n=2)
+    shards = order_shards(rows, by_id, 3)
+    assert [len(s) for s in shards] == [3, 3, 1]
+    flat = [r["id"] for s in shards for r in s]
+    assert flat == sorted(flat, key=lambda i: (by_id[i].output, i))  # by output, so shared candidates meet
+    assert [r["id"] for s in order_shards(rows, by_id, 3, "file") for r in s] == [r["id"] for r in rows]
+    score_candidates(rows, by_id, tiny_lm, tmp_path, shard_size=3)
+    written = [[r["id"] for r in read_jsonl_rows(p)] for p in sorted((tmp_path / "shards").iterdir())]
+    assert written == [[r["id"] for r in s] for s in shards]
+    with pytest.raises(ValueError, match="shard_order"):
+        order_shards(rows, by_id, 3, "random")

@@ -17,10 +17,29 @@ def mine_candidates(examples: Sequence[Example], n: int = 50, field: str = "outp
 
     Rows: ``{"id", "candidates": [ids, best first], "bm25": [scores]}``.
     """
-    retriever = BM25Retriever(field=field).index(examples)
-    result = retriever.retrieve([example_text(e, field) for e in examples], k=n, exclude=[e.id for e in examples])
+    return mine_candidates_for(examples, examples, n=n, field=field)
+
+
+def mine_candidates_for(pool: Sequence[Example], queries: Sequence[Example] | None, n: int = 50,
+                        field: str = "output") -> list[dict]:
+    """The rows of :func:`mine_candidates` for ``queries`` only (e.g. a seeded ``data.sample`` of the pool):
+    their neighbours come from the whole ``pool``, and the rows keep the pool's order. ``None``: every example.
+
+    Only the queries are searched; each query's BM25 ranking depends on the pool alone, so the rows are those
+    of ``mine_candidates(pool)`` for these ids.
+    """
+    if queries is None:
+        queries = pool
+    wanted = {e.id for e in queries}
+    known = {e.id for e in pool}
+    missing = sorted(wanted - known)
+    if missing:
+        raise ValueError(f"{len(missing)} queries are not in the candidate pool, e.g. '{missing[0]}'")
+    chosen = [e for e in pool if e.id in wanted]
+    retriever = BM25Retriever(field=field).index(pool)
+    result = retriever.retrieve([example_text(e, field) for e in chosen], k=n, exclude=[e.id for e in chosen])
     return [{"id": e.id, "candidates": ids, "bm25": [round(float(s), 4) for s in scores[: len(ids)]]}
-            for e, ids, scores in zip(examples, result.ids, result.scores)]
+            for e, ids, scores in zip(chosen, result.ids, result.scores)]
 
 
 def write_candidates(path: str | os.PathLike, rows: list[dict]) -> None:

@@ -75,9 +75,21 @@ def lm_oracle(task: Task, examples: Sequence[Example], lm: LMBackend, n_candidat
     ranked = lm_rank(task, examples, head, lm, gold_output=True, progress=progress)
     if fill_to <= n_candidates:
         return ranked
-    ids = [top + all_ids[n_candidates:] for top, all_ids in zip(ranked.ids, oracle.ids)]
+    return fill_ranking(ranked, oracle)
+
+
+def fill_ranking(head: RetrievalResult, rest: RetrievalResult) -> RetrievalResult:
+    """Each query's ``head`` ranking, then the ids of its ``rest`` ranking that ``head`` lacks, in ``rest``'s
+    order (scores NaN): a short re-ranked head (LM-Oracle's top L) filled to a full prompt's worth."""
+    if len(head.ids) != len(rest.ids):
+        raise ValueError(f"{len(head.ids)} head rankings for {len(rest.ids)} queries")
+    ids = []
+    for top, more in zip(head.ids, rest.ids):
+        seen = set(top)
+        ids.append(list(top) + [i for i in more if i not in seen])
     scores = np.full((len(ids), max((len(i) for i in ids), default=0)), np.nan, dtype=np.float32)
-    scores[:, : ranked.scores.shape[1]] = ranked.scores
+    width = min(head.scores.shape[1], scores.shape[1]) if head.scores.ndim == 2 else 0
+    scores[:, :width] = head.scores[:, :width]
     return RetrievalResult(ids, scores)
 
 
