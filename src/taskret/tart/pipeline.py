@@ -24,7 +24,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..io import guard_config, read_json, write_json
+from ..io import read_json, write_json
+from ..pipeline import Stage, guard_config, read_config
 
 __all__ = ["TartRunConfig", "run_pipeline"]
 
@@ -67,7 +68,7 @@ class TartRunConfig(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TartRunConfig":
-        return cls.model_validate(read_json(path))
+        return read_config(cls, path)
 
     def dual_config(self):
         from .dual import TartDualConfig
@@ -100,7 +101,9 @@ def _check_leakage(config: TartRunConfig) -> None:
                              f"({config.eval_split}); keep evaluation data out of training")
 
 
-def _build_rows(config: TartRunConfig, path: Path, say, denoiser=None, with_instruction: bool = False) -> None:
+def _build_rows(config: TartRunConfig, out: Path, stats_path: Path, say, denoiser=None,
+                with_instruction: bool = False) -> str:
+    """Mine the training rows into ``out`` and their counts into ``stats_path``; return the counts in words."""
     from .tasks import load_training_tasks
     from .training_data import build_training_examples, write_training_examples
 
@@ -114,10 +117,10 @@ def _build_rows(config: TartRunConfig, path: Path, say, denoiser=None, with_inst
                                    n_random=config.n_random, n_unfollowing=config.n_unfollowing, seed=config.seed,
                                    denoiser=denoiser, denoise_threshold=config.denoise_threshold, stats=stats,
                                    denoise_with_instruction=with_instruction)
-    write_json(path.with_name(path.stem + "_stats.json"), {k: v for k, v in stats.items() if k != "denoised"})
-    write_training_examples(path, rows)  # last: its presence marks the stage done
-    say(f"build-data: {stats['n_rows']} rows ({', '.join(f'{k} {v}' for k, v in stats['per_task'].items())}), "
-        f"{stats['n_denoised']} hard negatives dropped by the denoiser -> {path}")
+    write_json(stats_path, {k: v for k, v in stats.items() if k != "denoised"})
+    write_training_examples(out, rows)
+    return (f"{stats['n_rows']} rows ({', '.join(f'{k} {v}' for k, v in stats['per_task'].items())}), "
+            f"{stats['n_denoised']} hard negatives dropped by the denoiser")
 
 
 def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> dict:
@@ -146,40 +149,34 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     _check_leakage(config)
     guard_config(work / "pipeline_config.json", config)
 
-    data_path = work / "train.jsonl"
-    if data_path.exists():
-        say(f"build-data: {data_path} exists, skipped")
-    else:
-        _build_rows(config, data_path, say)
-    rows = read_training_examples(data_path)
+    data = Stage("build-data", work / "train.jsonl", say=say)
+    data.run(lambda out: _build_rows(config, out, work / "train_stats.json", say))
+    rows = read_training_examples(data.output)
 
-    stages = [("train-dual", work / "dual", DUAL_FILE, lambda out: train_tart_dual(
-                  rows, out, dual_config, progress=progress, source=str(data_path))),
-              ("train-full", work / "full", FULL_FILE, lambda out: train_tart_full(
-                  rows, out, full_config, progress=progress, source=str(data_path)))]
-    for name, out, marker, train in stages:
-        if (out / marker).exists():
-            say(f"{name}: {out / marker} exists, skipped")
-        else:
-            say(f"{name}: -> {train(out)}")
+    def train_dual(out: Path) -> None:
+        train_tart_dual(rows, out, dual_config, progress=progress, source=str(data.output))
 
-    distil_rows, distil_path = rows, data_path
+    def train_full(out: Path) -> None:
+        train_tart_full(rows, out, full_config, progress=progress, source=str(data.output))
+
+    Stage("train-dual", work / "dual", marker=work / "dual" / DUAL_FILE, say=say).run(train_dual)
+    Stage("train-full", work / "full", marker=work / "full" / FULL_FILE, say=say).run(train_full)
+
+    distil_data = data
     if config.redenoise:
-        distil_path = work / "train.denoised.jsonl"
-        if distil_path.exists():
-            say(f"re-denoise: {distil_path} exists, skipped")
-        else:
+        def redenoise(out: Path) -> str:
             denoiser, with_instruction = make_denoiser(work / "full")
-            _build_rows(config, distil_path, say, denoiser=denoiser, with_instruction=with_instruction)
-        distil_rows = read_training_examples(distil_path)
+            return _build_rows(config, out, work / "train.denoised_stats.json", say, denoiser=denoiser,
+                               with_instruction=with_instruction)
+
+        distil_data = Stage("re-denoise", work / "train.denoised.jsonl", say=say)
+        distil_data.run(redenoise)
     if distil_config is not None:
-        out = work / "distil"
-        if (out / DISTIL_FILE).exists():
-            say(f"distil: {out / DISTIL_FILE} exists, skipped")
-        else:
-            folder = train_tart_distil(distil_rows, work / "full", out, distil_config, progress=progress,
-                                       source=str(distil_path))
-            say(f"distil: -> {folder}")
+        def distil(out: Path) -> None:
+            train_tart_distil(read_training_examples(distil_data.output), work / "full", out, distil_config,
+                              progress=progress, source=str(distil_data.output))
+
+        Stage("distil", work / "distil", marker=work / "distil" / DISTIL_FILE, say=say).run(distil)
 
     if not config.eval_tasks:  # a training-only run (benchmarks/tart_trained.py evaluates its own grid)
         say("evaluate: no eval_tasks, skipped")
@@ -193,16 +190,18 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     indexes: dict = {}
     for system, (retriever, rerank) in systems.items():
         eval_dir = work / "eval" / system
-        if (eval_dir / "metrics.json").exists():
-            result = read_json(eval_dir / "metrics.json")
-            say(f"evaluate {system}: {eval_dir / 'metrics.json'} exists, skipped")
-        else:
+
+        def evaluate(out: Path, retriever=retriever, rerank=rerank, eval_dir=eval_dir, system=system) -> None:
             result = evaluate_retriever(retriever, tasks, setting=config.eval_setting,
                                         use_instruction=config.eval_instruction, k=config.k, run_dir=eval_dir / "runs",
                                         indexes=indexes, reranker=load_reranker(rerank) if rerank else None,
                                         rerank_top_k=config.rerank_top_k)
             result.update({"system": system, "split": config.eval_split, "limit": config.eval_limit})
-            write_json(eval_dir / "metrics.json", result)
+            write_json(out, result)
+
+        stage = Stage(f"evaluate {system}", eval_dir / "metrics.json", say=say)
+        stage.run(evaluate)
+        result = read_json(stage.output)
         summary[system] = result["mean"]
         say(f"{system} ({retriever}{' + rerank' if rerank else ''}): " + "; ".join(
             f"{setting} " + ", ".join(f"{m} {v:.1f}" for m, v in metrics.items())
