@@ -109,16 +109,16 @@ def test_openai_backend_scores_like_the_model_in_process(http_lm, tiny_lm):
     remote = http_lm.score(PROMPTS, TARGETS, progress=done.append)
     local = tiny_lm.score(PROMPTS, TARGETS)
     assert sum(done) == len(PROMPTS)
-    for r, l in zip(remote, local):
+    for r, loc in zip(remote, local):
         # The server tokenizes prompt + target as one text; on these pairs the tokens are the same.
-        assert r.n_tokens == l.n_tokens
-        assert r.logprob == pytest.approx(l.logprob, abs=1e-3)
+        assert r.n_tokens == loc.n_tokens
+        assert r.logprob == pytest.approx(loc.logprob, abs=1e-3)
 
 
 def test_openai_backend_batches_prompts_per_request(server_client, tiny_lm):
     lm = OpenAIBackend("http://testserver/v1", "tiny", client=server_client, batch_size=2, concurrency=2)
-    for r, l in zip(lm.score(PROMPTS, TARGETS), tiny_lm.score(PROMPTS, TARGETS)):
-        assert r.n_tokens == l.n_tokens and r.logprob == pytest.approx(l.logprob, abs=1e-3)
+    for r, loc in zip(lm.score(PROMPTS, TARGETS), tiny_lm.score(PROMPTS, TARGETS)):
+        assert r.n_tokens == loc.n_tokens and r.logprob == pytest.approx(loc.logprob, abs=1e-3)
 
 
 def test_openai_backend_generates_like_the_model_in_process(http_lm, tiny_lm):
@@ -179,8 +179,8 @@ def test_server_batches_concurrent_requests(server_client, tiny_lm):
     many_prompts, many_targets = PROMPTS * 4, TARGETS * 4
     remote = lm.score(many_prompts, many_targets)
     local = tiny_lm.score(many_prompts, many_targets)
-    assert [r.n_tokens for r in remote] == [l.n_tokens for l in local]
-    assert [r.logprob for r in remote] == pytest.approx([l.logprob for l in local], abs=1e-3)
+    assert [r.n_tokens for r in remote] == [loc.n_tokens for loc in local]
+    assert [r.logprob for r in remote] == pytest.approx([loc.logprob for loc in local], abs=1e-3)
 
 
 # -- the openai backend against scripted failures -----------------------------------------------------

@@ -97,11 +97,11 @@ def compare_rankings(remote_lm, local_lm, candidate_sets) -> dict:
     spearman, kendall, top1, diffs = [], [], 0, []
     for k in range(len(candidate_sets)):
         r = [s.logprob for s in remote[k * N_CANDIDATES: (k + 1) * N_CANDIDATES]]
-        l = [s.logprob for s in local[k * N_CANDIDATES: (k + 1) * N_CANDIDATES]]
-        spearman.append(spearmanr(r, l).statistic)
-        kendall.append(kendalltau(r, l).statistic)
-        top1 += int(max(range(N_CANDIDATES), key=r.__getitem__) == max(range(N_CANDIDATES), key=l.__getitem__))
-        diffs.extend(abs(a - b) for a, b in zip(r, l))
+        loc = [s.logprob for s in local[k * N_CANDIDATES: (k + 1) * N_CANDIDATES]]
+        spearman.append(spearmanr(r, loc).statistic)
+        kendall.append(kendalltau(r, loc).statistic)
+        top1 += int(max(range(N_CANDIDATES), key=r.__getitem__) == max(range(N_CANDIDATES), key=loc.__getitem__))
+        diffs.extend(abs(a - b) for a, b in zip(r, loc))
     return {"spearman": spearman, "kendall": kendall, "top1": top1, "max_abs_diff": max(diffs),
             "n_tokens_equal": sum(a.n_tokens == b.n_tokens for a, b in zip(remote, local)) / len(remote)}
 

@@ -10,7 +10,7 @@ import torch
 
 from taskret.backends.transformers import CausalLM, TargetScore, _token_batches
 
-from .conftest import build_tiny_llama
+from ..conftest import build_tiny_llama
 
 PROMPTS = [
     "set an alarm for 7 am\t[IN:CREATE_ALARM ]\nwake me up at six\t",

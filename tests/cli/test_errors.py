@@ -16,7 +16,7 @@ from taskret.io import DataError
 from taskret.models import resolve_model
 from taskret.tart.tasks import load_retrieval_task
 from tests.conftest import POOL_ROWS, write_jsonl_rows
-from tests.tart.test_tasks import write_beir
+from tests.tart.builders import write_beir
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 FIELDS = ["--input-field", "q", "--output-field", "a", "--id-field", "key"]

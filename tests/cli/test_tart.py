@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from taskret.cli import app
 from tests.conftest import read_jsonl_rows, write_jsonl_rows
-from tests.tart.test_tasks import make_data_dir, write_beir
+from tests.tart.builders import make_data_dir, write_beir
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}  # wide: rich must not wrap paths in messages
 

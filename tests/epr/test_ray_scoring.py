@@ -17,10 +17,10 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("ray is not installed (pip install 'taskret[ray]'); the Ray scoring tests are skipped",
                 allow_module_level=True)
 
-from taskret.epr.candidates import mine_candidates, write_candidates
-from taskret.epr.scoring import SCORES_FILE, score_candidates
+from taskret.epr.candidates import mine_candidates, write_candidates  # noqa: E402
+from taskret.epr.scoring import SCORES_FILE, score_candidates  # noqa: E402
 from tests.conftest import write_jsonl_rows  # noqa: E402
-from tests.epr.test_scoring import make_examples  # noqa: E402
+from tests.epr.builders import make_examples  # noqa: E402
 
 # Keep Ray on loopback: without this, Ray swaps 127.0.0.1 for the machine's outward-facing address.
 # Token authentication (on by default in recent Ray) is for shared clusters, not a test's private one.

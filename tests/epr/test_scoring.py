@@ -22,13 +22,7 @@ from taskret.epr.scoring import META_FILE, SCORES_FILE, score_candidates, scorin
 from taskret.formats import BREAK_FORMAT, OutputFormat
 from tests.conftest import read_jsonl_rows, write_jsonl_rows
 
-TOPICS = ["weather", "alarm", "music", "timer"]
-
-
-def make_examples(n: int) -> list[Example]:
-    return [Example(f"e{i}", f"{TOPICS[i % 4]} request {i} for the {['morning', 'evening', 'weekend'][i % 3]}",
-                    f"INTENT_{TOPICS[i % 4].upper()} slot {i} {['morning', 'evening', 'weekend'][i % 3]}")
-            for i in range(n)]
+from .builders import make_examples
 
 
 def pairs_of(rows, examples, fmt=OutputFormat()):

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-from taskret.data import Example
 from taskret.retrieval import (
     BM25Retriever,
     DenseRetriever,
@@ -19,12 +18,7 @@ from taskret.retrieval import (
     make_retriever,
 )
 
-QUERIES = ["will it rain in paris tomorrow, what is the forecast", "play jazz by miles davis",
-           "start a twenty minute timer"]
-
-
-def big_pool(n: int = 40) -> list[Example]:
-    return [Example(f"e{i}", f"example number {i} about topic {i % 7}", f"OUT_{i}") for i in range(n)]
+from .builders import QUERIES, assert_same_results
 
 
 @pytest.mark.parametrize("make", [lambda: BM25Retriever(), lambda: RandomRetriever(seed=3)],
@@ -76,11 +70,6 @@ def test_retrieve_needs_an_index_and_positive_k(pool_examples):
 
 
 # --- persistence ----------------------------------------------------------------------------------
-
-
-def assert_same_results(a, b):
-    assert a.ids == b.ids
-    np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("make", [lambda: BM25Retriever(), lambda: BM25Retriever(field="both", k1=1.2, b=0.5),

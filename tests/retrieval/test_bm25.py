@@ -7,7 +7,7 @@ import pytest
 
 from taskret.retrieval import BM25Retriever
 
-from .test_base import QUERIES
+from .builders import QUERIES
 
 # --- BM25 -----------------------------------------------------------------------------------------
 

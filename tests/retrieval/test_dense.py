@@ -12,7 +12,7 @@ import pytest
 from taskret.retrieval import DenseRetriever, Retriever, SBERTRetriever
 from taskret.retrieval.dense import build_faiss_index
 
-from .test_base import QUERIES, assert_same_results
+from .builders import QUERIES, assert_same_results
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from taskret.retrieval import RandomRetriever
 
-from .test_base import QUERIES, big_pool
+from .builders import QUERIES, big_pool
 
 # --- random ---------------------------------------------------------------------------------------
 

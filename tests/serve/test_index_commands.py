@@ -15,7 +15,7 @@ from taskret.retrieval.index import INDEX_FORMAT, INFO_FILE, ITEMS_FILE, load_in
 from taskret.serve.app import create_app
 
 from ..conftest import POOL_ROWS, read_jsonl_rows, write_jsonl_rows
-from ..tart.test_tasks import write_beir
+from ..tart.builders import write_beir
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 FIELDS = ["--input-field", "q", "--output-field", "a", "--id-field", "key"]

@@ -26,7 +26,7 @@ from taskret.tart.evaluation import evaluate_retriever
 from taskret.tart.tasks import doc_text
 from taskret.tart.training_data import build_training_examples, write_training_examples
 
-from .test_tasks import write_beir
+from .builders import write_beir
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 
@@ -254,7 +254,7 @@ def test_cli_train_full_evaluate_and_search_with_rerank(tmp_path, rows, tiny_ber
 
 
 def test_cli_build_data_with_a_trained_denoiser(tmp_path, trained):
-    from .test_tasks import make_data_dir
+    from .builders import make_data_dir
 
     out, _, _ = trained
     data_dir = make_data_dir(tmp_path / "data")

@@ -117,7 +117,7 @@ def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
     from taskret.cli import app
     from taskret.tart.training_data import read_training_examples
 
-    from .test_tasks import make_data_dir
+    from .builders import make_data_dir
 
     env = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
     data_dir = make_data_dir(tmp_path / "data")

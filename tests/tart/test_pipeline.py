@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from taskret.cli import app
 from taskret.tart.pipeline import TartRunConfig, run_pipeline
 
+from .builders import write_beir
 from .conftest import make_tasks
-from .test_tasks import write_beir
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 
@@ -107,7 +107,7 @@ def test_evaluation_data_cannot_be_trained_on(tmp_path, beir, tiny_bert_dir):
 
 
 def test_ambigqa_dev_is_ambigqa_test(tmp_path, tiny_bert_dir):
-    from .test_tasks import make_data_dir
+    from .builders import make_data_dir
 
     data_dir = make_data_dir(tmp_path / "data")
     config = TartRunConfig(work_dir=str(tmp_path / "work"), data_dir=str(data_dir), train_tasks=["mtop", "ambigqa:dev"],

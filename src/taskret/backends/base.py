@@ -91,7 +91,7 @@ class LMBackend(ABC):
     def context_length(self) -> int:
         return 2048
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         """Release connections, threads or GPU memory; the backend is unusable afterwards."""
 
     def __enter__(self):

@@ -183,7 +183,7 @@ def create_lm_app(lm, model_name: str | None = None, max_batch_items: int = 256)
         try:
             body = await request.json()
         except ValueError:
-            raise RequestError("the request body is not JSON")
+            raise RequestError("the request body is not JSON") from None
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         return body

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from .batching import fractional_epochs, make_block_sampler
+
 __all__ = ["FitResult", "fit", "fit_and_record", "quiet", "replace_dir", "LOG_FILE", "RUN_KEYS"]
 
 LOG_FILE = "training_log.jsonl"
@@ -43,8 +45,6 @@ LOG_FILE = "training_log.jsonl"
 #: What :func:`fit_and_record` adds about the run to a summary file, after the config and its counts.
 RUN_KEYS = ("steps", "wall_time_s", "epoch_times_s", "final_loss", "mean_loss", "device")
 
-
-from .batching import fractional_epochs, make_block_sampler
 
 # -- files and logs ------------------------------------------------------------------------------
 
