@@ -151,8 +151,8 @@ def test_load_task_break_csv_formats_outputs_for_the_prompt(tmp_path):
 
 def test_demo_task_ships_with_the_package(demo_task):
     assert demo_task.name == "demo"
-    assert len(demo_task.train) == 300 and len(demo_task.test) == 30
-    assert len({e.id for e in demo_task.train}) == 300
+    assert len(demo_task.train) == 1237 and len(demo_task.test) == 100
+    assert len({e.id for e in demo_task.train}) == 1237
     assert not {e.id for e in demo_task.train} & {e.id for e in demo_task.test}
     assert all(e.output.startswith("[IN:") for e in demo_task.test)
 
