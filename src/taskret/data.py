@@ -81,12 +81,20 @@ FORMAT_FIELDS: dict[str, tuple[str, str, str | None]] = {
 _PACKAGE_DEMO = Path(__file__).parent / "resources" / "demo"
 
 
+def download_dir() -> Path:
+    """Where downloads go by default: ``$TASKRET_DATA_DIR``, else ``$XDG_CACHE_HOME/taskret/data``
+    (``~/.cache/taskret/data``)."""
+    env = os.environ.get("TASKRET_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "taskret" / "data"
+
+
 def default_data_dir() -> Path:
     """Where built-in tasks are read from: ``$TASKRET_DATA_DIR`` if set; else ``../shared/data`` beside the
     working directory when that folder exists (a development checkout's shared data); else the folder
     ``taskret data download`` fills, ``$XDG_CACHE_HOME/taskret/data`` (``~/.cache/taskret/data``)."""
-    from .download import download_dir
-
     shared = Path.cwd().parent / "shared" / "data"
     if not os.environ.get("TASKRET_DATA_DIR") and shared.is_dir():
         return shared

@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
 from ._version import __version__
+from .data import download_dir
 from .io import DataError, atomic_path, read_json, write_json
 
 __all__ = [
@@ -304,16 +305,6 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
 
 def dataset_names() -> list[str]:
     return list(DATASETS)
-
-
-def download_dir() -> Path:
-    """Where downloads go by default: ``$TASKRET_DATA_DIR``, else ``$XDG_CACHE_HOME/taskret/data``
-    (``~/.cache/taskret/data``)."""
-    env = os.environ.get("TASKRET_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "taskret" / "data"
 
 
 def is_installed(dataset: str | Dataset, data_dir: str | os.PathLike | None = None) -> bool:

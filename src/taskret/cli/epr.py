@@ -76,8 +76,7 @@ def score(
     """log P(y | candidate, x) for every pair, in resumable shards -> OUT/scores.jsonl."""
     from ..backends.base import parse_options
     from ..epr.candidates import read_candidates
-    from ..epr.distributed import RayOptions
-    from ..epr.scoring import run_scoring
+    from ..epr.distributed import RayOptions, run_scoring
 
     loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir)
     examples = {e.id: e for e in loaded.train}

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from ..backends.base import BackendError, BackendNotInstalled, TargetScore
+from ..backends.base import BackendError, BackendNotInstalled, LMBackend, TargetScore
 from ..data import Example
 from ..formats import OutputFormat
 from ..io import write_jsonl
-from .scoring import PendingShard, shard_pairs, shard_rows
+from ..progress import progress_bar
+from .scoring import PendingShard, score_candidates, shard_pairs, shard_rows
 
 logger = logging.getLogger(__name__)
 
@@ -356,3 +357,40 @@ def _stop_group(proc: subprocess.Popen) -> None:
         time.sleep(0.2)
     _signal_all(_session_pids(session), signal.SIGKILL)
     proc.wait()
+
+
+def run_scoring(candidate_rows: Sequence[dict], examples: Mapping[str, Example], lm: str, out_dir: str | os.PathLike,
+                *, lm_options: Mapping[str, Any] | None = None, fmt: OutputFormat = OutputFormat(),
+                shard_size: int = 32, ray: RayOptions | None = None, device: str | None = None,
+                dtype: str | None = None, load: Callable[[str, dict], LMBackend] | None = None,
+                progress: bool = True, say: Callable[[str], None] | None = None) -> Path:
+    """:func:`score_candidates` with the LM named by the spec ``lm`` (+ ``lm_options``) and a progress bar:
+    the one entry of ``taskret epr score`` and ``taskret epr run``.
+
+    With ``ray`` the shards are scored on Ray actors (:class:`~taskret.epr.distributed.RayScoring`), each
+    loading the LM itself; otherwise in this process, the LM loaded by ``load(lm, options)`` (a caller that
+    keeps its LMs, like the pipeline, passes its own) or else loaded here and closed when done. ``device``
+    and ``dtype`` go to the backends that take them; ``say`` hears how many Ray workers started."""
+    from ..backends.base import backend_options, load_lm, parse_spec
+
+    options = dict(lm_options or {})
+    n_pairs = sum(len(row["candidates"]) for row in candidate_rows)
+    if ray is not None:
+        # As load_lm does: device and dtype only for the backends that take them, --lm-option on top.
+        known = backend_options(parse_spec(lm)[0])
+        common = {k: v for k, v in {"device": device, "dtype": dtype}.items() if k in known and v is not None}
+        with RayScoring(lm, {**common, **options}, address=ray.address, workers=ray.workers,
+                        gpus_per_worker=ray.gpus_per_worker, cpus_per_worker=ray.cpus_per_worker) as runner:
+            if say is not None:
+                say(f"scoring on Ray: {len(runner.actors)} workers x {runner.lm_name}")
+            with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
+                return score_candidates(candidate_rows, examples, runner.lm_name, out_dir, fmt=fmt,
+                                        shard_size=shard_size, progress=advance, shard_runner=runner)
+    model = load(lm, options) if load is not None else load_lm(lm, options, device=device, dtype=dtype)
+    try:
+        with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
+            return score_candidates(candidate_rows, examples, model, out_dir, fmt=fmt, shard_size=shard_size,
+                                    progress=advance)
+    finally:
+        if load is None:
+            model.close()

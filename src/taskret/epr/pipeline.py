@@ -87,8 +87,9 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
     from ..progress import progress_bar
     from ..retrieval import DenseRetriever, Retriever
     from .candidates import mine_candidates, read_candidates, write_candidates
+    from .distributed import run_scoring
     from .labels import bm25_labels, cbr_labels, lm_labels
-    from .scoring import read_scores, run_scoring
+    from .scoring import read_scores
     from .training import TrainingConfig, train_dual_encoder
 
     lms = {} if lms is None else lms

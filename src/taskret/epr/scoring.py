@@ -12,17 +12,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .. import formats
 from ..backends.base import LMBackend, TargetScore
 from ..data import Example
 from ..formats import OutputFormat
 from ..io import DataError, iter_records, read_json, read_jsonl, write_json, write_jsonl
-from ..progress import progress_bar, report_resumed
-
-if TYPE_CHECKING:
-    from .distributed import RayOptions
+from ..progress import report_resumed
 
 # A pending shard: (number, candidate rows, path of the shard file to write).
 PendingShard = tuple[int, list, Path]
@@ -168,45 +165,6 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
         scored.update((row["id"], row) for row in read_jsonl(shard_dir / f"shard-{number:05d}.jsonl"))
     write_jsonl(out_dir / SCORES_FILE, [scored[row["id"]] for row in candidate_rows])
     return out_dir / SCORES_FILE
-
-
-def run_scoring(candidate_rows: Sequence[dict], examples: Mapping[str, Example], lm: str, out_dir: str | os.PathLike,
-                *, lm_options: Mapping[str, Any] | None = None, fmt: OutputFormat = OutputFormat(),
-                shard_size: int = 32, ray: "RayOptions | None" = None, device: str | None = None,
-                dtype: str | None = None, load: Callable[[str, dict], LMBackend] | None = None,
-                progress: bool = True, say: Callable[[str], None] | None = None) -> Path:
-    """:func:`score_candidates` with the LM named by the spec ``lm`` (+ ``lm_options``) and a progress bar:
-    the one entry of ``taskret epr score`` and ``taskret epr run``.
-
-    With ``ray`` the shards are scored on Ray actors (:class:`~taskret.epr.distributed.RayScoring`), each
-    loading the LM itself; otherwise in this process, the LM loaded by ``load(lm, options)`` (a caller that
-    keeps its LMs, like the pipeline, passes its own) or else loaded here and closed when done. ``device``
-    and ``dtype`` go to the backends that take them; ``say`` hears how many Ray workers started."""
-    from ..backends.base import backend_options, load_lm, parse_spec
-
-    options = dict(lm_options or {})
-    n_pairs = sum(len(row["candidates"]) for row in candidate_rows)
-    if ray is not None:
-        from .distributed import RayScoring
-
-        # As load_lm does: device and dtype only for the backends that take them, --lm-option on top.
-        known = backend_options(parse_spec(lm)[0])
-        common = {k: v for k, v in {"device": device, "dtype": dtype}.items() if k in known and v is not None}
-        with RayScoring(lm, {**common, **options}, address=ray.address, workers=ray.workers,
-                        gpus_per_worker=ray.gpus_per_worker, cpus_per_worker=ray.cpus_per_worker) as runner:
-            if say is not None:
-                say(f"scoring on Ray: {len(runner.actors)} workers x {runner.lm_name}")
-            with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
-                return score_candidates(candidate_rows, examples, runner.lm_name, out_dir, fmt=fmt,
-                                        shard_size=shard_size, progress=advance, shard_runner=runner)
-    model = load(lm, options) if load is not None else load_lm(lm, options, device=device, dtype=dtype)
-    try:
-        with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
-            return score_candidates(candidate_rows, examples, model, out_dir, fmt=fmt, shard_size=shard_size,
-                                    progress=advance)
-    finally:
-        if load is None:
-            model.close()
 
 
 def read_scores(path: str | os.PathLike) -> list[dict]:
