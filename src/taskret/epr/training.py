@@ -66,7 +66,7 @@ from ..data import Example
 from ..io import DataError, iter_records
 from ..retrieval.base import FIELDS, example_text
 from ..training.batching import RowKeys
-from ..training.config import TrainerSettings, check_training_values
+from ..training.config import DPRSettings, TrainerSettings, check_training_values
 from ..training.encoders import build_bi_encoder
 from ..training.fit import RUN_KEYS
 from ..training.losses import dpr_training_loss
@@ -101,7 +101,7 @@ RESULT_KEYS = ("n_examples", "n_labelled", "n_skipped", "n_pairs", *RUN_KEYS)
 
 
 @dataclass
-class TrainingConfig(TrainerSettings):
+class TrainingConfig(DPRSettings, TrainerSettings):
     """Hyperparameters of the EPR dual-encoder training.
 
     ``batch_size`` is the number of triplets per optimiser step (the paper's 120); the GradCache
@@ -114,10 +114,6 @@ class TrainingConfig(TrainerSettings):
     field: str = "input"
     epochs: int = 3
     batch_size: int = 120
-    mini_batch_size: int = 16
-    max_seq_length: int = 128
-    scale: float = 20.0
-    no_duplicates: bool = True
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS  # from_dict reads an epr_config.json, ignoring these
 

@@ -33,7 +33,6 @@ Design notes
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Sequence
@@ -41,9 +40,9 @@ from typing import ClassVar, Sequence
 from ..formats import format_query
 from ..rerank.cross_encoder import RUN_CONFIG_FILE
 from ..training.fit import LOG_FILE, RUN_KEYS
-from ..training.trainer import EpochRows, ModelRecipe, RowSampler, TrainingRow, negatives_used, train
+from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
 from .config import NEGATIVE_KINDS, TartSettings
-from .training_data import draw_negatives, usable_rows
+from .training_data import draw_negatives, epoch_columns, train_on_rows
 
 __all__ = ["TartFullConfig", "build_pairs", "pair_sampler", "train_tart_full", "CONFIG_FILE", "LOG_FILE"]
 
@@ -91,8 +90,7 @@ def build_pairs(rows: Sequence[dict], config: TartFullConfig, epoch: int = 0, *,
     """One epoch of (query, document, label) pairs in row order: each usable row's positive (label 1.0)
     followed by ``config.n_negatives`` of its negatives (label 0.0), drawn seeded by ``(config.seed, epoch)``.
     ``query`` is ``format_query(instruction, query)`` (the query alone with ``use_instruction=False``)."""
-    usable, _ = usable_rows(rows, config.negative_kinds, source)
-    return pair_sampler(config).epoch(usable, config.seed, epoch).columns
+    return epoch_columns(rows, config, pair_sampler(config), epoch, source)
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -100,27 +98,19 @@ def build_pairs(rows: Sequence[dict], config: TartFullConfig, epoch: int = 0, *,
 
 def train_tart_full(rows: Sequence[dict], out_dir: str | os.PathLike, config: TartFullConfig | None = None,
                     progress: bool = True, source: str = "rows") -> Path:
-    """Train TART-full on training rows (see :mod:`taskret.tart.training_data`); return ``out_dir / "model"``.
-
-    A failed run leaves no ``model`` folder of its own (an older one stays) and no config file;
-    ``training_log.jsonl`` keeps the steps it reached. Runs on the accelerator if there is one.
-    """
+    """Train TART-full, a binary relevance head over (instructed query, document) pairs, on the accelerator if
+    there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`)."""
     from sentence_transformers.cross_encoder import CrossEncoder
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
     from ..models import resolve_model
 
     config = config or TartFullConfig()
-    started = time.perf_counter()
-    usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
     base = str(resolve_model(config.base_model))
     recipe = ModelRecipe(lambda: CrossEncoder(base, num_labels=1, max_length=config.max_length, device="cpu"),
                          BinaryCrossEntropyLoss, cross_encoder=True)
-
-    def counts(epochs: list[EpochRows]) -> dict:
-        return {"n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
-                "n_pairs": sum(len(epoch) for epoch in epochs), "n_positive_pairs": len(usable) * config.epochs,
-                "negatives_used": negatives_used(epochs, NEGATIVE_KINDS)}
-
-    return train(config, usable, pair_sampler(config), recipe, out_dir, CONFIG_FILE, counts, progress=progress,
-                 started=started)
+    return train_on_rows(rows, config, pair_sampler(config), recipe, out_dir, CONFIG_FILE, "n_pairs", source=source,
+                         progress=progress,
+                         extra_counts=lambda epochs: {
+                             "n_positive_pairs": sum(label == 1.0 for e in epochs for label in e.columns["label"]),
+                             "negatives_used": negatives_used(epochs, NEGATIVE_KINDS)})

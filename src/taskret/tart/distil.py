@@ -41,9 +41,9 @@ import numpy as np
 from ..formats import format_query
 from ..training.encoders import build_bi_encoder
 from ..training.fit import LOG_FILE, RUN_KEYS
-from ..training.trainer import EpochRows, ModelRecipe, RowSampler, TrainingRow, train
+from ..training.trainer import ModelRecipe, RowSampler, TrainingRow
 from .config import TartSettings
-from .training_data import draw_negatives, usable_rows
+from .training_data import draw_negatives, train_on_rows, usable_rows
 
 __all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "distillation_sampler",
            "train_tart_distil", "distillation_kl", "scaled_cos_sim", "student_model_folder", "CONFIG_FILE", "LOG_FILE"]
@@ -180,11 +180,8 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
     recipe = ModelRecipe(lambda: build_bi_encoder(student, max_seq_length=config.max_seq_length),
                          lambda model: _loss(model, config))
 
-    def counts(epochs: list[EpochRows]) -> dict:
-        return {"teacher": teacher_name, "n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
-                "n_examples": sum(len(epoch) for epoch in epochs), "n_teacher_pairs": len(scores),
-                "teacher_s": round(teacher_s, 3),
-                "teacher_pairs_per_s": round(len(scores) / teacher_s, 1) if teacher_s > 0 else None}
-
-    return train(config, usable, distillation_sampler(scores, teacher, config), recipe, out_dir, CONFIG_FILE, counts,
-                 progress=progress, started=started)
+    return train_on_rows(rows, config, distillation_sampler(scores, teacher, config), recipe, out_dir, CONFIG_FILE,
+                         "n_examples", usable=usable, n_skipped=n_skipped, started=started, progress=progress,
+                         extra_counts=lambda epochs: {
+                             "teacher": teacher_name, "n_teacher_pairs": len(scores), "teacher_s": round(teacher_s, 3),
+                             "teacher_pairs_per_s": round(len(scores) / teacher_s, 1) if teacher_s > 0 else None})

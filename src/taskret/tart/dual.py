@@ -35,19 +35,19 @@ Design notes
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Sequence
 
 from ..formats import format_query
 from ..training.batching import RowKeys
+from ..training.config import DPRSettings
 from ..training.encoders import build_bi_encoder
 from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
-from ..training.trainer import EpochRows, ModelRecipe, RowSampler, TrainingRow, negatives_used, train
+from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
 from .config import NEGATIVE_KINDS, TartSettings
-from .training_data import usable_rows
+from .training_data import epoch_columns, train_on_rows
 
 __all__ = ["TartDualConfig", "build_triplets", "triplet_sampler", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
 
@@ -58,15 +58,11 @@ RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "n_triplets", "negatives_used", 
 
 
 @dataclass
-class TartDualConfig(TartSettings):
+class TartDualConfig(DPRSettings, TartSettings):
     """Hyperparameters of TART-dual training. ``batch_size`` triplets per optimiser step, embedded
     ``mini_batch_size`` sequences at a time (GradCache)."""
 
     batch_size: int = 64
-    mini_batch_size: int = 16
-    max_seq_length: int = 128
-    scale: float = 20.0
-    no_duplicates: bool = True
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS  # from_dict reads a tart_dual_config.json, ignoring these
     POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "mini_batch_size", "max_seq_length",
@@ -107,8 +103,7 @@ def build_triplets(rows: Sequence[dict], config: TartDualConfig, epoch: int = 0,
     ``positive`` the positive's text and ``negative`` one negative drawn uniformly (seeded by
     ``(config.seed, epoch)``) among the row's negatives of ``config.negative_kinds``.
     """
-    usable, _ = usable_rows(rows, config.negative_kinds, source)
-    return triplet_sampler(config).epoch(usable, config.seed, epoch).columns
+    return epoch_columns(rows, config, triplet_sampler(config), epoch, source)
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -116,20 +111,12 @@ def build_triplets(rows: Sequence[dict], config: TartDualConfig, epoch: int = 0,
 
 def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: TartDualConfig | None = None,
                     progress: bool = True, source: str = "rows") -> Path:
-    """Train TART-dual on training rows (see :mod:`taskret.tart.training_data`); return ``out_dir / "model"``.
-
-    A failed run leaves no ``model`` folder of its own (an older one stays) and no config file;
-    ``training_log.jsonl`` keeps the steps it reached. Runs on the accelerator if there is one.
-    """
+    """Train TART-dual, one encoder for instructed queries and documents with the DPR loss, on the accelerator
+    if there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`)."""
     config = config or TartDualConfig()
-    started = time.perf_counter()
-    usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
     recipe = ModelRecipe(lambda: build_bi_encoder(config.base_model, max_seq_length=config.max_seq_length),
                          lambda model: dpr_training_loss(model, config))
 
-    def counts(epochs: list[EpochRows]) -> dict:
-        return {"n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
-                "n_triplets": sum(len(epoch) for epoch in epochs), "negatives_used": negatives_used(epochs, NEGATIVE_KINDS)}
-
-    return train(config, usable, triplet_sampler(config), recipe, out_dir, CONFIG_FILE, counts,
-                 no_duplicates=config.no_duplicates, progress=progress, started=started)
+    return train_on_rows(rows, config, triplet_sampler(config), recipe, out_dir, CONFIG_FILE, "n_triplets",
+                         source=source, progress=progress, no_duplicates=config.no_duplicates,
+                         extra_counts=lambda epochs: {"negatives_used": negatives_used(epochs, NEGATIVE_KINDS)})

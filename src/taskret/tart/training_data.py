@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -46,7 +47,7 @@ from .tasks import Document, RetrievalTask, check_task_names, doc_text, pooled_i
 logger = logging.getLogger(__name__)
 
 __all__ = ["ROW_FIELDS", "build_training_examples", "write_training_examples", "read_training_examples",
-           "validate_training_row", "usable_rows", "draw_negatives", "dpr_training_row"]
+           "validate_training_row", "usable_rows", "draw_negatives", "dpr_training_row", "train_on_rows", "epoch_columns"]
 
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
 
@@ -288,6 +289,38 @@ def usable_rows(rows: Sequence[dict], negative_kinds: Sequence[str],
                          f"{', '.join(negative_kinds)})" if rows else ""))
     return usable, skipped
 
+
+def train_on_rows(rows: Sequence[dict], config: Any, sampler: Any, recipe: Any, out_dir: str | os.PathLike,
+                  marker: str, count_name: str, *, source: str = "rows", usable: Sequence | None = None,
+                  n_skipped: int = 0, started: float | None = None, extra_counts: Callable[[list], dict] | None = None,
+                  no_duplicates: bool = False, progress: bool = True) -> Path:
+    """What TART-dual, TART-full and distillation share: train ``recipe`` on ``sampler``'s epochs of the rows
+    that have negatives of ``config.negative_kinds`` (``usable``/``n_skipped`` when the caller already has them,
+    as distillation does), with :func:`taskret.training.trainer.train`; return ``out_dir / "model"``.
+
+    The summary ``out_dir/marker`` (written last) records the rows read, used and skipped, the number of
+    training examples as ``count_name``, and ``extra_counts(epochs)``. A failed run leaves no ``model`` folder
+    of its own (an older one stays) and no summary; ``training_log.jsonl`` keeps the steps it reached."""
+    from ..training.trainer import train
+
+    started = time.perf_counter() if started is None else started
+    if usable is None:
+        usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
+
+    def counts(epochs: list) -> dict:
+        out = {"n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
+               count_name: sum(len(epoch) for epoch in epochs)}
+        out.update(extra_counts(epochs) if extra_counts is not None else {})
+        return out
+
+    return train(config, usable, sampler, recipe, out_dir, marker, counts, no_duplicates=no_duplicates,
+                 progress=progress, started=started)
+
+
+def epoch_columns(rows: Sequence[dict], config: Any, sampler: Any, epoch: int = 0, source: str = "rows") -> dict:
+    """The training columns ``sampler`` draws for one epoch of the usable rows (for inspection and tests)."""
+    usable, _ = usable_rows(rows, config.negative_kinds, source)
+    return sampler.epoch(usable, config.seed, epoch).columns
 
 def draw_negatives(rng: np.random.Generator, negatives: list[dict], n: int, fill: bool = False) -> list[dict]:
     """``n`` distinct negatives drawn uniformly; all of them, in random order, when there are fewer than ``n``

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
-__all__ = ["ConfigMixin", "TrainerSettings", "check_training_values"]
+__all__ = ["ConfigMixin", "TrainerSettings", "DPRSettings", "check_training_values"]
 
 
 class ConfigMixin:
@@ -66,3 +66,16 @@ def check_training_values(config: Any,
         raise ValueError(f"scale must be positive, got {config.scale}")
     if config.weight_decay < 0:
         raise ValueError(f"weight_decay must be non-negative, got {config.weight_decay}")
+
+
+@dataclass
+class DPRSettings:
+    """The contrastive (DPR) objective's settings, shared by EPR's dual encoder and TART-dual: ``batch_size``
+    triplets are embedded ``mini_batch_size`` sequences at a time (GradCache, so memory is bounded by the
+    latter), similarities are cosines times ``scale``, and ``no_duplicates`` batches avoid in-batch false
+    negatives."""
+
+    mini_batch_size: int = 16
+    max_seq_length: int = 128
+    scale: float = 20.0
+    no_duplicates: bool = True
