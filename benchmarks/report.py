@@ -17,6 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from _common import describe_machine
+
 from taskret.icl.evaluation import mcnemar, read_correct
 
 RESULTS = Path(__file__).parent / "results"
@@ -188,7 +190,7 @@ def throughput_table() -> list[str]:
     d = _load("lm_throughput.json")
     if not d:
         return []
-    out = [f"LM throughput (`{d['command']}`; {d['machine']}).", "",
+    out = [f"LM throughput (`{d['command']}`; {describe_machine(d['machine'])}).", "",
            "| max batch tokens | generation examples/s | prompt tokens/s | generated tokens/s | scoring pairs/s | "
            "scoring tokens/s |", "|---|---|---|---|---|---|"]
     for r in d["results"]:
@@ -248,7 +250,7 @@ def scoring_speed_table() -> list[str]:
     what = (f"one shard of the pipeline ({shard['examples']} MTOP examples x {shard['n_candidates']} BM25 candidates, "
             f"{d['n_pairs']} pairs, {shard['pairs_per_candidate']} pairs per distinct candidate)" if shard
             else f"{d['n_pairs']} MTOP (example, candidate) pairs")
-    out = [f"EPR scoring throughput (`{d['command']}`; {d['machine']}; {d['lm']} in {d['dtype']}): {what}, "
+    out = [f"EPR scoring throughput (`{d['command']}`; {describe_machine(d['machine'])}; {d['lm']} in {d['dtype']}): {what}, "
            f"{d['n_target_tokens']} target tokens, batches of up to {d['max_batch_tokens']} tokens.", "",
            "| scorer | seconds | pairs/s | target tokens/s | speed-up |", "|---|---|---|---|---|",
            f"| taskret `score` (length-grouped, token-budget batches, target-only projection) | {t['seconds']} | "
@@ -275,7 +277,7 @@ def scoring_precision_table() -> list[str]:
     d = _load("scoring_precision.json")
     if not d:
         return []
-    out = [f"EPR scoring precision (`{d['command']}`; {d['machine']}; {d['n_pairs']} pairs of one output-ordered "
+    out = [f"EPR scoring precision (`{d['command']}`; {describe_machine(d['machine'])}; {d['n_pairs']} pairs of one output-ordered "
            "shard): agreement of each precision's candidate ranking with float32's, per training example.", "",
            "| precision | pairs/s | speed-up | max abs log-prob diff | Spearman mean (min) | top-5 kept | bottom-5 kept |",
            "|---|---|---|---|---|---|---|"]
@@ -326,7 +328,7 @@ def serve_table() -> list[str]:
     if not d:
         return []
     lat = d["latency_ms"]
-    return [f"Retrieval service under load (`{d['command']}`; {d['machine']}): {d['clients']} concurrent clients "
+    return [f"Retrieval service under load (`{d['command']}`; {describe_machine(d['machine'])}): {d['clients']} concurrent clients "
             f"for {d['duration_s']:.0f} s against `{d['endpoint']}` over a {d['index']['retriever']} index of the "
             f"{d['index']['n_examples']} Break training examples.", "",
             "| requests/s | p50 ms | p90 ms | p99 ms | errors | server RSS before -> after (MiB) |",
@@ -339,7 +341,7 @@ def dense_latency_table() -> list[str]:
     d = _load("dense_latency.json")
     if not d:
         return []
-    out = [f"Dense retrieval latency (`{d['command']}`; {d['machine']}; {d['vectors']}), top-{d['k']}, "
+    out = [f"Dense retrieval latency (`{d['command']}`; {describe_machine(d['machine'])}; {d['vectors']}), top-{d['k']}, "
            f"{d['search_threads']} search thread. Single query p50 / p99 ms; batched: queries/s for a batch of "
            f"{d['batch']}; HNSW recall@{d['k']} against exact search:", "",
            "| n | index | single p50 | single p99 | batched q/s | recall@10 |", "|---|---|---|---|---|---|"]
