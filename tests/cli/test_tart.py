@@ -93,6 +93,27 @@ def test_evaluate_a_beir_folder_without_instructions(tmp_path):
     assert entry["instruction"] is None and entry["n_queries"] == 2 and entry["metrics"]["ndcg@10"] > 50
 
 
+def test_evaluate_says_which_instruction_it_used(tmp_path):
+    folder = write_beir(tmp_path / "facts")
+    result = invoke("evaluate", "--tasks", folder, "--out", tmp_path / "eval")
+    assert result.exit_code == 0, result.output
+    assert "facts: instruction none" in result.output and "without instructions" in result.output
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["settings"]["closed"]["facts"]["instruction"] is None
+
+    result = invoke("evaluate", "--tasks", folder, "--instruction-text", "Find evidence for this claim",
+                    "--out", tmp_path / "eval2")
+    assert result.exit_code == 0, result.output
+    assert "facts: instruction 'Find evidence for this claim'" in result.output and "with instructions" in result.output
+    entry = json.loads((tmp_path / "eval2" / "metrics.json").read_text())["settings"]["closed"]["facts"]
+    assert entry["instruction"] == "Find evidence for this claim"
+
+    (folder / "instructions.json").write_text(json.dumps(["Verify the claim"]))
+    result = invoke("index", "--task", folder, "--out", tmp_path / "index")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "index" / "index_info.json").read_text())["instruction"] == "Verify the claim"
+    assert invoke("evaluate", "--tasks", folder, "--instruction-text", " ", "--out", tmp_path / "e").exit_code == 2
+
+
 def test_evaluate_errors_exit_2_with_a_clear_message(tmp_path):
     result = invoke("evaluate", "--tasks", "nope", "--data-dir", tmp_path, "--out", tmp_path / "eval")
     assert result.exit_code == 2 and "unknown retrieval task 'nope'" in result.stderr

@@ -18,6 +18,18 @@ app = App(help="TART: instruction-following retrieval (evaluate, index, search, 
           "distil, run).")
 
 
+INSTRUCTION_TEXT_OPT = typer.Option(None, "--instruction-text",
+                                    help="use this instruction for every task (instead of the tasks' own; a BEIR "
+                                    "folder's come from its instructions.json)")
+
+
+def _with_instruction(task, text: Optional[str]):
+    """The task with ``text`` as its only instruction, when given."""
+    if text is not None and not text.strip():
+        raise ValueError("--instruction-text is empty")
+    return task.with_instructions([text.strip()]) if text is not None else task
+
+
 def _task_names(tasks: str) -> list[str]:
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not names:
@@ -27,19 +39,23 @@ def _task_names(tasks: str) -> list[str]:
 
 @app.command()
 def evaluate(
-    tasks: str = typer.Option("scifact", "--tasks", help="comma-separated: scifact, mtop, mtop-similar, break, ambigqa, or paths "
-                              "of folders in the BEIR layout"),
-    retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER (e.g. dense:minilm-l6), sbert, random"),
+    tasks: str = typer.Option("scifact", "--tasks", help="comma-separated: scifact, mtop, mtop-similar, break, ambigqa, "
+                              "berri-lite/TASK, or paths of folders in the BEIR layout"),
+    retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER (e.g. dense:minilm-l6), hybrid:SPEC+SPEC "
+                                  "(e.g. hybrid:bm25+dense:minilm-l6), sbert, random"),
     setting: str = typer.Option("closed", help="closed (each task's own corpus), pooled (all corpora merged) or both"),
     instruction: bool = typer.Option(True, "--instruction/--no-instruction",
                                      help="prepend each task's instruction to its queries ('{instruction} [SEP] {query}')"),
+    instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
     split: str = typer.Option("test", help="which split of each task"),
     limit: Optional[int] = typer.Option(None, help="a fixed seeded sample of N queries per task (the corpus stays whole)"),
     seed: int = typer.Option(0, help="seed of the query sample"),
     k: int = typer.Option(100, help="documents retrieved per query"),
-    rerank: Optional[Path] = typer.Option(None, help="rerank with a TART-full folder (`taskret tart train-full`) or "
-                                          "any CrossEncoder folder"),
-    rerank_top_k: int = typer.Option(100, help="how many first-stage documents per query the reranker reorders"),
+    rerank: Optional[str] = typer.Option(None, help="rerank with a TART-full folder (`taskret tart train-full`), any "
+                                         "CrossEncoder folder, or upr:LM (zero-shot query likelihood, e.g. "
+                                         "upr:smollm2-135m)"),
+    rerank_top_k: int = typer.Option(100, "--rerank-depth", "--rerank-top-k",
+                                     help="how many first-stage documents per query the reranker reorders"),
     first_stage_instruction: Optional[bool] = typer.Option(
         None, "--first-stage-instruction/--no-first-stage-instruction",
         help="with --rerank: whether the first stage reads the instruction too (default: as --instruction)"),
@@ -57,7 +73,13 @@ def evaluate(
         raise ValueError(f"unknown setting '{setting}'; expected closed, pooled or both")
     if limit is not None and limit < 1:
         raise ValueError("--limit must be at least 1")
-    loaded = [load_retrieval_task(name, data_dir, split).sample(limit, seed=seed) for name in _task_names(tasks)]
+    loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
+              for name in _task_names(tasks)]
+    if instruction:
+        for task in loaded:
+            console.print(f"{task.name}: instruction " + (f"'{task.instruction}'" if task.instruction else
+                          "none (the task has no instructions: give --instruction-text, or an instructions.json "
+                          "in its folder); its queries are used alone"))
     start = time.perf_counter()
     reranker = None
     if rerank is not None:
@@ -75,8 +97,10 @@ def evaluate(
     from rich.table import Table
 
     name = f"{retriever} + rerank top {rerank_top_k} by {rerank}" if rerank else retriever
-    table = Table("setting", "task", "N queries", "N docs", *METRICS, title=f"{name}, "
-                  f"{'with' if instruction else 'without'} instructions")
+    used = sum(bool(task.instruction) for task in loaded) if instruction else 0
+    title = "without instructions" if not used else (
+        "with instructions" if used == len(loaded) else f"with instructions for {used} of {len(loaded)} tasks")
+    table = Table("setting", "task", "N queries", "N docs", *METRICS, title=f"{name}, {title}")
     for name, per_task in result["settings"].items():
         for task_name, entry in per_task.items():
             table.add_row(name, task_name, str(entry["n_queries"]), str(entry["n_docs"]),
@@ -93,6 +117,7 @@ def index(
     task: str = typer.Option(..., "--task", help="scifact, mtop, mtop-similar, break, ambigqa, or a folder in the BEIR layout"),
     retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER, sbert"),
     split: str = typer.Option("test", help="which split's corpus (it differs only for mtop and break)"),
+    instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
     data_dir: DataDir = None,
     out: Path = typer.Option(..., help="index folder to write"),
 ):
@@ -102,7 +127,7 @@ def index(
     from ..retrieval.index import save_index
     from ..tart.tasks import load_retrieval_task
 
-    loaded = load_retrieval_task(task, data_dir, split)
+    loaded = _with_instruction(load_retrieval_task(task, data_dir, split), instruction_text)
     with console.status(f"indexing {len(loaded.corpus)} documents with {retriever}"):
         ids, texts = loaded.doc_ids_and_texts()
         ret = make_retriever(retriever).index_texts(ids, texts)
@@ -164,6 +189,7 @@ def build_data(
         "instructions, else the query alone)"),
     limit: Optional[int] = typer.Option(None, help="a fixed seeded sample of N queries per task (the corpus stays whole)"),
     seed: int = typer.Option(0, help="seed of the instructions, positives, random negatives and query sample"),
+    instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
     data_dir: DataDir = None,
 ):
     """Mine TART training rows (instruction, query, positive, hard/random/unfollowing negatives) to JSONL."""
@@ -175,6 +201,7 @@ def build_data(
     if limit is not None and limit < 1:
         raise ValueError("--limit must be at least 1")
     loaded, skipped = load_training_tasks(_task_names(tasks), data_dir, split, limit=limit, seed=seed)
+    loaded = [_with_instruction(task, instruction_text) for task in loaded]
     for message in skipped:
         console.print(f"[yellow]warning:[/] {message}; skipped")
     score, with_instruction = None, False
