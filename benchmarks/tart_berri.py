@@ -158,7 +158,7 @@ def main() -> None:
             for f, d in zip(dev_first, dev_stages):
                 d[hybrid] = fuse_results([f["bm25_bare"], f[encoder]], [weight, 1 - weight])
         for rname, reranker in rerankers.items():
-            for first in ["bm25", *hybrids]:
+            for first in [s for s in args.rerank_first.split(",") if s in ("bm25", *hybrids)]:
                 name = f"{first}+{rname}"
                 dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth)
                                 for r, d in zip(dev, dev_stages)]
@@ -198,6 +198,8 @@ def _parser():
     p.add_argument("--limit", type=int, default=None, help="SciFact test claims (default: all 300)")
     p.add_argument("--depth", type=int, default=100, help="first-stage depth fused")
     p.add_argument("--rerank-depth", type=int, default=20, help="first-stage documents each reranker reorders")
+    p.add_argument("--rerank-first", default="hybrid,hybrid+tart_dual",
+                   help="the first stages the rerankers reorder (among bm25, hybrid, hybrid+tart_dual)")
     return p
 
 
