@@ -165,8 +165,10 @@ def test_demo_command_with_a_local_model(runner, tmp_path, tiny_model_dir):
     result = invoke(runner, "demo", "--out", out, "--lm", tiny_model_dir, "--methods", "random,bm25")
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "demo_summary.json").read_text(encoding="utf-8"))
-    assert [row["retriever"] for row in summary] == ["random", "bm25"]
-    assert all(row["n"] == 30 and row["task"] == "demo" and "index_time_s" in row for row in summary)
+    rows = summary["rows"]
+    assert [row["retriever"] for row in rows] == ["random", "bm25"]
+    assert all(row["n"] == 100 and row["task"] == "demo" for row in rows)
+    assert summary["verdict"] is None  # no EPR row: nothing to pair
     for method in ("random", "bm25"):
-        assert len(read_jsonl_rows(out / method / "predictions.jsonl")) == 30
+        assert len(read_jsonl_rows(out / method / "predictions.jsonl")) == 100
     assert "exact match" in result.stdout
