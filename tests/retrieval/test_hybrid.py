@@ -73,3 +73,13 @@ def test_fuse_results_interpolates_a_reranking_with_its_first_stage():
     assert mixed.ids == [["a", "c", "b"]] and mixed.scores[0, 0] == pytest.approx(0.75)
     with pytest.raises(ValueError, match="2 rankings for 1 weights"):
         fuse_results([first, reranked], [1.0])
+
+
+def test_fuse_results_keeps_the_union_of_rankings_that_differ():
+    from taskret.retrieval.base import RetrievalResult
+    from taskret.retrieval.hybrid import fuse_results
+
+    first = RetrievalResult([["a", "b"]], np.array([[2.0, 1.0]], dtype=np.float32))
+    second = RetrievalResult([["c", "d"]], np.array([[2.0, 1.0]], dtype=np.float32))
+    fused = fuse_results([first, second], [0.6, 0.4])
+    assert fused.ids == [["a", "c", "b", "d"]] and fused.scores.shape == (1, 4)

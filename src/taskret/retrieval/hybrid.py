@@ -82,11 +82,13 @@ def fuse_results(results: Sequence[RetrievalResult], weights: Sequence[float]) -
     n_queries = len(results[0].ids)
     if any(len(r.ids) != n_queries for r in results):
         raise ValueError("the rankings to fuse are of different numbers of queries")
-    width = max(len(ids) for r in results for ids in r.ids) if n_queries else 0
-    out_ids, out_scores = [], np.full((n_queries, width), np.nan, dtype=np.float32)
+    fused_rows = []
     for q in range(n_queries):
         fused = fuse_convex([r.ids[q] for r in results], [r.scores[q] for r in results], weights)
-        best = sorted(fused, key=lambda doc: -fused[doc])  # stable: ties keep the first ranking's order
+        fused_rows.append((sorted(fused, key=lambda doc: -fused[doc]), fused))  # stable: ties keep first ranking's order
+    width = max((len(best) for best, _ in fused_rows), default=0)  # the union of the rankings
+    out_ids, out_scores = [], np.full((n_queries, width), np.nan, dtype=np.float32)
+    for q, (best, fused) in enumerate(fused_rows):
         out_ids.append(best)
         out_scores[q, : len(best)] = [fused[doc] for doc in best]
     return RetrievalResult(out_ids, out_scores)
