@@ -51,6 +51,7 @@ class Rankings:
         self.task, self.work, self.depth = task, work / task.name, depth
         self.qids = [q for q in task.queries if q in task.qrels]
         self._doc_texts = dict(zip(*task.doc_ids_and_texts()))
+        self._retrievers: dict = {}  # spec -> indexed retriever: the corpus is encoded once for both columns
 
     def _path(self, name: str, instructed: bool) -> Path:
         return self.work / f"{name}.{'instruction' if instructed else 'no_instruction'}.jsonl"
@@ -79,12 +80,12 @@ class Rankings:
                            for q, ids, row in zip(self.qids, result.ids, result.scores)))
         return result
 
-    def first_stage(self, name: str, spec: str, instructed: bool, retrievers: dict) -> RetrievalResult:
+    def first_stage(self, name: str, spec: str, instructed: bool) -> RetrievalResult:
         def compute() -> RetrievalResult:
-            if spec not in retrievers:  # one index per task and spec, shared by both instruction settings
-                retrievers.clear()
-                retrievers[spec] = make_retriever(spec).index_texts(list(self._doc_texts), list(self._doc_texts.values()))
-            return retrievers[spec].retrieve(self.queries(instructed), k=min(self.depth, len(self._doc_texts)))
+            if spec not in self._retrievers:
+                self._retrievers[spec] = make_retriever(spec).index_texts(list(self._doc_texts),
+                                                                          list(self._doc_texts.values()))
+            return self._retrievers[spec].retrieve(self.queries(instructed), k=min(self.depth, len(self._doc_texts)))
 
         return self._cached(name, instructed, compute)
 
@@ -137,11 +138,10 @@ def main() -> None:
     started = time.perf_counter()
 
     def first_stages(r: Rankings, instructed: bool) -> dict[str, RetrievalResult]:
-        cache: dict = {}
-        out = {"bm25": r.first_stage("bm25", "bm25", instructed, cache)}
-        out["bm25_bare"] = out["bm25"] if not instructed else r.first_stage("bm25", "bm25", False, cache)
+        out = {"bm25": r.first_stage("bm25", "bm25", instructed)}
+        out["bm25_bare"] = out["bm25"] if not instructed else r.first_stage("bm25", "bm25", False)
         for name, spec in encoders.items():
-            out[name] = r.first_stage(name, spec, instructed, cache)
+            out[name] = r.first_stage(name, spec, instructed)
         return out
 
     for instructed in (False, True):
