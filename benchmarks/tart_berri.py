@@ -144,8 +144,11 @@ def main() -> None:
             out[name] = r.first_stage(name, spec, instructed)
         return out
 
-    for instructed in (False, True):
-        column = "instruction" if instructed else "no_instruction"
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    if not columns or any(c not in ("no_instruction", "instruction") for c in columns):
+        raise SystemExit(f"--columns: expected no_instruction and/or instruction, got {args.columns!r}")
+    for column in columns:
+        instructed = column == "instruction"
         print(f"{column}: first stages on the dev tasks, then SciFact", flush=True)
         dev_first = [first_stages(r, instructed) for r in dev]
         sci_first = first_stages(target, instructed)
@@ -198,6 +201,8 @@ def _parser():
     p.add_argument("--limit", type=int, default=None, help="SciFact test claims (default: all 300)")
     p.add_argument("--depth", type=int, default=100, help="first-stage depth fused")
     p.add_argument("--rerank-depth", type=int, default=20, help="first-stage documents each reranker reorders")
+    p.add_argument("--columns", default="no_instruction,instruction",
+                   help="which settings to run: no_instruction (the claim alone) and/or instruction")
     p.add_argument("--rerank-first", default="hybrid,hybrid+tart_dual",
                    help="the first stages the rerankers reorder (among bm25, hybrid, hybrid+tart_dual)")
     return p
