@@ -519,13 +519,13 @@ def tart_berri_table() -> list[str]:
     weights = "; ".join(f"{name} {', '.join(f'{c}: {v[k]}' for c, v in cols.items() for k in v if k != 'dev_mean_ndcg')}"
                         for name, cols in d["weights"].items())
     out = [f"TART zero-shot on SciFact test ({d['n_scifact_queries']} claims), NDCG@10 (`{d['commands'][0]}`; "
-           f"{describe_machine(d['machine'])}; {d['wall_time_s'] / 60:.0f} min). Fusion weights chosen on the dev "
+           f"{describe_machine(d['machine'])}; {d.get('compute_note', '')}). Fusion weights chosen on the dev "
            f"queries of {', '.join(d['dev_tasks'])} ({d['dev_limit']} each), never on SciFact: {weights}. "
            f"Rerankers reorder the first stage's top {d['rerank_depth']}.", "",
            "| system | no instruction | instruction |", "|---|---|---|"]
     for name, cols in d["scifact"].items():
-        out.append(f"| {label(name)} | {cols.get('no_instruction', float('nan')):.1f} | "
-                   f"{cols.get('instruction', float('nan')):.1f} |")
+        shown = [f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction")]
+        out.append(f"| {label(name)} | {shown[0]} | {shown[1]} |")
     return out
 
 
