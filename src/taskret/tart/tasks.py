@@ -551,13 +551,17 @@ RETRIEVAL_TASKS: dict[str, TaskEntry] = {
 }
 
 
+def _data_root(data_dir: str | os.PathLike | None) -> Path:
+    return Path(data_dir) if data_dir is not None else default_data_dir()
+
+
 # berri-lite: a BERRI-style collection of BEIR folders with one instructions.json for all of them.
 BERRI_LITE = "berri-lite"
 
 
 def berri_lite_tasks(data_dir: str | os.PathLike | None = None) -> list[str]:
     """The task specs of the berri-lite collection in ``data_dir`` (``berri-lite/nl2bash``, ...), sorted."""
-    root = (Path(data_dir) if data_dir is not None else default_data_dir()) / BERRI_LITE
+    root = _data_root(data_dir) / BERRI_LITE
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: berri-lite not found; set --data-dir or $TASKRET_DATA_DIR")
     return [f"{BERRI_LITE}/{p.parent.parent.name}" for p in sorted(root.glob("*/qrels/train.tsv"))]
@@ -568,7 +572,7 @@ def _berri_lite_task(name: str, data_dir: str | os.PathLike | None, split: str) 
     come from the collection's ``instructions.json`` (``{task: [instructions]}``)."""
     from ..io import read_json
 
-    root = (Path(data_dir) if data_dir is not None else default_data_dir()) / BERRI_LITE
+    root = _data_root(data_dir) / BERRI_LITE
     task = name.split("/", 1)[1]
     folder = root / task
     if not folder.is_dir():
@@ -594,7 +598,7 @@ def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, sp
     entry = RETRIEVAL_TASKS[name]
     if split not in entry.splits:
         raise ValueError(f"task '{name}' has no split '{split}'; splits: {', '.join(entry.splits)}")
-    base = Path(data_dir) if data_dir is not None else default_data_dir()
+    base = _data_root(data_dir)
     path = base / entry.splits[split]
     if not path.exists():
         raise FileNotFoundError(f"{path}: data of task '{name}' ({split}) not found; set --data-dir or $TASKRET_DATA_DIR")
@@ -618,9 +622,9 @@ def task_source(name: str, split: str, data_dir: str | os.PathLike | None = None
         entry = RETRIEVAL_TASKS[name]
         if split not in entry.splits:
             raise ValueError(f"task '{name}' has no split '{split}'; splits: {', '.join(entry.splits)}")
-        path = (Path(data_dir) if data_dir is not None else default_data_dir()) / entry.splits[split]
+        path = _data_root(data_dir) / entry.splits[split]
     elif name.startswith(BERRI_LITE + "/"):
-        root = (Path(data_dir) if data_dir is not None else default_data_dir()) / BERRI_LITE
+        root = _data_root(data_dir) / BERRI_LITE
         return (str((root / name.split("/", 1)[1]).resolve()), "dev" if split == "test" else split)
     else:
         path = Path(name)

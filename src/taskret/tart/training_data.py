@@ -395,8 +395,9 @@ def dpr_training_row(record: dict, source: str | os.PathLike = "rows", line: int
     positives = record.get("positive_ctxs")
     if not isinstance(positives, list) or not positives:
         raise DataError(source, line, "positive_ctxs", "expected a non-empty list of passages")
-    positive_id, positive_text = _dpr_doc(source, line, positives[0], "positive_ctxs[0]")
-    positive_texts = {_dpr_doc(source, line, p, f"positive_ctxs[{n}]")[1] for n, p in enumerate(positives)}
+    gold = [_dpr_doc(source, line, p, f"positive_ctxs[{n}]") for n, p in enumerate(positives)]
+    positive_id, positive_text = gold[0]
+    positive_texts = {text for _, text in gold}
     negatives = []
     for field_name, kind in DPR_NEGATIVES.items():
         ctxs = record.get(field_name) or []
