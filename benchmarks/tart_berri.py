@@ -23,6 +23,8 @@ rerun recomputes only the rows it lacks. Writes ``{"scifact": {SYSTEM: {"instruc
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -31,7 +33,8 @@ import numpy as np
 from _common import command_line, machine, parser, write_result
 
 from taskret.formats import format_query
-from taskret.io import read_jsonl, write_jsonl
+from taskret.io import read_json, read_jsonl, write_jsonl
+from taskret.rerank.base import Reranker
 from taskret.retrieval import make_retriever
 from taskret.retrieval.base import RetrievalResult
 from taskret.retrieval.hybrid import fuse_results
@@ -43,6 +46,40 @@ ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base"}
 # berri-lite dev tasks with short documents (cheap to encode and rerank on 2 cores) and intents unlike
 # SciFact's, none trivial for BM25.
 DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", "berri-lite/liar_plus")
+
+
+class PairCache(Reranker):
+    """A reranker's scores of (query, document) pairs kept in ``path`` (JSONL, appended as each batch is
+    scored, keyed by hashes of both texts), so a pair two first stages share (BM25+MiniLM's and
+    BM25+TART-dual's top 10 overlap) is scored once, and an interrupted run loses at most one batch."""
+
+    def __init__(self, reranker: Reranker, path: Path, batch: int = 200):
+        self.reranker, self.path, self.batch = reranker, path, batch
+        self.name = reranker.name
+        self.scores: dict[tuple[str, str], float] = {}
+        if path.exists():
+            for row in read_jsonl(path):
+                self.scores[(row["q"], row["d"])] = row["s"]
+
+    @staticmethod
+    def key(query: str, doc: str) -> tuple[str, str]:
+        return (hashlib.sha1(query.encode()).hexdigest()[:16], hashlib.sha1(doc.encode()).hexdigest()[:16])
+
+    def add(self, pairs: list[tuple[str, str]], scores) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            for (q, d), score in zip(pairs, scores):
+                key = self.key(q, d)
+                if key not in self.scores:
+                    self.scores[key] = round(float(score), 6)
+                    f.write(json.dumps({"q": key[0], "d": key[1], "s": self.scores[key]}) + "\n")
+
+    def score_pairs(self, pairs):
+        todo = list(dict.fromkeys(p for p in pairs if self.key(*p) not in self.scores))
+        for start in range(0, len(todo), self.batch):
+            chunk = todo[start:start + self.batch]
+            self.add(chunk, self.reranker.score_pairs(chunk))
+        return np.array([self.scores[self.key(*p)] for p in pairs], dtype=np.float32)
 
 
 class Rankings:
@@ -89,8 +126,16 @@ class Rankings:
         return self._cached(name, instructed, compute)
 
     def reranked(self, name: str, reranker, first: RetrievalResult, instructed: bool, top: int) -> RetrievalResult:
-        return self._cached(name, instructed, lambda: reranker.rerank(self.queries(instructed), first,
-                                                                      self._doc_texts.__getitem__, top_k=top))
+        """``first``'s top ``top`` reranked; pair scores are shared through ``{reranker}.pairs.jsonl``, seeded from
+        any cached ranking by the same reranker (its first ``top`` scores are the reranker's own)."""
+        cache = PairCache(reranker, self.work / f"{reranker.name}.pairs.jsonl")
+        for path in self.work.glob(f"*+{reranker.name}.*.jsonl"):
+            queries = dict(zip(self.qids, self.queries(path.name.endswith(".instruction.jsonl"))))
+            rows = [r for r in read_jsonl(path) if r["qid"] in queries]
+            cache.add([(queries[r["qid"]], self._doc_texts[d]) for r in rows for d in r["ids"][:top]],
+                      [s for r in rows for s in r["scores"][:top]])
+        return self._cached(name, instructed, lambda: cache.rerank(self.queries(instructed), first,
+                                                                   self._doc_texts.__getitem__, top_k=top))
 
     def ndcg(self, result: RetrievalResult) -> float:
         run = {q: {d: float(s) for d, s in zip(ids, row)} for q, ids, row in zip(self.qids, result.ids, result.scores)}
@@ -145,6 +190,7 @@ def main() -> None:
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     if not columns or any(c not in ("no_instruction", "instruction") for c in columns):
         raise SystemExit(f"--columns: expected no_instruction and/or instruction, got {args.columns!r}")
+    rerank_columns = [c.strip() for c in args.rerank_columns.split(",")] if args.rerank_columns else columns
     for column in columns:
         instructed = column == "instruction"
         print(f"{column}: first stages on the dev tasks, then SciFact", flush=True)
@@ -158,7 +204,7 @@ def main() -> None:
             stages[hybrid] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], [weight, 1 - weight])
             for f, d in zip(dev_first, dev_stages):
                 d[hybrid] = fuse_results([f["bm25_bare"], f[encoder]], [weight, 1 - weight])
-        for rname, reranker in rerankers.items():
+        for rname, reranker in (rerankers.items() if column in rerank_columns else ()):
             for first in [s for s in args.rerank_first.split(",") if s in ("bm25", *hybrids)]:
                 name = f"{first}+{rname}"
                 dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth)
@@ -179,6 +225,8 @@ def main() -> None:
     result["device"] = "cpu"
     result["machine"] = machine()
     result["commands"] = [command_line(args, arg_parser)]
+    if Path(args.out).exists():  # the held-out block is benchmarks/tart_held_out.py's: keep it
+        result.update({k: v for k, v in read_json(args.out).items() if k.startswith("held_out")})
     write_result(args.out, result)
     width = max(len(n) for n in result["scifact"])
     for name, cols in result["scifact"].items():
@@ -201,6 +249,8 @@ def _parser():
     p.add_argument("--rerank-depth", type=int, default=10, help="first-stage documents each reranker reorders")
     p.add_argument("--columns", default="no_instruction,instruction",
                    help="which settings to run: no_instruction (the claim alone) and/or instruction")
+    p.add_argument("--rerank-columns", default=None,
+                   help="the columns the rerankers run in (default: every column; each costs an LM pass per pair)")
     p.add_argument("--rerank-first", default="hybrid,hybrid+tart_dual",
                    help="the first stages the rerankers reorder (among bm25, hybrid, hybrid+tart_dual)")
     return p

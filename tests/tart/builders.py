@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from taskret.tart.pipeline import TartRunConfig
+
 from ..conftest import write_jsonl_rows
 
 CORPUS = [
@@ -82,3 +84,33 @@ def make_data_dir(root: Path) -> Path:
     (root / "ambigqa").mkdir(parents=True)
     (root / "ambigqa" / "dev_light.json").write_text(json.dumps(AMBIGQA_ITEMS), encoding="utf-8")
     return root
+
+
+class Say:
+    """A console that keeps what it is told."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def print(self, text):
+        self.lines.append(str(text))
+
+
+def write_task(root, task, split):
+    corpus = [{"_id": d.id, "title": d.title, "text": d.text} for d in task.corpus.values()]
+    queries = [{"_id": q, "text": text} for q, text in task.queries.items()]
+    qrels = [(q, d, r) for q, judged in task.qrels.items() for d, r in judged.items()]
+    return write_beir(root / task.name, corpus=corpus, queries=queries, qrels={split: qrels})
+
+
+def make_config(beir, work, tiny, **overrides) -> TartRunConfig:
+    settings = dict(
+        work_dir=str(work), train_tasks=[str(beir["parses"]), str(beir["steps"])], instructions=beir["instructions"],
+        n_hard=2, n_random=1, n_unfollowing=2,
+        dual={"base_model": str(tiny), "batch_size": 4, "mini_batch_size": 4, "max_seq_length": 32,
+              "learning_rate": 1e-3},
+        full={"base_model": str(tiny), "batch_size": 16, "max_length": 64},
+        redenoise=True, distil={"batch_size": 4, "max_seq_length": 32},
+        eval_tasks=[str(beir["facts"])], k=5, rerank_top_k=4)
+    settings.update(overrides)
+    return TartRunConfig(**settings)

@@ -11,6 +11,8 @@ import pytest
 from taskret.tart.tasks import Document, RetrievalTask
 from taskret.tart.training_data import build_training_examples
 
+from .builders import write_task
+
 
 def _task(name, docs, queries, qrels, instructions):
     corpus = {d: Document(d, "", text) for d, text in docs.items()}
@@ -62,3 +64,12 @@ def tasks():
 def rows(tasks):
     """Two hard, one random and two instruction-unfollowing negatives per query (fewer where a corpus is small)."""
     return build_training_examples(tasks, n_hard=2, n_random=1, n_unfollowing=2, seed=0)
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory):
+    """Three tiny tasks as BEIR folders (facts: test; parses, steps: train) and their instructions."""
+    root = tmp_path_factory.mktemp("beir")
+    facts, parses, steps = make_tasks()
+    return {"facts": write_task(root, facts, "test"), "parses": write_task(root, parses, "train"),
+            "steps": write_task(root, steps, "train"), "instructions": {t.name: t.instructions for t in make_tasks()}}

@@ -142,3 +142,50 @@ def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
     bad.write_text(data.read_text().splitlines()[0].replace('"positive"', '"positif"') + "\n")
     result = CliRunner().invoke(app, ["tart", "train-dual", "--data", str(bad), "--out", str(tmp_path / "x")], env=env)
     assert result.exit_code == 2 and "line 1, field 'positive'" in result.output
+
+
+def test_new_settings_are_validated():
+    for bad in ({"instruction_dropout": 1.5}, {"base_weight": -0.1}, {"encode_max_seq_length": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            TartDualConfig(**bad)
+
+
+def test_instruction_dropout_trains_some_anchors_on_the_bare_query(rows):
+    many = [{**r, "qid": f"{r['qid']}-{i}"} for i in range(25) for r in rows]
+    anchors = build_triplets(many, TartDualConfig(instruction_dropout=0.5, seed=1))["anchor"]
+    bare = [a == r["query"] for a, r in zip(anchors, many)]
+    instructed = [a == format_query(r["instruction"], r["query"]) for a, r in zip(anchors, many)]
+    assert all(b != i for b, i in zip(bare, instructed))  # every anchor is one or the other
+    assert 0.3 < sum(bare) / len(many) < 0.7
+    assert build_triplets(many, TartDualConfig(instruction_dropout=0.5, seed=1))["anchor"] == anchors  # seeded
+    assert build_triplets(many, TartDualConfig(instruction_dropout=1.0))["anchor"] == [r["query"] for r in many]
+
+
+def test_saved_model_encodes_with_the_base_length_not_the_training_length(trained, tiny_bert_dir):
+    from sentence_transformers import SentenceTransformer
+
+    _, folder = trained
+    base_length = SentenceTransformer(str(tiny_bert_dir), device="cpu").max_seq_length
+    assert base_length > 32  # the fixture trains at 32 tokens
+    assert SentenceTransformer(str(folder), device="cpu").max_seq_length == base_length
+
+
+def test_base_weight_moves_the_trained_weights_back_to_the_base(tmp_path, rows, tiny_bert_dir):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    base = SentenceTransformer(str(tiny_bert_dir), device="cpu").state_dict()
+    runs = {}
+    for weight in (0.0, 0.5, 1.0):
+        out = tmp_path / f"w{weight}"
+        train_tart_dual(rows, out, tiny_config(tiny_bert_dir, base_weight=weight, encode_max_seq_length=48),
+                        progress=False)
+        model = SentenceTransformer(str(out / "model"), device="cpu")
+        assert model.max_seq_length == 48
+        runs[weight] = model.state_dict()
+        assert json.loads((out / CONFIG_FILE).read_text())["base_weight"] == weight
+    floats = [n for n, t in base.items() if t.is_floating_point()]
+    assert any(not torch.equal(runs[0.0][n], base[n]) for n in floats)  # training moved the weights
+    for name in floats:
+        assert torch.allclose(runs[1.0][name], base[name])
+        assert torch.allclose(runs[0.5][name], (runs[0.0][name] + base[name]) / 2, atol=1e-6)

@@ -12,48 +12,9 @@ from typer.testing import CliRunner
 from taskret.cli import app
 from taskret.tart.pipeline import TartRunConfig, run_pipeline
 
-from .builders import write_beir
-from .conftest import make_tasks
+from .builders import Say, make_config
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
-
-
-class Say:
-    """A console that keeps what it is told."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-
-    def print(self, text):
-        self.lines.append(str(text))
-
-
-def write_task(root, task, split):
-    corpus = [{"_id": d.id, "title": d.title, "text": d.text} for d in task.corpus.values()]
-    queries = [{"_id": q, "text": text} for q, text in task.queries.items()]
-    qrels = [(q, d, r) for q, judged in task.qrels.items() for d, r in judged.items()]
-    return write_beir(root / task.name, corpus=corpus, queries=queries, qrels={split: qrels})
-
-
-@pytest.fixture(scope="module")
-def beir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("beir")
-    facts, parses, steps = make_tasks()
-    return {"facts": write_task(root, facts, "test"), "parses": write_task(root, parses, "train"),
-            "steps": write_task(root, steps, "train"), "instructions": {t.name: t.instructions for t in make_tasks()}}
-
-
-def make_config(beir, work, tiny, **overrides) -> TartRunConfig:
-    settings = dict(
-        work_dir=str(work), train_tasks=[str(beir["parses"]), str(beir["steps"])], instructions=beir["instructions"],
-        n_hard=2, n_random=1, n_unfollowing=2,
-        dual={"base_model": str(tiny), "batch_size": 4, "mini_batch_size": 4, "max_seq_length": 32,
-              "learning_rate": 1e-3},
-        full={"base_model": str(tiny), "batch_size": 16, "max_length": 64},
-        redenoise=True, distil={"batch_size": 4, "max_seq_length": 32},
-        eval_tasks=[str(beir["facts"])], k=5, rerank_top_k=4)
-    settings.update(overrides)
-    return TartRunConfig(**settings)
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +102,9 @@ def test_task_specs_name_a_split(tmp_path, beir):
                                          instructions={"facts": ["Find evidence"]}, limit=2)
     assert [t.name for t in tasks] == ["parses", "facts"] and tasks[1].instructions == ["Find evidence"]
     assert len(tasks[0].queries) == 2 and not tasks[0].instructions and skipped == []
+    capped, _ = load_training_tasks([str(beir["parses"]), str(beir["steps"])], split="train", limit=2,
+                                    task_limits={"steps": 1})
+    assert [len(t.queries) for t in capped] == [2, 1]  # a per-task cap replaces the shared limit
 
 
 def test_a_training_only_run_trains_both_models_and_evaluates_nothing(tmp_path, beir, tiny_bert_dir):
@@ -151,3 +115,15 @@ def test_a_training_only_run_trains_both_models_and_evaluates_nothing(tmp_path, 
     assert (tmp_path / "w" / "full" / "tart_full_config.json").exists()
     assert not (tmp_path / "w" / "eval").exists() and not (tmp_path / "w" / "metrics.json").exists()
     assert say.lines[-1] == "evaluate: no eval_tasks, skipped"
+
+
+def test_a_dual_only_run_trains_and_evaluates_tart_dual_alone(tmp_path, beir, tiny_bert_dir):
+    with pytest.raises(ValueError, match="need TART-full"):
+        make_config(beir, tmp_path / "x", tiny_bert_dir, full=None)  # redenoise and distil are on
+    with pytest.raises(ValueError, match="task_caps"):
+        make_config(beir, tmp_path / "x", tiny_bert_dir, task_caps={"parses": 0})
+    config = make_config(beir, tmp_path / "w", tiny_bert_dir, full=None, redenoise=False, distil=None,
+                         task_caps={"parses": 1})
+    summary = run_pipeline(config, console=Say(), progress=False)
+    assert set(summary) == {"dual"} and not (tmp_path / "w" / "full").exists()
+    assert json.loads((tmp_path / "w" / "train_stats.json").read_text())["per_task"]["parses"] == 1

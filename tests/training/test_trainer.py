@@ -130,7 +130,8 @@ def test_train_fits_a_bi_encoder_and_writes_the_summary_last(tmp_path, tiny_bert
     assert [e.columns for e in seen[0]] == [TRIPLETS.epoch(ITEMS, 1, e).columns for e in range(2)]
     summary = json.loads((tmp_path / "run" / "toy.json").read_text())
     assert ToyConfig.from_dict({k: v for k, v in summary.items() if k in config.to_dict()}) == config
-    assert summary["n_items"] == 12 and summary["n_triplets"] == 24 and set(RUN_KEYS) <= set(summary)
+    assert summary["n_items"] == 12 and summary["n_triplets"] == 24
+    assert set(RUN_KEYS) - {"validation"} <= set(summary) and "validation" not in summary  # no validate function
     assert summary["steps"] == 2 * 3 and len(summary["epoch_times_s"]) == 2 and math.isfinite(summary["final_loss"])
     log = [json.loads(line) for line in (tmp_path / "run" / LOG_FILE).read_text().splitlines()]
     assert [r["step"] for r in log] == list(range(1, 7)) and log[-1]["epoch"] == 2.0 and log[2]["epoch"] == 1.0
@@ -178,3 +179,33 @@ def test_a_router_mapping_trains_two_encoders(tmp_path, tiny_bert_dir):
     texts = ["weather request 0", "music answer 1"]
     assert not torch.allclose(model.encode_query(texts, convert_to_tensor=True),
                               model.encode_document(texts, convert_to_tensor=True), atol=1e-4)
+
+
+def test_validation_keeps_the_best_steps_weights(tmp_path, tiny_bert_dir):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    # ITEMS make 12 triplets per epoch, 3 steps of 4; checked at steps 0, 2, 4 and 6 (the last).
+    made_up = iter([1.0, 5.0, 2.0, 3.0])
+    snapshots: list[dict] = []
+
+    def validate(model) -> float:
+        assert not model.training  # scored in eval mode
+        snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return next(made_up)
+
+    config = ToyConfig(learning_rate=1e-3)
+    folder = train(config, ITEMS, TRIPLETS, bi_encoder_recipe(tiny_bert_dir), tmp_path / "run", "toy.json",
+                   lambda epochs: {}, progress=False, validate=validate, validate_steps=2)
+    summary = json.loads((tmp_path / "run" / "toy.json").read_text())
+    assert summary["validation"]["best_step"] == 2 and summary["validation"]["best_dev_score"] == 5.0
+    assert summary["validation"]["dev_scores"] == {"0": 1.0, "2": 5.0, "4": 2.0, "6": 3.0}
+    assert summary["steps"] == 6 and summary["final_loss"] is not None
+    log = [json.loads(line) for line in (tmp_path / "run" / LOG_FILE).read_text().splitlines()]
+    assert [row["step"] for row in log if "dev_score" in row] == [0, 2, 4, 6]
+    saved = SentenceTransformer(str(folder), device="cpu").state_dict()
+    assert all(torch.equal(saved[k], snapshots[1][k]) for k in saved)  # step 2's weights, not the last
+    assert any(not torch.equal(saved[k], snapshots[3][k]) for k in saved)
+    with pytest.raises(ValueError, match="validate_steps"):
+        train(config, ITEMS, TRIPLETS, bi_encoder_recipe(tiny_bert_dir), tmp_path / "bad", "toy.json",
+              lambda epochs: {}, progress=False, validate=validate, validate_steps=0)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from ..formats import format_query
 from ..rerank.cross_encoder import RUN_CONFIG_FILE
@@ -97,9 +97,11 @@ def build_pairs(rows: Sequence[dict], config: TartFullConfig, epoch: int = 0, *,
 
 
 def train_tart_full(rows: Sequence[dict], out_dir: str | os.PathLike, config: TartFullConfig | None = None,
-                    progress: bool = True, source: str = "rows") -> Path:
+                    progress: bool = True, source: str = "rows", validate: Callable[[Any], float] | None = None,
+                    validate_steps: int = 0) -> Path:
     """Train TART-full, a binary relevance head over (instructed query, document) pairs, on the accelerator if
-    there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`)."""
+    there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`).
+    ``validate`` (:func:`~taskret.tart.validation.full_validator`) every ``validate_steps`` keeps the best step."""
     from sentence_transformers.cross_encoder import CrossEncoder
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
@@ -110,7 +112,7 @@ def train_tart_full(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     recipe = ModelRecipe(lambda: CrossEncoder(base, num_labels=1, max_length=config.max_length, device="cpu"),
                          BinaryCrossEntropyLoss, cross_encoder=True)
     return train_on_rows(rows, config, pair_sampler(config), recipe, out_dir, CONFIG_FILE, "n_pairs", source=source,
-                         progress=progress,
+                         progress=progress, validate=validate, validate_steps=validate_steps,
                          extra_counts=lambda epochs: {
                              "n_positive_pairs": sum(label == 1.0 for e in epochs for label in e.columns["label"]),
                              "negatives_used": negatives_used(epochs, NEGATIVE_KINDS)})

@@ -37,12 +37,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 from ..formats import format_query
 from ..training.batching import RowKeys
 from ..training.config import DPRSettings
-from ..training.encoders import build_bi_encoder
+from ..training.encoders import build_bi_encoder, merge_with_base
 from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
@@ -60,20 +60,40 @@ RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "n_triplets", "negatives_used", 
 @dataclass
 class TartDualConfig(DPRSettings, TartSettings):
     """Hyperparameters of TART-dual training. ``batch_size`` triplets per optimiser step, embedded
-    ``mini_batch_size`` sequences at a time (GradCache)."""
+    ``mini_batch_size`` sequences at a time (GradCache).
+
+    ``instruction_dropout``: the fraction of anchors (drawn per row and epoch) trained on the bare query, so one
+    model serves queries with and without an instruction. ``base_weight``: after training, the weights are moved
+    that far back towards the base's (:func:`~taskret.training.encoders.merge_with_base`; 0 keeps them).
+    ``max_seq_length`` truncates while training; the saved model encodes with ``encode_max_seq_length``
+    (default: the base's own length, so long documents are not cut shorter than the base would cut them)."""
 
     batch_size: int = 64
+    instruction_dropout: float = 0.0
+    base_weight: float = 0.0
+    encode_max_seq_length: Optional[int] = None
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS  # from_dict reads a tart_dual_config.json, ignoring these
     POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "mini_batch_size", "max_seq_length",
                                                 "logging_steps")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("instruction_dropout", "base_weight"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.encode_max_seq_length is not None and (isinstance(self.encode_max_seq_length, bool) or not isinstance(
+                self.encode_max_seq_length, int) or self.encode_max_seq_length < 1):
+            raise ValueError(f"encode_max_seq_length must be a positive integer, got {self.encode_max_seq_length!r}")
+
 
 # -- triplets ------------------------------------------------------------------------------------
 
 
-def _anchor(row: dict, config: TartDualConfig) -> str:
-    return format_query(row["instruction"] if config.use_instruction else None, row["query"])
+def _anchor(row: dict, config: TartDualConfig, rng=None) -> str:
+    instructed = config.use_instruction and not (
+        config.instruction_dropout and rng is not None and rng.random() < config.instruction_dropout)
+    return format_query(row["instruction"] if instructed else None, row["query"])
 
 
 def triplet_sampler(config: TartDualConfig) -> RowSampler[tuple[dict, list[dict]]]:
@@ -89,7 +109,7 @@ def triplet_sampler(config: TartDualConfig) -> RowSampler[tuple[dict, list[dict]
                        ("d:" + f"{task}/{row['positive']}", "t:" + row["positive_text"]),
                        ("d:" + negative_id, "t:" + negative["text"]),
                        row["positive_text"], negative["text"])
-        values = {"anchor": _anchor(row, config), "positive": row["positive_text"], "negative": negative["text"]}
+        values = {"anchor": _anchor(row, config, rng), "positive": row["positive_text"], "negative": negative["text"]}
         return [TrainingRow(values, keys, negative["kind"])]
 
     return RowSampler(("anchor", "positive", "negative"), draw)
@@ -110,13 +130,27 @@ def build_triplets(rows: Sequence[dict], config: TartDualConfig, epoch: int = 0,
 
 
 def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: TartDualConfig | None = None,
-                    progress: bool = True, source: str = "rows") -> Path:
+                    progress: bool = True, source: str = "rows", validate: Callable[[Any], float] | None = None,
+                    validate_steps: int = 0) -> Path:
     """Train TART-dual, one encoder for instructed queries and documents with the DPR loss, on the accelerator
-    if there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`)."""
+    if there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`).
+    ``validate`` (:func:`~taskret.tart.validation.dual_validator`) every ``validate_steps`` keeps the best step."""
     config = config or TartDualConfig()
-    recipe = ModelRecipe(lambda: build_bi_encoder(config.base_model, max_seq_length=config.max_seq_length),
-                         lambda model: dpr_training_loss(model, config))
+    encode_length: list[int] = []
+
+    def build():
+        model = build_bi_encoder(config.base_model, max_seq_length=None)
+        encode_length.append(config.encode_max_seq_length or model.max_seq_length)
+        model.max_seq_length = config.max_seq_length
+        return model
+
+    def finish(model) -> None:
+        merge_with_base(model, config.base_model, config.base_weight)
+        model.max_seq_length = encode_length[-1]
+
+    recipe = ModelRecipe(build, lambda model: dpr_training_loss(model, config), finish=finish)
 
     return train_on_rows(rows, config, triplet_sampler(config), recipe, out_dir, CONFIG_FILE, "n_triplets",
                          source=source, progress=progress, no_duplicates=config.no_duplicates,
+                         validate=validate, validate_steps=validate_steps,
                          extra_counts=lambda epochs: {"negatives_used": negatives_used(epochs, NEGATIVE_KINDS)})

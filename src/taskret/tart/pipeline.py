@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..io import read_json, write_json
 from ..pipeline import Stage, guard_config, read_config
@@ -43,15 +43,23 @@ class TartRunConfig(BaseModel):
     instructions: dict[str, list[str]] = Field(default_factory=dict,
                                                description="instructions by task name (a BEIR folder has none)")
     max_train_queries: Optional[int] = Field(None, ge=1, description="a seeded sample of N queries per task")
+    task_caps: dict[str, PositiveInt] = Field(default_factory=dict, description="per-task query caps (by task name, e.g. "
+                                      "'nl2bash', 'mtop') that replace max_train_queries for those tasks")
     first_stage: str = "bm25"
     n_hard: int = Field(5, ge=0)
     n_random: int = Field(2, ge=0)
     n_unfollowing: int = Field(2, ge=0)
     denoiser: Optional[str] = Field(None, description="a CrossEncoder that drops likely false hard negatives")
     denoise_threshold: float = 0.5
+    dev_tasks: list[str] = Field(default_factory=list, description="tasks whose dev queries score the models while "
+                                 "they train (berri-lite/TASK: its held-out split); [] for none")
+    dev_limit: Optional[int] = Field(50, ge=1, description="dev queries per dev task (seeded sample)")
+    validate_steps: int = Field(0, ge=0, description="score on the dev tasks every N steps and keep the best "
+                                "step's weights; 0: keep the last")
     # training: the fields of TartDualConfig, TartFullConfig and TartDistilConfig (seed defaults to ours)
     dual: dict = Field(default_factory=dict)
-    full: dict = Field(default_factory=dict)
+    full: Optional[dict] = Field(default_factory=dict, description="TartFullConfig fields; None: no TART-full "
+                                 "(a dual-only run: no re-denoising, distillation or full evaluation)")
     redenoise: bool = Field(False, description="re-mine the rows with TART-full as the denoiser, for distillation")
     distil: Optional[dict] = Field(None, description="TartDistilConfig fields; None: no distillation. Its student "
                                    "starts from TART-dual unless base_model says otherwise")
@@ -66,6 +74,12 @@ class TartRunConfig(BaseModel):
     rerank_first_stage: str = "bm25"
     rerank_top_k: int = Field(100, ge=1)
 
+    @model_validator(mode="after")
+    def _full_for_its_users(self) -> "TartRunConfig":
+        if self.full is None and (self.redenoise or self.distil is not None):
+            raise ValueError("redenoise and distil need TART-full: 'full' may not be null with them")
+        return self
+
     @classmethod
     def from_file(cls, path: str | Path) -> "TartRunConfig":
         return read_config(cls, path)
@@ -78,6 +92,8 @@ class TartRunConfig(BaseModel):
     def full_config(self):
         from .cross_encoder import TartFullConfig
 
+        if self.full is None:
+            return None
         return TartFullConfig.from_dict({"seed": self.seed, **self.full})
 
     def distil_config(self, dual_model: Path):
@@ -99,6 +115,15 @@ def _check_leakage(config: TartRunConfig) -> None:
         if source in evaluated:
             raise ValueError(f"training task '{spec}' reads the data of evaluation task '{evaluated[source]}' "
                              f"({config.eval_split}); keep evaluation data out of training")
+    for spec in config.dev_tasks:  # checkpoints chosen on evaluation data would be tuned on the test set
+        name, split = split_task_spec(spec, "dev")
+        try:
+            source = task_source(name, split, config.data_dir)
+        except ValueError:
+            continue
+        if source in evaluated:
+            raise ValueError(f"dev task '{spec}' reads the data of evaluation task '{evaluated[source]}' "
+                             f"({config.eval_split}); choose checkpoints on other data")
 
 
 def _build_rows(config: TartRunConfig, out: Path, stats_path: Path, say, denoiser=None,
@@ -109,7 +134,7 @@ def _build_rows(config: TartRunConfig, out: Path, stats_path: Path, say, denoise
 
     tasks, skipped = load_training_tasks(config.train_tasks, config.data_dir, config.train_split,
                                          limit=config.max_train_queries, seed=config.seed,
-                                         instructions=config.instructions)
+                                         instructions=config.instructions, task_limits=config.task_caps)
     for message in skipped:
         say(f"build-data: {message}; skipped")
     stats: dict = {}
@@ -135,8 +160,9 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     from .dual import CONFIG_FILE as DUAL_FILE
     from .dual import train_tart_dual
     from .evaluation import evaluate_retriever
-    from .tasks import load_retrieval_task
+    from .tasks import load_retrieval_task, split_task_spec
     from .training_data import read_training_examples
+    from .validation import dual_validator, full_validator
 
     say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
     work = Path(config.work_dir)
@@ -153,14 +179,24 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     data.run(lambda out: _build_rows(config, out, work / "train_stats.json", say))
     rows = read_training_examples(data.output)
 
+    dev = [load_retrieval_task(name, config.data_dir, split).sample(config.dev_limit, seed=config.seed)
+           for name, split in (split_task_spec(spec, "dev") for spec in config.dev_tasks)
+           ] if config.validate_steps and config.dev_tasks else []
+
     def train_dual(out: Path) -> None:
-        train_tart_dual(rows, out, dual_config, progress=progress, source=str(data.output))
+        validate = dual_validator(dev, use_instruction=dual_config.use_instruction) if dev else None
+        train_tart_dual(rows, out, dual_config, progress=progress, source=str(data.output), validate=validate,
+                        validate_steps=config.validate_steps)
 
     def train_full(out: Path) -> None:
-        train_tart_full(rows, out, full_config, progress=progress, source=str(data.output))
+        validate = full_validator(dev, first_stage=config.rerank_first_stage, top_k=min(config.rerank_top_k, 20),
+                                  use_instruction=full_config.use_instruction) if dev else None
+        train_tart_full(rows, out, full_config, progress=progress, source=str(data.output), validate=validate,
+                        validate_steps=config.validate_steps)
 
     Stage("train-dual", work / "dual", marker=work / "dual" / DUAL_FILE, say=say).run(train_dual)
-    Stage("train-full", work / "full", marker=work / "full" / FULL_FILE, say=say).run(train_full)
+    if full_config is not None:
+        Stage("train-full", work / "full", marker=work / "full" / FULL_FILE, say=say).run(train_full)
 
     distil_data = data
     if config.redenoise:
@@ -183,7 +219,9 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
         return {}
     tasks = [load_retrieval_task(name, config.data_dir, config.eval_split).sample(config.eval_limit, seed=config.seed)
              for name in config.eval_tasks]
-    systems = {"dual": (f"dense:{work / 'dual' / 'model'}", None), "full": (config.rerank_first_stage, work / "full")}
+    systems = {"dual": (f"dense:{work / 'dual' / 'model'}", None)}
+    if full_config is not None:
+        systems["full"] = (config.rerank_first_stage, work / "full")
     if distil_config is not None:
         systems["distil"] = (f"dense:{work / 'distil' / 'model'}", None)
     summary: dict = {}

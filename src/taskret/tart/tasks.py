@@ -634,12 +634,14 @@ def task_source(name: str, split: str, data_dir: str | os.PathLike | None = None
 
 def load_training_tasks(specs: Sequence[str], data_dir: str | os.PathLike | None = None, split: str = "train",
                         limit: int | None = None, seed: int = 0,
-                        instructions: dict[str, Sequence[str]] | None = None) -> tuple[list[RetrievalTask], list[str]]:
+                        instructions: dict[str, Sequence[str]] | None = None,
+                        task_limits: dict[str, int] | None = None) -> tuple[list[RetrievalTask], list[str]]:
     """The tasks of ``specs`` (``"name"`` or ``"name:split"``, see :func:`split_task_spec`; ``split`` by
     default; ``berri-lite`` stands for every task of that collection), each a seeded sample of ``limit`` queries, and a message for each built-in task skipped
     because it lacks the split (AmbigQA has no ``train``). ``instructions`` gives tasks (by name)
-    instructions of their own: a BEIR folder has none, and training needs some.
-    Raises ``ValueError`` if no task is left.
+    instructions of their own: a BEIR folder has none, and training needs some. ``task_limits`` caps some tasks
+    (by name, e.g. ``nl2bash`` or ``mtop``) at their own number of queries instead of ``limit``, so that no task
+    dominates a multi-task mixture. Raises ``ValueError`` if no task is left.
     """
     loaded, skipped = [], []
     specs = [s for spec in specs for s in (berri_lite_tasks(data_dir) if spec == BERRI_LITE else [spec])]
@@ -649,7 +651,8 @@ def load_training_tasks(specs: Sequence[str], data_dir: str | os.PathLike | None
             skipped.append(f"task '{name}' has no split '{task_split}' "
                            f"(splits: {', '.join(RETRIEVAL_TASKS[name].splits)})")
             continue
-        task = load_retrieval_task(name, data_dir, task_split).sample(limit, seed=seed)
+        task = load_retrieval_task(name, data_dir, task_split)
+        task = task.sample((task_limits or {}).get(task.name, limit), seed=seed)
         if instructions and task.name in instructions:
             task = task.with_instructions(instructions[task.name])
         loaded.append(task)

@@ -293,7 +293,8 @@ def usable_rows(rows: Sequence[dict], negative_kinds: Sequence[str],
 def train_on_rows(rows: Sequence[dict], config: Any, sampler: Any, recipe: Any, out_dir: str | os.PathLike,
                   marker: str, count_name: str, *, source: str = "rows", usable: Sequence | None = None,
                   n_skipped: int = 0, started: float | None = None, extra_counts: Callable[[list], dict] | None = None,
-                  no_duplicates: bool = False, progress: bool = True) -> Path:
+                  no_duplicates: bool = False, progress: bool = True, validate: Callable[[Any], float] | None = None,
+                  validate_steps: int = 0) -> Path:
     """What TART-dual, TART-full and distillation share: train ``recipe`` on ``sampler``'s epochs of the rows
     that have negatives of ``config.negative_kinds`` (``usable``/``n_skipped`` when the caller already has them,
     as distillation does), with :func:`taskret.training.trainer.train`; return ``out_dir / "model"``.
@@ -314,7 +315,7 @@ def train_on_rows(rows: Sequence[dict], config: Any, sampler: Any, recipe: Any, 
         return out
 
     return train(config, usable, sampler, recipe, out_dir, marker, counts, no_duplicates=no_duplicates,
-                 progress=progress, started=started)
+                 progress=progress, started=started, validate=validate, validate_steps=validate_steps)
 
 
 def epoch_columns(rows: Sequence[dict], config: Any, sampler: Any, epoch: int = 0, source: str = "rows") -> dict:

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-__all__ = ["build_bi_encoder"]
+__all__ = ["build_bi_encoder", "merge_with_base"]
 
 
-def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_length: int = 256,
+def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_length: int | None = 256,
                      device: str | None = None) -> "SentenceTransformer":
     """The untrained dual encoder: a Router of two copies of ``base_model`` (query and document encoders),
     or the base itself when ``shared_encoder``; a registered name or a local folder."""
@@ -32,5 +32,32 @@ def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_le
         )
         model = SentenceTransformer(modules=[router], device=device or "cpu",
                                     similarity_fn_name=base.similarity_fn_name or "cosine")
-    model.max_seq_length = max_seq_length
+    if max_seq_length is not None:  # None keeps the base's own length
+        model.max_seq_length = max_seq_length
     return model
+
+
+def merge_with_base(model: "SentenceTransformer", base_model: str, base_weight: float) -> None:
+    """Move ``model``'s weights ``base_weight`` of the way back to ``base_model``'s, in place:
+    ``(1 - w) * trained + w * base`` for every parameter the two share (WiSE-FT, Wortsman et al. 2022).
+    A short fine-tune on a few tasks drifts away from what a base trained on a billion pairs knows about other
+    domains; the average keeps most of the new skill and most of the old robustness."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from ..models import resolve_model
+
+    if not 0.0 <= base_weight <= 1.0:
+        raise ValueError(f"base_weight must be in [0, 1], got {base_weight}")
+    if base_weight == 0.0:
+        return
+    base = SentenceTransformer(str(resolve_model(base_model)), device="cpu").state_dict()
+    trained = model.state_dict()
+    missing = [name for name in trained if name not in base or base[name].shape != trained[name].shape]
+    if missing:
+        raise ValueError(f"cannot merge with base model '{base_model}': {len(missing)} parameters differ "
+                         f"(first: {missing[0]})")
+    with torch.no_grad():
+        for name, tensor in trained.items():
+            if tensor.is_floating_point():
+                tensor.mul_(1.0 - base_weight).add_(base[name].to(tensor.device, tensor.dtype), alpha=base_weight)

@@ -43,7 +43,7 @@ __all__ = ["FitResult", "fit", "fit_and_record", "quiet", "replace_dir", "LOG_FI
 LOG_FILE = "training_log.jsonl"
 
 #: What :func:`fit_and_record` adds about the run to a summary file, after the config and its counts.
-RUN_KEYS = ("steps", "wall_time_s", "epoch_times_s", "final_loss", "mean_loss", "device")
+RUN_KEYS = ("steps", "wall_time_s", "epoch_times_s", "final_loss", "mean_loss", "device", "validation")
 
 
 # -- files and logs ------------------------------------------------------------------------------
@@ -99,18 +99,58 @@ class FitResult:
     epoch_times_s: list[float] = field(default_factory=list)
     device: str = "cpu"
     wall_time_s: float = 0.0
+    validation: dict | None = None  # with a validate function: every step's dev score and the best step kept
 
     @property
     def final_loss(self) -> float | None:
         """The last logged step's loss."""
-        return self.log_rows[-1]["loss"] if self.log_rows else None
+        losses = [row["loss"] for row in self.log_rows if "loss" in row]
+        return losses[-1] if losses else None
+
+
+class _Validation:
+    """Dev scores during training: each one logged, the best step's weights kept (on the CPU) to be restored."""
+
+    def __init__(self, validate: Callable[[Any], float], every: int, log_file, log_rows: list):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"validate_steps must be a positive integer with a validate function, got {every!r}")
+        self.validate, self.every, self.log_file, self.log_rows = validate, every, log_file, log_rows
+        self.scores: dict[int, float] = {}
+        self.best_step: int | None = None
+        self.best_state: dict | None = None
+
+    def check(self, model, step: int) -> None:
+        if step in self.scores:
+            return
+        was_training = model.training
+        model.eval()
+        score = float(self.validate(model))
+        model.train(was_training)
+        self.scores[step] = score
+        row = {"step": step, "dev_score": round(score, 4)}
+        self.log_rows.append(row)
+        self.log_file.write(json.dumps(row) + "\n")
+        self.log_file.flush()
+        if self.best_step is None or score > self.scores[self.best_step]:
+            self.best_step = step
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def restore_best(self, model) -> None:
+        if self.best_state is not None and self.best_step != max(self.scores):
+            model.load_state_dict(self.best_state)
+
+    def summary(self) -> dict:
+        return {"best_step": self.best_step, "best_dev_score": round(self.scores[self.best_step], 4),
+                "dev_scores": {str(step): round(v, 4) for step, v in self.scores.items()},
+                "every_steps": self.every}
 
 
 def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_dataset: Any,
         blocks: Sequence[Sequence[Any]], out_dir: str | os.PathLike, *, batch_size: int, learning_rate: float,
         warmup_ratio: float, weight_decay: float, seed: int, logging_steps: int = 1, no_duplicates: bool = False,
         cross_encoder: bool = False, marker: str | None = None, extra_args: dict | None = None,
-        progress: bool = True) -> FitResult:
+        progress: bool = True, finish: Callable[[Any], None] | None = None,
+        validate: Callable[[Any], float] | None = None, validate_steps: int = 0) -> FitResult:
     """Train the model ``build_model()`` with the loss ``build_loss(model)`` on ``train_dataset`` and save
     it to ``out_dir/model``; stream the steps to ``out_dir/training_log.jsonl``.
 
@@ -118,7 +158,13 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
     (:class:`RowKeys` when ``no_duplicates``, anything otherwise); batches of ``batch_size`` are drawn
     within each block, seeded by ``seed``. ``marker`` (a finished run's summary file in ``out_dir``) is
     deleted first, for the caller to write when this returns. ``extra_args``: more trainer arguments
-    (``router_mapping``, for instance). Seeds everything with ``seed`` before building the model.
+    (``router_mapping``, for instance). ``finish(model)`` runs on the trained model just before it is saved.
+    Seeds everything with ``seed`` before building the model.
+
+    ``validate(model) -> score`` (higher is better, e.g. NDCG@10 on held-out dev queries), with
+    ``validate_steps``: the model is scored before training, every ``validate_steps`` steps and after the last
+    step; each score is a ``{"step", "dev_score"}`` row of the training log, and the weights of the best one
+    (the earliest, on ties) are the ones saved, as the TART paper keeps its best checkpoint.
     """
     import torch
     from transformers import PrinterCallback, TrainerCallback, set_seed
@@ -187,6 +233,8 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
             log_rows: list[dict] = []
             epoch_end_times: dict[int, float] = {}
 
+            checks = _Validation(validate, validate_steps, log_file, log_rows) if validate is not None else None
+
             class _Log(TrainerCallback):
                 fractions: list[float] | None = None
 
@@ -196,7 +244,14 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
                     fractions = self.fractions or []
                     return fractions[step - 1] if 0 < step <= len(fractions) else float("nan")
 
+                def on_train_begin(self, args_, state, control, **kwargs):
+                    if checks is not None:
+                        checks.check(model, 0)
+
                 def on_step_end(self, args_, state, control, **kwargs):
+                    if checks is not None and (state.global_step % checks.every == 0
+                                               or state.global_step == state.max_steps):
+                        checks.check(model, state.global_step)
                     epoch = self._epoch_at(state.global_step)
                     if not math.isnan(epoch) and epoch == int(epoch):
                         epoch_end_times[int(epoch)] = time.perf_counter()
@@ -222,6 +277,10 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
             finally:
                 log_file.close()
             model_tmp = work / "model"
+            if checks is not None:
+                checks.restore_best(model)
+            if finish is not None:
+                finish(model)
             model.save(str(model_tmp), safe_serialization=True, create_model_card=False)
         device = str(next(model.parameters()).device)
         replace_dir(model_tmp, out_dir / "model")
@@ -231,7 +290,8 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
             previous = epoch_end_times[epoch]
         return FitResult(model_dir=out_dir / "model", steps=int(result.global_step),
                          mean_loss=float(result.training_loss), log_rows=log_rows, epoch_times_s=epoch_times,
-                         device=device, wall_time_s=round(time.perf_counter() - started, 3))
+                         device=device, wall_time_s=round(time.perf_counter() - started, 3),
+                         validation=checks.summary() if checks is not None else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if torch.cuda.is_available():
@@ -266,5 +326,6 @@ def fit_and_record(config: Any, build_model: Callable[[], Any], build_loss: Call
         "final_loss": run.final_loss,
         "mean_loss": run.mean_loss,
         "device": run.device,
+        **({"validation": run.validation} if run.validation is not None else {}),
     })
     return run.model_dir

@@ -99,12 +99,14 @@ class RowSampler(Generic[Item]):
 class ModelRecipe:
     """The model part of a run: ``build()`` the untrained model, ``loss(model)`` its trainer loss; a
     ``cross_encoder`` trains with sentence-transformers' CrossEncoderTrainer; ``router_mapping`` sends
-    dataset columns to a Router's routes (EPR's two encoders)."""
+    dataset columns to a Router's routes (EPR's two encoders); ``finish(model)``, if given, changes the trained
+    model in place just before it is saved (TART-dual: restore the base's encoding length, merge with the base)."""
 
     build: Callable[[], Any]
     loss: Callable[[Any], Any]
     cross_encoder: bool = False
     router_mapping: Mapping[str, str] | None = None
+    finish: Callable[[Any], None] | None = None
 
 
 def negatives_used(epochs: Sequence[EpochRows], kinds: Sequence[str]) -> dict[str, int]:
@@ -115,13 +117,16 @@ def negatives_used(epochs: Sequence[EpochRows], kinds: Sequence[str]) -> dict[st
 
 def train(config: Any, items: Sequence[Item], sampler: RowSampler[Item], recipe: ModelRecipe,
           out_dir: str | os.PathLike, marker: str, counts: Callable[[list[EpochRows]], dict], *,
-          no_duplicates: bool = False, progress: bool = True, started: float | None = None) -> Path:
+          no_duplicates: bool = False, progress: bool = True, started: float | None = None,
+          validate: Callable[[Any], float] | None = None, validate_steps: int = 0) -> Path:
     """Draw ``config.epochs`` epochs of rows from ``items`` (seeded by ``config.seed``), fit ``recipe``'s model
     on them (:func:`~taskret.training.fit.fit`, with the config's trainer settings) and write
     ``out_dir/marker`` last: the config, ``counts(epochs)`` and the run's figures. Return ``out_dir/model``.
 
     ``no_duplicates`` batches without in-batch false negatives (the sampler's rows must carry keys).
     ``started`` (a ``time.perf_counter()``) is when the run began, for ``wall_time_s``; default: now.
+    ``validate``/``validate_steps``: dev scores during training, the best step's weights saved (see
+    :func:`~taskret.training.fit.fit`).
     """
     started = time.perf_counter() if started is None else started
     epochs = [sampler.epoch(items, config.seed, epoch) for epoch in range(config.epochs)]
@@ -131,4 +136,5 @@ def train(config: Any, items: Sequence[Item], sampler: RowSampler[Item], recipe:
     return fit_and_record(config, recipe.build, recipe.loss, [e.columns for e in epochs], out_dir, marker,
                           counts(epochs), started=started, blocks=[e.keys for e in epochs] if no_duplicates else None,
                           no_duplicates=no_duplicates, cross_encoder=recipe.cross_encoder, extra_args=extra_args,
-                          progress=progress)
+                          progress=progress, finish=recipe.finish, validate=validate,
+                          validate_steps=validate_steps)

@@ -1,0 +1,103 @@
+"""Leave-one-task-out: do TART-dual's instructions generalise to a task it never saw?
+
+For each held-out berri-lite task, TART-dual is trained with the recipe of ``--config`` on every OTHER task of
+that config (the held-out task removed from its training tasks, ``--cap`` queries per task so that four runs fit
+on a laptop), then evaluated on the held-out task's dev queries (closed corpus, NDCG@10) with and without the
+task's instruction, beside BM25 and the untrained base. With ``--tart-dual DIR`` the model trained on all tasks
+(the held-out one included) is scored too, as the in-domain reference.
+
+The numbers go into the ``held_out`` block of ``benchmarks/results/tart_berri.json``
+(``{TASK: {SYSTEM: {"instruction", "no_instruction"}}}``, plus ``held_out_mean``); the rest of that file is
+left as it is. Trainings resume (their stages are skipped when done) and rankings are cached::
+
+    python benchmarks/tart_held_out.py --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from _common import command_line, machine, parser, write_result
+from tart_berri import Rankings
+
+from taskret.io import read_json
+from taskret.tart.pipeline import TartRunConfig, run_pipeline
+from taskret.tart.tasks import berri_lite_tasks, load_retrieval_task
+
+# Each has a sibling task over a similar corpus with another intent (bash vs Python, health duplicates vs health
+# QA, perspectives vs key points) or a scientific domain near SciFact's, so the instruction has work to do.
+HELD_OUT = ("berri-lite/nl2bash", "berri-lite/medical_question_pairs", "berri-lite/perspectrum", "berri-lite/scitldr")
+COLUMNS = ("no_instruction", "instruction")
+
+
+def loo_config(recipe: TartRunConfig, held_out: str, work: Path, cap: int, data_dir: str | None) -> TartRunConfig:
+    """``recipe`` without ``held_out`` among its training tasks, every task capped at ``cap`` queries."""
+    tasks = [t for spec in recipe.train_tasks for t in (berri_lite_tasks(data_dir) if spec == "berri-lite" else [spec])]
+    if held_out not in tasks:
+        raise SystemExit(f"{held_out} is not a training task of the recipe, so holding it out means nothing")
+    return recipe.model_copy(update={
+        "work_dir": str(work / held_out.split("/")[-1]), "data_dir": data_dir,
+        "train_tasks": [t for t in tasks if t != held_out], "max_train_queries": cap,
+        "task_caps": {name: min(cap, n) for name, n in recipe.task_caps.items()}, "eval_tasks": []})
+
+
+def main() -> None:
+    arg_parser = _parser()
+    args = arg_parser.parse_args()
+    work = Path(args.work)
+    recipe = TartRunConfig.from_file(args.config)
+    held_out = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    block: dict = {}
+    timings: dict = {}
+    for name in held_out:
+        config = loo_config(recipe, name, work / "loo", args.cap, args.data_dir)
+        started = time.perf_counter()
+        print(f"{name}: training TART-dual without it ({len(config.train_tasks)} tasks, cap {args.cap})", flush=True)
+        run_pipeline(config, progress=False)
+        dual_dir = Path(config.work_dir) / "dual"
+        timings[name] = {"train_wall_time_s": read_json(dual_dir / "tart_dual_config.json")["wall_time_s"],
+                         "steps": read_json(dual_dir / "tart_dual_config.json")["steps"]}
+        task = load_retrieval_task(name, args.data_dir, "test").sample(args.limit, seed=0)
+        rankings = Rankings(task, work / "eval", args.depth)
+        systems = {"bm25": "bm25", "minilm": "dense:minilm-l6", "tart_dual_held_out": f"dense:{dual_dir / 'model'}"}
+        if args.tart_dual:
+            systems["tart_dual_all_tasks"] = f"dense:{Path(args.tart_dual) / 'model'}"
+        scores: dict = {}
+        for column in COLUMNS:
+            for system, spec in systems.items():
+                ranking = rankings.first_stage(system, spec, column == "instruction")
+                scores.setdefault(system, {})[column] = rankings.ndcg(ranking)
+        timings[name]["total_s"] = round(time.perf_counter() - started, 1)
+        block[task.name] = scores
+        print(f"  {task.name}: " + "; ".join(f"{s} {c['no_instruction']:.1f} / {c['instruction']:.1f}"
+                                             for s, c in scores.items()), flush=True)
+
+    systems = list(next(iter(block.values())))
+    mean = {s: {c: round(sum(block[t][s][c] for t in block) / len(block), 2) for c in COLUMNS} for s in systems}
+    out = Path(args.out)
+    result = read_json(out) if out.exists() else {}
+    result["held_out"] = block
+    result["held_out_mean"] = mean
+    result["held_out_setup"] = {
+        "recipe": args.config, "cap_per_task": args.cap, "dev_queries_per_task": args.limit,
+        "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
+    write_result(out, result)
+    for system, cols in mean.items():
+        print(f"mean {system:<22} no instruction {cols['no_instruction']:5.1f}   instruction {cols['instruction']:5.1f}")
+
+
+def _parser():
+    p = parser(__doc__, out="benchmarks/results/tart_berri.json")
+    p.add_argument("--config", default="benchmarks/configs/tart_dual_berri.json", help="the TART-dual recipe")
+    p.add_argument("--tasks", default=",".join(HELD_OUT), help="berri-lite tasks held out, one run each")
+    p.add_argument("--cap", type=int, default=150, help="training queries per task in each held-out run")
+    p.add_argument("--limit", type=int, default=100, help="dev queries of the held-out task (seeded sample)")
+    p.add_argument("--depth", type=int, default=100, help="ranking depth kept")
+    p.add_argument("--work", default="runs/bench/tart_held_out", help="trainings and cached rankings (resumable)")
+    p.add_argument("--tart-dual", default=None, help="the TART-dual run folder trained on every task (reference)")
+    return p
+
+
+if __name__ == "__main__":
+    main()
