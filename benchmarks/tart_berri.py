@@ -128,8 +128,9 @@ class Rankings:
     def reranked(self, name: str, reranker, first: RetrievalResult, instructed: bool, top: int) -> RetrievalResult:
         """``first``'s top ``top`` reranked; pair scores are shared through ``{reranker}.pairs.jsonl``, seeded from
         any cached ranking by the same reranker (its first ``top`` scores are the reranker's own)."""
-        cache = PairCache(reranker, self.work / f"{reranker.name}.pairs.jsonl")
-        for path in self.work.glob(f"*+{reranker.name}.*.jsonl"):
+        kind = name.rpartition("+")[2]  # the reranker's name in the rankings' file names: upr, tart_full
+        cache = PairCache(reranker, self.work / f"{kind}.pairs.jsonl")
+        for path in self.work.glob(f"*+{kind}.*.jsonl"):
             queries = dict(zip(self.qids, self.queries(path.name.endswith(".instruction.jsonl"))))
             rows = [r for r in read_jsonl(path) if r["qid"] in queries]
             cache.add([(queries[r["qid"]], self._doc_texts[d]) for r in rows for d in r["ids"][:top]],
@@ -150,17 +151,37 @@ def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalRes
     return choice.weight, {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}
 
 
+def _merged(folder: str, base_weight: float, out: Path) -> Path:
+    """``folder``'s model with its weights ``base_weight`` of the way back to its base's, saved once in ``out``."""
+    if not out.is_dir():
+        from sentence_transformers import SentenceTransformer
+
+        from taskret.training.encoders import merge_with_base
+
+        model = SentenceTransformer(folder, device="cpu")
+        merge_with_base(model, read_json(Path(folder).parent / "tart_dual_config.json")["base_model"], base_weight)
+        tmp = out.with_name(out.name + ".tmp")
+        model.save(str(tmp), safe_serialization=True, create_model_card=False)
+        tmp.rename(out)
+    return out
+
+
 def main() -> None:
     arg_parser = _parser()
     args = arg_parser.parse_args()
     work = Path(args.work)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     encoders = {name: spec for name, spec in ENCODERS.items() if name in systems}
-    if args.tart_dual:
-        encoders["tart_dual"] = f"dense:{Path(args.tart_dual) / 'model'}" if (Path(args.tart_dual) / "model").is_dir() \
-            else f"dense:{args.tart_dual}"
-    hybrids = {"hybrid": "minilm", "hybrid+tart_dual": "tart_dual"}
-    hybrids = {name: enc for name, enc in hybrids.items() if enc in encoders and (name in systems or args.tart_dual)}
+    hybrids = {"hybrid": "minilm"} if "hybrid" in systems and "minilm" in encoders else {}
+    for entry in (args.tart_dual or []):  # DIR (named tart_dual) or NAME=DIR: each a first stage and a hybrid
+        name, _, folder = entry.rpartition("=")
+        name = name or "tart_dual"
+        encoders[name] = f"dense:{Path(folder) / 'model'}" if (Path(folder) / "model").is_dir() else f"dense:{folder}"
+        hybrids[f"hybrid+{name}"] = name
+        if args.wise_ft is not None:  # the same model moved back towards its base (WiSE-FT), as another system
+            merged = f"{name}_wise{args.wise_ft:g}"
+            encoders[merged] = f"dense:{_merged(encoders[name][len('dense:'):], args.wise_ft, work / 'models' / merged)}"
+            hybrids[f"hybrid+{merged}"] = merged
     rerankers = {}
     if "upr" in systems:
         from taskret.rerank import load_reranker
@@ -239,8 +260,11 @@ def _parser():
     p.add_argument("--work", default="runs/bench/tart_berri", help="cached rankings (resumable)")
     p.add_argument("--systems", default="bm25,minilm,hybrid,upr",
                    help="among bm25, minilm, mpnet, hybrid, upr (bm25 always runs)")
-    p.add_argument("--tart-dual", default=None, help="a TART-dual run folder (adds tart_dual, hybrid+tart_dual)")
+    p.add_argument("--tart-dual", action="append", default=None,
+                   help="a TART-dual run folder (adds tart_dual, hybrid+tart_dual); NAME=DIR names it (repeatable)")
     p.add_argument("--tart-full", default=None, help="a TART-full run folder (adds FIRST+tart_full)")
+    p.add_argument("--wise-ft", type=float, default=None,
+                   help="also score each TART-dual with its weights this far back to its base's (0-1, WiSE-FT)")
     p.add_argument("--upr-lm", default="smollm2-135m", help="the causal LM of the upr reranker")
     p.add_argument("--dev-tasks", default=",".join(DEV_TASKS), help="berri-lite dev tasks that choose the weights")
     p.add_argument("--dev-limit", type=int, default=25, help="dev queries per task (seeded sample)")

@@ -91,7 +91,7 @@ def _parser():
     p = parser(__doc__, out="benchmarks/results/tart_berri.json")
     p.add_argument("--config", default="benchmarks/configs/tart_dual_berri.json", help="the TART-dual recipe")
     p.add_argument("--tasks", default=",".join(HELD_OUT), help="berri-lite tasks held out, one run each")
-    p.add_argument("--cap", type=int, default=150, help="training queries per task in each held-out run")
+    p.add_argument("--cap", type=int, default=60, help="training queries per task in each held-out run")
     p.add_argument("--limit", type=int, default=100, help="dev queries of the held-out task (seeded sample)")
     p.add_argument("--depth", type=int, default=100, help="ranking depth kept")
     p.add_argument("--work", default="runs/bench/tart_held_out", help="trainings and cached rankings (resumable)")
