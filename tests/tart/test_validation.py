@@ -66,3 +66,46 @@ def test_pipeline_keeps_the_best_checkpoint_on_dev_tasks(tmp_path, beir, tiny_be
     with pytest.raises(ValueError, match="dev task"):
         run_pipeline(make_config(beir, tmp_path / "x", tiny_bert_dir, dev_tasks=[f"{beir['facts']}:test"],
                                  validate_steps=1), progress=False)
+
+
+def test_rerank_weight_interpolates_the_reranker_with_its_first_stage(tmp_path, rows, tasks, tiny_bert_dir):
+
+    full = tmp_path / "full"
+    train_tart_full(rows, full, tiny_full_config(tiny_bert_dir, epochs=1), progress=False)
+    settings = dict(k=10, reranker=str(full), rerank_top_k=10, first_stage_instruction=False)
+    first = evaluate_retriever("bm25", tasks, k=10, use_instruction=False)["mean"]["closed"]["ndcg@10"]
+    alone = evaluate_retriever("bm25", tasks, **settings)["mean"]["closed"]["ndcg@10"]
+    kept = evaluate_retriever("bm25", tasks, rerank_weight=1.0, **settings)
+    assert kept["mean"]["closed"]["ndcg@10"] == pytest.approx(first)  # all weight on the first stage: its order
+    assert kept["rerank_weight"] == 1.0
+    zero = evaluate_retriever("bm25", tasks, rerank_weight=0.0, **settings)["mean"]["closed"]["ndcg@10"]
+    assert zero == pytest.approx(alone)  # all weight on the reranker: its order
+    with pytest.raises(ValueError, match="rerank_weight"):
+        evaluate_retriever("bm25", tasks, rerank_weight=1.5, **settings)
+
+
+
+def test_search_and_the_cli_interpolate_too(tmp_path, rows, beir, tiny_bert_dir):
+    from typer.testing import CliRunner
+
+    from taskret.cli import app
+    from taskret.tart.search import search_index
+
+    full = tmp_path / "full"
+    train_tart_full(rows, full, tiny_full_config(tiny_bert_dir, epochs=1), progress=False)
+    env = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
+    index = tmp_path / "index"
+    result = CliRunner().invoke(app, ["tart", "index", "--task", str(beir["facts"]), "--retriever", "bm25",
+                                      "--out", str(index)], env=env)
+    assert result.exit_code == 0, result.output
+    queries = ["aspirin heart attack", "vitamin cold"]
+    _, first = search_index(index, queries, top_k=3)
+    _, kept = search_index(index, queries, top_k=3, reranker=full, rerank_depth=3, rerank_weight=1.0)
+    assert kept.ids == first.ids
+    result = CliRunner().invoke(app, ["tart", "search", "--index", str(index), "--rerank", str(full),
+                                      "--rerank-depth", "3", "--rerank-weight", "0.5", "--json", *queries], env=env)
+    assert result.exit_code == 0, result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("{")]) == 2
+    result = CliRunner().invoke(app, ["tart", "search", "--index", str(index), "--rerank", str(full),
+                                      "--rerank-weight", "2", "aspirin"], env=env)
+    assert result.exit_code == 2 and "rerank-weight" in result.output

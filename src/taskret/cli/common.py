@@ -104,6 +104,12 @@ IdField = Annotated[Optional[str], typer.Option("--id-field",
                                                 help="field holding a unique id (default: file name and line)")]
 FormatName = Annotated[Optional[str], typer.Option(
     "--format", help="field names of a known layout (mtop, break, smcalflow), for fields not given")]
+RerankWeight = Annotated[Optional[float], typer.Option(
+    "--rerank-weight", min=0.0, max=1.0,
+    help="with --rerank: interpolate the reranking with its first stage, this being the first stage's share of "
+    "min-max normalised scores (0-1; choose it on dev data, e.g. taskret.tart.fusion.choose_weight); default: the "
+    "reranker's order alone")]
+
 DataDir = Annotated[Optional[Path], typer.Option(
     "--data-dir", help="folder of the built-in tasks' data (default: $TASKRET_DATA_DIR, else ../shared/data if it "
     "exists, else where `taskret data download` puts it)")]

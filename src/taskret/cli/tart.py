@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 
-from .common import App, DataDir, console
+from .common import App, DataDir, RerankWeight, console
 
 app = App(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual, train-full, "
           "distil, run).")
@@ -59,6 +59,7 @@ def evaluate(
     first_stage_instruction: Optional[bool] = typer.Option(
         None, "--first-stage-instruction/--no-first-stage-instruction",
         help="with --rerank: whether the first stage reads the instruction too (default: as --instruction)"),
+    rerank_weight: RerankWeight = None,
     data_dir: DataDir = None,
     out: Path = typer.Option(Path("runs/tart-evaluate"), help="output folder: metrics.json and runs/{setting}/{task}.jsonl"),
 ):
@@ -91,7 +92,7 @@ def evaluate(
                         f"{', '.join(t.name for t in loaded)}"):
         result = evaluate_retriever(retriever, loaded, setting=setting, use_instruction=instruction, k=k,
                                     run_dir=out / "runs", reranker=reranker, rerank_top_k=rerank_top_k,
-                                    first_stage_instruction=first_stage_instruction)
+                                    first_stage_instruction=first_stage_instruction, rerank_weight=rerank_weight)
     result.update({"split": split, "limit": limit, "seed": seed, "wall_time_s": round(time.perf_counter() - start, 2)})
     write_json(out / "metrics.json", result)
     from rich.table import Table
@@ -145,9 +146,11 @@ def search(
     instruction: Optional[str] = typer.Option(None, help="what to find, e.g. 'Retrieve scientific evidence to "
                                               "verify this claim' (default: the query alone)"),
     top_k: int = typer.Option(5, "--top-k", "--k", help="how many documents"),
-    rerank: Optional[Path] = typer.Option(None, help="rerank with a TART-full folder (or any CrossEncoder folder)"),
+    rerank: Optional[str] = typer.Option(None, help="rerank with a TART-full folder (or any CrossEncoder folder), or "
+                                         "upr:LM"),
     rerank_depth: int = typer.Option(100, "--rerank-depth", "--rerank-top-k",
                                      help="how many first-stage documents the reranker reorders"),
+    rerank_weight: RerankWeight = None,
     as_json: bool = typer.Option(False, "--json", help="JSONL on stdout instead of text"),
 ):
     """Search an index with an instruction: prints rank, document id, score and the document's title / first 200 chars."""
@@ -156,7 +159,7 @@ def search(
 
     index = load_index(index_dir)
     texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=rerank,
-                                 rerank_depth=rerank_depth)
+                                 rerank_depth=rerank_depth, rerank_weight=rerank_weight)
     for text, ids, scores in zip(texts, result.ids, result.scores):
         snippets = [snippet(index.records[i]) for i in ids]
         if as_json:

@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..formats import format_query
 from ..io import write_jsonl
+from ..retrieval.base import RetrievalResult
 from .tasks import (
     POOLED,
     RetrievalTask,
@@ -26,7 +27,7 @@ from .tasks import (
     split_pooled_id,
 )
 
-__all__ = ["METRICS", "SETTINGS", "compute_metrics", "build_indexes", "evaluate_retriever"]
+__all__ = ["METRICS", "SETTINGS", "compute_metrics", "build_indexes", "evaluate_retriever", "interpolate"]
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 SETTINGS = ("closed", "pooled")
@@ -120,7 +121,7 @@ def _doc_texts(tasks: Sequence[RetrievalTask], task: RetrievalTask, setting: str
 
 def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dict, use_instruction: bool, k: int,
                       run_dir: Path | None, reranker=None, rerank_top_k: int = 100,
-                      first_stage_instruction: bool | None = None) -> dict:
+                      first_stage_instruction: bool | None = None, rerank_weight: float | None = None) -> dict:
     results: dict[str, dict] = {}
     for task in tasks:
         retriever, index_s = indexes[task.name] if setting == "closed" else indexes[POOLED]
@@ -137,12 +138,15 @@ def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dic
         if reranker is not None:
             n_pairs = sum(min(len(ids), rerank_top_k) for ids in result.ids)
             start = time.perf_counter()
+            first = result
             result = reranker.rerank(texts, result, _doc_texts(tasks, task, setting), top_k=rerank_top_k)
+            if rerank_weight is not None:
+                result = interpolate(first, result, rerank_weight)
             rerank_s = time.perf_counter() - start
             result = type(result)([ids[:k] for ids in result.ids], result.scores[:, :k])
             rerank_entry = {"rerank_s": round(rerank_s, 3), "rerank_pairs": n_pairs,
                             "rerank_pairs_per_s": round(n_pairs / rerank_s, 1) if rerank_s > 0 else None,
-                            "first_stage_instruction": first_instruction}
+                            "first_stage_instruction": first_instruction, "rerank_weight": rerank_weight}
         if setting == "pooled":
             qrels = {q: {pooled_id(task.name, d): r for d, r in task.qrels[q].items()} for q in qids}
         else:
@@ -167,6 +171,18 @@ def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dic
                  "relevant": sorted(d for d, r in qrels[q].items() if r > 0), **per_query.get(q, {})}
                 for q, text, ids, scores in zip(qids, texts, result.ids, result.scores)))
     return results
+
+
+def interpolate(first: RetrievalResult, reranked: RetrievalResult, first_weight: float) -> RetrievalResult:
+    """A reranking interpolated with its first stage: min-max normalised scores, ``first_weight`` for the first
+    stage and ``1 - first_weight`` for the reranker (:func:`~taskret.retrieval.hybrid.fuse_results`). With the
+    weight chosen on dev data (:func:`taskret.tart.fusion.choose_weight`), a weak reranker cannot wreck a good
+    first stage: at weight 1 the first stage's order comes back."""
+    from ..retrieval.hybrid import fuse_results
+
+    if not 0.0 <= first_weight <= 1.0:
+        raise ValueError(f"rerank_weight must be in [0, 1], got {first_weight}")
+    return fuse_results([first, reranked], [first_weight, 1.0 - first_weight])
 
 
 def _indexes(cache: dict, retriever_spec: str, tasks: Sequence[RetrievalTask], setting: str,
@@ -197,7 +213,8 @@ def _mean(per_task: dict[str, dict]) -> dict[str, float]:
 def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], setting: str = "closed",
                        use_instruction: bool = True, k: int = 100, run_dir: str | Path | None = None,
                        indexes: dict | None = None, make: Callable | None = None, reranker=None,
-                       rerank_top_k: int = 100, first_stage_instruction: bool | None = None) -> dict:
+                       rerank_top_k: int = 100, first_stage_instruction: bool | None = None,
+                       rerank_weight: float | None = None) -> dict:
     """Evaluate one retriever (a ``make_retriever`` spec) on ``tasks``.
 
     ``setting``: ``closed``, ``pooled`` or ``both``. Queries are ``format_query(task.instruction, query)``
@@ -213,7 +230,8 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     reranks each query's first ``rerank_top_k`` documents (the first stage retrieves ``max(k,
     rerank_top_k)``); it reads the same query text as above, while the first stage reads the query with
     the instruction if ``first_stage_instruction`` (default: as ``use_instruction``). Each task's entry
-    then also holds rerank_s, rerank_pairs and rerank_pairs_per_s.
+    then also holds rerank_s, rerank_pairs and rerank_pairs_per_s. ``rerank_weight`` (the first stage's share,
+    0-1) interpolates the reranking with its first stage (:func:`interpolate`); None keeps the reranker's order.
     """
     if k < 1:
         raise ValueError("k must be at least 1")
@@ -223,6 +241,8 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
         if rerank_top_k < 1:
             raise ValueError("rerank_top_k must be at least 1")
         reranker = load_reranker(reranker)
+        if rerank_weight is not None and not 0.0 <= rerank_weight <= 1.0:
+            raise ValueError(f"rerank_weight must be in [0, 1], got {rerank_weight}")
     settings = list(SETTINGS) if setting == "both" else [setting]
     for name in settings:
         if name not in SETTINGS:
@@ -235,10 +255,10 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     if reranker is not None:
         out.update({"reranker": getattr(reranker, "name", type(reranker).__name__), "rerank_top_k": rerank_top_k,
                     "first_stage_instruction": use_instruction if first_stage_instruction is None
-                    else first_stage_instruction})
+                    else first_stage_instruction, "rerank_weight": rerank_weight})
     for name in settings:
         per_task = _evaluate_setting(tasks, name, _indexes(cache, retriever_spec, tasks, name, make), use_instruction,
-                                     k, run_path, reranker, rerank_top_k, first_stage_instruction)
+                                     k, run_path, reranker, rerank_top_k, first_stage_instruction, rerank_weight)
         out["settings"][name] = per_task
         out["mean"][name] = _mean(per_task)
     if len(settings) == 2:

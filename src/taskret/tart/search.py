@@ -40,11 +40,13 @@ def snippet(record: IndexRecord, width: int = 200) -> str:
 
 
 def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str], instruction: str | None = None,
-                 top_k: int = 5, reranker=None, rerank_depth: int = 100) -> tuple[list[str], RetrievalResult]:
+                 top_k: int = 5, reranker=None, rerank_depth: int = 100,
+                 rerank_weight: float | None = None) -> tuple[list[str], RetrievalResult]:
     """Search ``index`` (a loaded index or its folder) with ``format_query(instruction, query)`` for each
     query; return those texts and the ``top_k`` best ids and scores of each. With ``reranker`` (a TART-full
     folder or a :class:`~taskret.rerank.Reranker`), the first stage's top ``rerank_depth`` are
-    reranked."""
+    reranked, and with ``rerank_weight`` interpolated with the first stage
+    (:func:`~taskret.tart.evaluation.interpolate`, the first stage's share)."""
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if not isinstance(index, LoadedIndex):
@@ -57,5 +59,10 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
 
         reranker = load_reranker(reranker)
         result = index.retriever.retrieve(texts, k=max(top_k, rerank_depth))
+        first = result
         result = reranker.rerank(texts, result, lambda i: record_text(index.records[i]), top_k=rerank_depth)
+        if rerank_weight is not None:
+            from .evaluation import interpolate
+
+            result = interpolate(first, result, rerank_weight)
     return texts, result.head(top_k)
