@@ -26,8 +26,8 @@ from taskret.tart.pipeline import TartRunConfig, run_pipeline
 from taskret.tart.tasks import berri_lite_tasks, load_retrieval_task
 
 # Each has a sibling task over a similar corpus with another intent (bash vs Python, health duplicates vs health
-# QA, perspectives vs key points) or a scientific domain near SciFact's, so the instruction has work to do.
-HELD_OUT = ("berri-lite/nl2bash", "berri-lite/medical_question_pairs", "berri-lite/perspectrum", "berri-lite/scitldr")
+# QA, key points vs perspectives) or a scientific domain near SciFact's, so the instruction has work to do.
+HELD_OUT = ("berri-lite/nl2bash", "berri-lite/medical_question_pairs", "berri-lite/argkp", "berri-lite/scitldr")
 COLUMNS = ("no_instruction", "instruction")
 
 
