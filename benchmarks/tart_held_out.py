@@ -56,8 +56,8 @@ def main() -> None:
         print(f"{name}: training TART-dual without it ({len(config.train_tasks)} tasks, cap {args.cap})", flush=True)
         run_pipeline(config, progress=False)
         dual_dir = Path(config.work_dir) / "dual"
-        timings[name] = {"train_wall_time_s": read_json(dual_dir / "tart_dual_config.json")["wall_time_s"],
-                         "steps": read_json(dual_dir / "tart_dual_config.json")["steps"]}
+        run = read_json(dual_dir / "tart_dual_config.json")
+        timings[name] = {"train_wall_time_s": run["wall_time_s"], "steps": run["steps"]}
         task = load_retrieval_task(name, args.data_dir, "test").sample(args.limit, seed=0)
         rankings = Rankings(task, work / "eval", args.depth)
         systems = {"bm25": "bm25", "minilm": "dense:minilm-l6", "tart_dual_held_out": f"dense:{dual_dir / 'model'}"}

@@ -46,15 +46,23 @@ class Reranker(ABC):
         return RetrievalResult([[ids[i] for i in order]], scores[order].reshape(1, -1).astype(np.float32))
 
     def rerank(self, queries: Sequence[str], result: RetrievalResult,
-               doc_text: Mapping[str, str] | Callable[[str], str], top_k: int = 100) -> RetrievalResult:
+               doc_text: Mapping[str, str] | Callable[[str], str], top_k: int = 100,
+               first_stage_weight: float | None = None) -> RetrievalResult:
         """Rerank the first ``top_k`` documents of each query of ``result`` (all pairs scored in one batch).
 
         The reranked documents come first with their reranker scores; documents the first stage ranked
         below ``top_k`` keep their order after them, with scores below the lowest reranked one (so that
         trec_eval, which sorts by score, sees the same order). ``doc_text`` maps a document id to its text.
+
+        ``first_stage_weight`` (0-1) interpolates the reranking with ``result``: min-max normalised scores, this
+        share for the first stage and the rest for the reranker (:func:`~taskret.retrieval.hybrid.fuse_results`).
+        With the weight chosen on dev data (:func:`taskret.tart.fusion.choose_weight`) a weak reranker cannot
+        wreck a good first stage: at 1 the first stage's order comes back. None keeps the reranker's order.
         """
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
+        if first_stage_weight is not None and not 0.0 <= first_stage_weight <= 1.0:
+            raise ValueError(f"rerank_weight (the first stage's share) must be in [0, 1], got {first_stage_weight}")
         if len(queries) != len(result.ids):
             raise ValueError(f"{len(queries)} queries for {len(result.ids)} result rows")
         text_of = doc_text if callable(doc_text) else doc_text.__getitem__
@@ -77,4 +85,9 @@ class Reranker(ABC):
             values += [floor - 1.0 - i for i in range(len(ids) - len(head))]
             out_ids.append(ranked)
             out_scores[q, :len(ranked)] = values
-        return RetrievalResult(out_ids, out_scores)
+        reranked = RetrievalResult(out_ids, out_scores)
+        if first_stage_weight is None:
+            return reranked
+        from ..retrieval.hybrid import fuse_results
+
+        return fuse_results([result, reranked], [first_stage_weight, 1.0 - first_stage_weight])

@@ -136,17 +136,18 @@ def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     if there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`).
     ``validate`` (:func:`~taskret.tart.validation.dual_validator`) every ``validate_steps`` keeps the best step."""
     config = config or TartDualConfig()
-    encode_length: list[int] = []
+    encode_length = config.encode_max_seq_length  # None: the base's own, read when the base is built
 
     def build():
+        nonlocal encode_length
         model = build_bi_encoder(config.base_model, max_seq_length=None)
-        encode_length.append(config.encode_max_seq_length or model.max_seq_length)
+        encode_length = encode_length or model.max_seq_length
         model.max_seq_length = config.max_seq_length
         return model
 
     def finish(model) -> None:
         merge_with_base(model, config.base_model, config.base_weight)
-        model.max_seq_length = encode_length[-1]
+        model.max_seq_length = encode_length
 
     recipe = ModelRecipe(build, lambda model: dpr_training_loss(model, config), finish=finish)
 

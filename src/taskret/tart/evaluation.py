@@ -17,7 +17,6 @@ from typing import Callable, Mapping, Sequence
 
 from ..formats import format_query
 from ..io import write_jsonl
-from ..retrieval.base import RetrievalResult
 from .tasks import (
     POOLED,
     RetrievalTask,
@@ -27,7 +26,7 @@ from .tasks import (
     split_pooled_id,
 )
 
-__all__ = ["METRICS", "SETTINGS", "compute_metrics", "build_indexes", "evaluate_retriever", "interpolate"]
+__all__ = ["METRICS", "SETTINGS", "compute_metrics", "build_indexes", "evaluate_retriever"]
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 SETTINGS = ("closed", "pooled")
@@ -138,10 +137,8 @@ def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dic
         if reranker is not None:
             n_pairs = sum(min(len(ids), rerank_top_k) for ids in result.ids)
             start = time.perf_counter()
-            first = result
-            result = reranker.rerank(texts, result, _doc_texts(tasks, task, setting), top_k=rerank_top_k)
-            if rerank_weight is not None:
-                result = interpolate(first, result, rerank_weight)
+            result = reranker.rerank(texts, result, _doc_texts(tasks, task, setting), top_k=rerank_top_k,
+                                     first_stage_weight=rerank_weight)
             rerank_s = time.perf_counter() - start
             result = type(result)([ids[:k] for ids in result.ids], result.scores[:, :k])
             rerank_entry = {"rerank_s": round(rerank_s, 3), "rerank_pairs": n_pairs,
@@ -171,18 +168,6 @@ def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dic
                  "relevant": sorted(d for d, r in qrels[q].items() if r > 0), **per_query.get(q, {})}
                 for q, text, ids, scores in zip(qids, texts, result.ids, result.scores)))
     return results
-
-
-def interpolate(first: RetrievalResult, reranked: RetrievalResult, first_weight: float) -> RetrievalResult:
-    """A reranking interpolated with its first stage: min-max normalised scores, ``first_weight`` for the first
-    stage and ``1 - first_weight`` for the reranker (:func:`~taskret.retrieval.hybrid.fuse_results`). With the
-    weight chosen on dev data (:func:`taskret.tart.fusion.choose_weight`), a weak reranker cannot wreck a good
-    first stage: at weight 1 the first stage's order comes back."""
-    from ..retrieval.hybrid import fuse_results
-
-    if not 0.0 <= first_weight <= 1.0:
-        raise ValueError(f"rerank_weight must be in [0, 1], got {first_weight}")
-    return fuse_results([first, reranked], [first_weight, 1.0 - first_weight])
 
 
 def _indexes(cache: dict, retriever_spec: str, tasks: Sequence[RetrievalTask], setting: str,
@@ -231,7 +216,8 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     rerank_top_k)``); it reads the same query text as above, while the first stage reads the query with
     the instruction if ``first_stage_instruction`` (default: as ``use_instruction``). Each task's entry
     then also holds rerank_s, rerank_pairs and rerank_pairs_per_s. ``rerank_weight`` (the first stage's share,
-    0-1) interpolates the reranking with its first stage (:func:`interpolate`); None keeps the reranker's order.
+    0-1) interpolates the reranking with its first stage (:meth:`~taskret.rerank.Reranker.rerank`'s
+    ``first_stage_weight``); None keeps the reranker's order.
     """
     if k < 1:
         raise ValueError("k must be at least 1")
@@ -241,7 +227,7 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
         if rerank_top_k < 1:
             raise ValueError("rerank_top_k must be at least 1")
         reranker = load_reranker(reranker)
-        if rerank_weight is not None and not 0.0 <= rerank_weight <= 1.0:
+        if rerank_weight is not None and not 0.0 <= rerank_weight <= 1.0:  # before any index is built
             raise ValueError(f"rerank_weight must be in [0, 1], got {rerank_weight}")
     settings = list(SETTINGS) if setting == "both" else [setting]
     for name in settings:

@@ -106,24 +106,19 @@ def _check_leakage(config: TartRunConfig) -> None:
     from .tasks import split_task_spec, task_source
 
     evaluated = {task_source(name, config.eval_split, config.data_dir): name for name in config.eval_tasks}
-    for spec in config.train_tasks:
-        name, split = split_task_spec(spec, config.train_split)
+    # Training on evaluation data leaks it; choosing checkpoints on it tunes on the test set.
+    checked = [("training task", spec, config.train_split, "keep evaluation data out of training")
+               for spec in config.train_tasks]
+    checked += [("dev task", spec, "dev", "choose checkpoints on other data") for spec in config.dev_tasks]
+    for role, spec, default_split, advice in checked:
+        name, split = split_task_spec(spec, default_split)
         try:
             source = task_source(name, split, config.data_dir)
         except ValueError:
             continue  # a built-in task without the split: skipped when the data is built
         if source in evaluated:
-            raise ValueError(f"training task '{spec}' reads the data of evaluation task '{evaluated[source]}' "
-                             f"({config.eval_split}); keep evaluation data out of training")
-    for spec in config.dev_tasks:  # checkpoints chosen on evaluation data would be tuned on the test set
-        name, split = split_task_spec(spec, "dev")
-        try:
-            source = task_source(name, split, config.data_dir)
-        except ValueError:
-            continue
-        if source in evaluated:
-            raise ValueError(f"dev task '{spec}' reads the data of evaluation task '{evaluated[source]}' "
-                             f"({config.eval_split}); choose checkpoints on other data")
+            raise ValueError(f"{role} '{spec}' reads the data of evaluation task '{evaluated[source]}' "
+                             f"({config.eval_split}); {advice}")
 
 
 def _build_rows(config: TartRunConfig, out: Path, stats_path: Path, say, denoiser=None,

@@ -46,7 +46,7 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
     query; return those texts and the ``top_k`` best ids and scores of each. With ``reranker`` (a TART-full
     folder or a :class:`~taskret.rerank.Reranker`), the first stage's top ``rerank_depth`` are
     reranked, and with ``rerank_weight`` interpolated with the first stage
-    (:func:`~taskret.tart.evaluation.interpolate`, the first stage's share)."""
+    (:meth:`~taskret.rerank.Reranker.rerank`'s ``first_stage_weight``, the first stage's share)."""
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if not isinstance(index, LoadedIndex):
@@ -59,10 +59,6 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
 
         reranker = load_reranker(reranker)
         result = index.retriever.retrieve(texts, k=max(top_k, rerank_depth))
-        first = result
-        result = reranker.rerank(texts, result, lambda i: record_text(index.records[i]), top_k=rerank_depth)
-        if rerank_weight is not None:
-            from .evaluation import interpolate
-
-            result = interpolate(first, result, rerank_weight)
+        result = reranker.rerank(texts, result, lambda i: record_text(index.records[i]), top_k=rerank_depth,
+                                 first_stage_weight=rerank_weight)
     return texts, result.head(top_k)
