@@ -4,7 +4,8 @@ without the SciFact instruction; fusion weights are chosen on berri-lite DEV tas
 Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tart-full DIR``):
 
 - ``bm25``, ``minilm`` (untrained all-MiniLM-L6-v2), ``mpnet`` (untrained all-mpnet-base-v2), ``tart_dual``;
-- ``hybrid`` = BM25 + MiniLM, ``hybrid+tart_dual`` = BM25 + TART-dual: min-max convex fusion of the top 100
+- ``hybrid`` = BM25 + MiniLM, ``hybrid+mpnet`` = BM25 + mpnet (with ``mpnet`` in ``--systems``),
+  ``hybrid+tart_dual`` = BM25 + TART-dual: min-max convex fusion of the top 100
   (:mod:`taskret.retrieval.hybrid`), BM25's weight chosen on the dev tasks (:mod:`taskret.tart.fusion`);
 - ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot) and ``FIRST+tart_full``: the reranker reorders the
   first stage's top ``--rerank-depth`` and is interpolated with it, the reranker's weight again chosen on
@@ -172,7 +173,8 @@ def main() -> None:
     work = Path(args.work)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     encoders = {name: spec for name, spec in ENCODERS.items() if name in systems}
-    hybrids = {"hybrid": "minilm"} if "hybrid" in systems and "minilm" in encoders else {}
+    hybrids = {hybrid: encoder for hybrid, encoder in (("hybrid", "minilm"), ("hybrid+mpnet", "mpnet"))
+               if "hybrid" in systems and encoder in encoders}
     for entry in (args.tart_dual or []):  # DIR (named tart_dual) or NAME=DIR: each a first stage and a hybrid
         name, _, folder = entry.rpartition("=")
         name = name or "tart_dual"
@@ -275,8 +277,8 @@ def _parser():
                    help="which settings to run: no_instruction (the claim alone) and/or instruction")
     p.add_argument("--rerank-columns", default=None,
                    help="the columns the rerankers run in (default: every column; each costs an LM pass per pair)")
-    p.add_argument("--rerank-first", default="hybrid,hybrid+tart_dual",
-                   help="the first stages the rerankers reorder (among bm25, hybrid, hybrid+tart_dual)")
+    p.add_argument("--rerank-first", default="hybrid,hybrid+mpnet,hybrid+tart_dual",
+                   help="the first stages the rerankers reorder (among bm25 and the hybrids)")
     return p
 
 

@@ -6,6 +6,12 @@ on a laptop), then evaluated on the held-out task's dev queries (closed corpus, 
 task's instruction, beside BM25 and the untrained base. With ``--tart-dual DIR`` the model trained on all tasks
 (the held-out one included) is scored too, as the in-domain reference.
 
+With ``--rerank upr`` the held-out TART-dual's top ``--rerank-depth`` is reranked by the zero-shot UPR reranker
+(SmolLM2-135M) and interpolated with it (``tart_dual_held_out+upr``): does reranking ever hurt on an unseen task?
+The interpolation weight is chosen as in ``tart_berri.py``, on the dev tasks of that benchmark (BM25 + MiniLM
+reranked by the same reranker, rankings and pair scores from its ``--dev-work`` cache) with the held-out task
+left out of them, so the weight never sees the task it is used on.
+
 The numbers go into the ``held_out`` block of ``benchmarks/results/tart_berri.json``
 (``{TASK: {SYSTEM: {"instruction", "no_instruction"}}}``, plus ``held_out_mean``); the rest of that file is
 left as it is. Trainings resume (their stages are skipped when done) and rankings are cached::
@@ -19,9 +25,10 @@ import time
 from pathlib import Path
 
 from _common import command_line, machine, parser, write_result
-from tart_berri import Rankings
+from tart_berri import DEV_TASKS, PairCache, Rankings, _choose
 
 from taskret.io import read_json
+from taskret.retrieval.hybrid import fuse_results
 from taskret.tart.pipeline import TartRunConfig, run_pipeline
 from taskret.tart.tasks import berri_lite_tasks, load_retrieval_task
 
@@ -42,6 +49,24 @@ def loo_config(recipe: TartRunConfig, held_out: str, work: Path, cap: int, data_
         "task_caps": {name: min(cap, n) for name, n in recipe.task_caps.items()}, "eval_tasks": []})
 
 
+def rerank_weight(reranker, held_out: str, args) -> dict:
+    """The first stage's share when ``reranker`` reorders a first stage's top ``args.rerank_depth``, chosen on
+    ``tart_berri.py``'s dev tasks other than ``held_out`` (their BM25 + MiniLM hybrid, its own weight chosen on
+    the same tasks; no instruction)."""
+    dev = [Rankings(load_retrieval_task(name, args.data_dir, "test").sample(args.dev_limit, seed=0),
+                    Path(args.dev_work), 100) for name in DEV_TASKS if name != held_out]
+    firsts = [(r.first_stage("bm25", "bm25", False), r.first_stage("minilm", "dense:minilm-l6", False)) for r in dev]
+    hybrid_weight, _ = _choose(dev, firsts)
+    hybrids = [fuse_results(list(f), [hybrid_weight, 1 - hybrid_weight]) for f in firsts]
+    # Reranked directly, not through Rankings.reranked: that cache is keyed by queries only, and this hybrid's
+    # weight may differ from the one tart_berri.py cached its reranking for. Shared pair scores are reused.
+    reranked = [PairCache(reranker, r.work / f"{args.rerank}.pairs.jsonl").rerank(
+        r.queries(False), h, r._doc_texts.__getitem__, top_k=args.rerank_depth) for r, h in zip(dev, hybrids)]
+    weight, means = _choose(dev, list(zip(hybrids, reranked)))
+    return {"first_stage": weight, "dev_tasks": [r.task.name for r in dev], "hybrid_bm25_weight": hybrid_weight,
+            "dev_mean_ndcg": means}
+
+
 def main() -> None:
     arg_parser = _parser()
     args = arg_parser.parse_args()
@@ -50,6 +75,13 @@ def main() -> None:
     held_out = [t.strip() for t in args.tasks.split(",") if t.strip()]
     block: dict = {}
     timings: dict = {}
+    weights: dict = {}
+    reranker = None
+    if args.rerank:
+        from taskret.rerank import load_reranker
+
+        reranker = load_reranker(f"upr:{args.upr_lm}" if args.rerank == "upr" else args.rerank)
+    rerank_columns = [c.strip() for c in args.rerank_columns.split(",") if c.strip()]
     for name in held_out:
         config = loo_config(recipe, name, work / "loo", args.cap, args.data_dir)
         started = time.perf_counter()
@@ -68,13 +100,24 @@ def main() -> None:
             for system, spec in systems.items():
                 ranking = rankings.first_stage(system, spec, column == "instruction")
                 scores.setdefault(system, {})[column] = rankings.ndcg(ranking)
+        if reranker is not None:
+            weights[task.name] = rerank_weight(reranker, name, args)
+            for column in rerank_columns:
+                first = rankings.first_stage("tart_dual_held_out", systems["tart_dual_held_out"], column == "instruction")
+                system = f"tart_dual_held_out+{args.rerank}"
+                reranked = rankings.reranked(system, reranker, first, column == "instruction", args.rerank_depth)
+                fused = fuse_results([first, reranked], [weights[task.name]["first_stage"],
+                                                         1 - weights[task.name]["first_stage"]])
+                scores.setdefault(f"{system}_raw", {})[column] = rankings.ndcg(reranked)
+                scores.setdefault(system, {})[column] = rankings.ndcg(fused)
         timings[name]["total_s"] = round(time.perf_counter() - started, 1)
         block[task.name] = scores
-        print(f"  {task.name}: " + "; ".join(f"{s} {c['no_instruction']:.1f} / {c['instruction']:.1f}"
+        print(f"  {task.name}: " + "; ".join(f"{s} " + " / ".join(f"{c[col]:.1f}" for col in COLUMNS if col in c)
                                              for s, c in scores.items()), flush=True)
 
     systems = list(next(iter(block.values())))
-    mean = {s: {c: round(sum(block[t][s][c] for t in block) / len(block), 2) for c in COLUMNS} for s in systems}
+    mean = {s: {c: round(sum(block[t][s][c] for t in block) / len(block), 2) for c in COLUMNS
+                if all(c in block[t][s] for t in block)} for s in systems}
     out = Path(args.out)
     result = read_json(out) if out.exists() else {}
     result["held_out"] = block
@@ -82,9 +125,11 @@ def main() -> None:
     result["held_out_setup"] = {
         "recipe": args.config, "cap_per_task": args.cap, "dev_queries_per_task": args.limit,
         "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
+    if weights:
+        result["held_out_setup"].update({"rerank_depth": args.rerank_depth, "rerank_weights": weights})
     write_result(out, result)
     for system, cols in mean.items():
-        print(f"mean {system:<22} no instruction {cols['no_instruction']:5.1f}   instruction {cols['instruction']:5.1f}")
+        print(f"mean {system:<26} " + "   ".join(f"{c.replace('_', ' ')} {v:5.1f}" for c, v in cols.items()))
 
 
 def _parser():
@@ -96,6 +141,13 @@ def _parser():
     p.add_argument("--depth", type=int, default=100, help="ranking depth kept")
     p.add_argument("--work", default="runs/bench/tart_held_out", help="trainings and cached rankings (resumable)")
     p.add_argument("--tart-dual", default=None, help="the TART-dual run folder trained on every task (reference)")
+    p.add_argument("--rerank", default=None, help="upr (SmolLM2 query likelihood) or a reranker spec/TART-full folder")
+    p.add_argument("--upr-lm", default="smollm2-135m", help="the causal LM of the upr reranker")
+    p.add_argument("--rerank-depth", type=int, default=10, help="first-stage documents the reranker reorders")
+    p.add_argument("--rerank-columns", default="no_instruction",
+                   help="the columns reranked (each costs an LM pass per pair): no_instruction and/or instruction")
+    p.add_argument("--dev-work", default="runs/bench/tart_berri/dev", help="tart_berri.py's dev rankings and pair scores")
+    p.add_argument("--dev-limit", type=int, default=25, help="dev queries per dev task, as in tart_berri.py")
     return p
 
 

@@ -142,3 +142,22 @@ def test_search_errors_exit_2(tmp_path):
     assert result.exit_code == 2 and "no meta.json" in result.stderr
     result = invoke("index", "--task", "mtop", "--data-dir", tmp_path, "--out", tmp_path / "i")
     assert result.exit_code == 2 and "mtop/test.jsonl" in result.stderr
+
+
+def test_tune_weight_prints_the_grid_the_choice_and_how_to_use_it(tmp_path):
+    folder = write_beir(tmp_path / "facts")
+    out = tmp_path / "weight.json"
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--out", out)
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved["tasks"] == ["facts"] and set(saved["mean_ndcg"]) == {f"{w / 10:g}" for w in range(11)}
+    assert saved["mean_ndcg"][f"{saved['weight']:g}"] == max(saved["mean_ndcg"].values())
+    assert f"hybrid:bm25+random?fusion=convex&weight={saved['weight']:g}" in result.output
+    assert "<- chosen" in result.output
+
+
+def test_tune_weight_refuses_two_partners_or_none(tmp_path):
+    folder = write_beir(tmp_path / "facts")
+    for extra in ([], ["--second", "random", "--rerank", "upr:smollm2-135m"]):
+        result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", *extra)
+        assert result.exit_code == 2 and "exactly one" in result.output, result.output

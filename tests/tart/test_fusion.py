@@ -1,11 +1,14 @@
-"""Fusion weights chosen on dev tasks: each component ranks once, every grid weight is scored by NDCG@10."""
+"""Fusion weights chosen on dev tasks: each component ranks once, every grid weight is scored by NDCG@10; a hybrid's
+weight from two retriever specs, a reranker's from a first stage and its reranking."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from taskret.rerank import Reranker
 from taskret.retrieval import BM25Retriever, RandomRetriever
-from taskret.tart.fusion import choose_weight, fused_ndcg, rank_tasks
+from taskret.tart.fusion import choose_weight, fused_ndcg, rank_tasks, tune_weight
 from taskret.tart.tasks import Document, RetrievalTask
 
 TOPICS = ["aspirin heart attack risk", "vitamin colds immune", "coffee sleep caffeine", "glacier ice melting",
@@ -40,3 +43,44 @@ def test_choose_weight_refuses_bad_grids_and_no_tasks():
         choose_weight(bm25, bm25, tasks, grid=[1.5])
     with pytest.raises(ValueError, match="at least one dev task"):
         choose_weight(bm25, bm25, [])
+
+
+class WordOverlap(Reranker):
+    """A deterministic lexical reranker: words shared by query and document."""
+
+    name = "overlap"
+
+    def score_pairs(self, pairs):
+        return np.array([len(set(q.lower().split()) & set(d.lower().split())) for q, d in pairs], dtype=np.float32)
+
+
+def test_tune_weight_fuses_two_retriever_specs():
+    tasks = [_task("a", 0), _task("b", 1)]
+    choice = tune_weight("bm25", tasks, second="random", depth=8, grid=[0.0, 0.5, 1.0])
+    assert choice.mean_ndcg[1.0] == pytest.approx(100.0) and choice.mean_ndcg[0.0] < 100.0
+    assert choice.weight in (0.5, 1.0)
+
+
+def test_tune_weight_against_a_reranker_gives_the_first_stage_a_small_share():
+    # A random first stage reranked (all 8 documents) by word overlap: the reranking alone is perfect, so the
+    # first stage's share must be the smallest weight that keeps NDCG@10 at its best.
+    tasks = [_task("a", 0), _task("b", 1)]
+    choice = tune_weight("random", tasks, reranker=WordOverlap(), rerank_depth=8, depth=8, grid=[0.0, 0.5, 1.0])
+    assert choice.mean_ndcg[0.0] == pytest.approx(100.0)
+    assert choice.mean_ndcg[1.0] < 100.0
+    assert choice.weight in (0.0, 0.5) and choice.mean_ndcg[choice.weight] == pytest.approx(100.0)
+    # the reranker only reorders the top rerank_depth: at depth 1 it cannot fix a random order
+    shallow = tune_weight("random", tasks, reranker=WordOverlap(), rerank_depth=1, depth=8, grid=[0.0])
+    assert shallow.mean_ndcg[0.0] < 100.0
+
+
+def test_tune_weight_needs_exactly_one_partner_and_plain_retrievers_to_fuse():
+    tasks = [_task("a", 0)]
+    with pytest.raises(ValueError, match="exactly one"):
+        tune_weight("bm25", tasks)
+    with pytest.raises(ValueError, match="exactly one"):
+        tune_weight("bm25", tasks, second="random", reranker=WordOverlap())
+    with pytest.raises(ValueError, match="plain retrievers"):
+        tune_weight("hybrid:bm25+random", tasks, second="random")
+    with pytest.raises(ValueError, match="at least one dev task"):
+        tune_weight("bm25", [], second="random")

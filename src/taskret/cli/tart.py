@@ -14,8 +14,8 @@ from rich.console import Console
 
 from .common import App, DataDir, RerankWeight, console
 
-app = App(help="TART: instruction-following retrieval (evaluate, index, search, build-data, train-dual, train-full, "
-          "distil, run).")
+app = App(help="TART: instruction-following retrieval (evaluate, index, search, tune-weight, build-data, train-dual, "
+          "train-full, distil, run).")
 
 
 INSTRUCTION_TEXT_OPT = typer.Option(None, "--instruction-text",
@@ -169,6 +169,61 @@ def search(
         sys.stdout.write(f"query: {text}\n")
         for rank, (doc_id, score, shown) in enumerate(zip(ids, scores, snippets), start=1):
             sys.stdout.write(f"{rank:3d}. {doc_id}\t{score:.4f}\t{shown}\n")
+
+
+@app.command("tune-weight")
+def tune_weight(
+    tasks: str = typer.Option(..., "--tasks", help="DEV tasks, comma-separated (berri-lite/TASK, a BEIR folder, ...): "
+                              "never the task you will evaluate, or the weight is an upper bound"),
+    first: str = typer.Option(..., "--first", help="the first retriever spec, e.g. bm25 or a hybrid"),
+    second: Optional[str] = typer.Option(None, "--second", help="a retriever to fuse with --first, e.g. "
+                                         "dense:minilm-l6: tunes the hybrid's weight"),
+    rerank: Optional[str] = typer.Option(None, help="a reranker reordering --first's top --rerank-depth (upr:LM, a "
+                                         "TART-full or CrossEncoder folder): tunes --rerank-weight"),
+    rerank_depth: int = typer.Option(10, "--rerank-depth", help="first-stage documents the reranker reorders"),
+    instruction: bool = typer.Option(False, "--instruction/--no-instruction",
+                                     help="tune on instructed queries ('{instruction} [SEP] {query}')"),
+    instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
+    split: str = typer.Option("test", help="which split of each task (berri-lite: test reads its dev qrels)"),
+    limit: Optional[int] = typer.Option(25, help="a fixed seeded sample of N queries per task"),
+    seed: int = typer.Option(0, help="seed of the query sample"),
+    depth: int = typer.Option(100, help="documents each retriever ranks per query"),
+    data_dir: DataDir = None,
+    out: Optional[Path] = typer.Option(None, help="write the weight and every weight's NDCG@10 here (JSON)"),
+):
+    """Choose a fusion weight on dev tasks: a hybrid's weight (--second) or a reranker's --rerank-weight (--rerank)."""
+    from rich.table import Table
+
+    from ..io import write_json
+    from ..tart.fusion import tune_weight as tune
+    from ..tart.tasks import load_retrieval_task
+
+    if (second is None) == (rerank is None):
+        raise ValueError("give exactly one of --second (a retriever to fuse with --first) or --rerank")
+    if limit is not None and limit < 1:
+        raise ValueError("--limit must be at least 1")
+    loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
+              for name in _task_names(tasks)]
+    with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every weight"):
+        choice = tune(first, loaded, second=second, reranker=rerank, rerank_depth=rerank_depth, depth=depth,
+                      use_instruction=instruction)
+    table = Table("weight of --first", *(t.name for t in loaded), "mean NDCG@10",
+                  title=f"{first} vs {second or 'its reranking by ' + str(rerank)}")
+    for weight, mean in choice.mean_ndcg.items():
+        mark = " <- chosen" if weight == choice.weight else ""
+        table.add_row(f"{weight:g}", *(f"{choice.per_task[weight][t.name]:.1f}" for t in loaded), f"{mean:.2f}{mark}")
+    Console().print(table)
+    use = (f"--retriever 'hybrid:{first}+{second}?fusion=convex&weight={choice.weight:g}'" if second is not None else
+           f"--retriever '{first}' --rerank {rerank} --rerank-depth {rerank_depth} --rerank-weight {choice.weight:g}")
+    console.print(f"use: {use}")
+    if out is not None:
+        write_json(out, {"weight": choice.weight, "first": first, "second": second, "rerank": rerank,
+                         "rerank_depth": rerank_depth if rerank else None, "use_instruction": instruction,
+                         "tasks": [t.name for t in loaded], "limit": limit, "seed": seed,
+                         "mean_ndcg": {f"{w:g}": round(v, 2) for w, v in choice.mean_ndcg.items()},
+                         "per_task": {f"{w:g}": {t: round(v, 2) for t, v in per.items()}
+                                      for w, per in choice.per_task.items()}})
+        console.print(f"-> {out}")
 
 
 @app.command("build-data")

@@ -6,6 +6,10 @@ component ranks each dev task's queries ONCE (:func:`rank_tasks`), every weight 
 rankings (:func:`taskret.retrieval.hybrid.fuse_convex`: min-max normalised scores, a missing document
 scores 0), and the weight with the best NDCG@10 averaged over tasks wins (ties: the weight nearest 0.5,
 then the smaller). The evaluation task never enters: a weight picked on it would be an upper bound.
+
+:func:`tune_weight` does the whole job from specs (``taskret tart tune-weight`` on the command line): a first
+stage fused with a second retriever (the ``weight`` of ``hybrid:FIRST+SECOND?fusion=convex&weight=W``) or
+reranked (the ``--rerank-weight`` of ``taskret tart evaluate/search``).
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from ..formats import format_query
 from ..retrieval.base import RetrievalResult
 from ..retrieval.hybrid import fuse_convex
 from .evaluation import compute_metrics
-from .tasks import RetrievalTask
+from .tasks import RetrievalTask, doc_text
 
-__all__ = ["WeightChoice", "rank_tasks", "fused_ndcg", "choose_weight", "DEFAULT_GRID"]
+__all__ = ["WeightChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight", "tune_weight", "DEFAULT_GRID"]
 
 DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
 
@@ -83,3 +87,46 @@ def choose_weight(first: dict[str, tuple[list[str], RetrievalResult]],
     mean = {w: sum(v.values()) / len(v) for w, v in per_task.items()}
     best = max(mean, key=lambda w: (round(mean[w], 9), -abs(w - 0.5), -w))
     return WeightChoice(best, mean, per_task)
+
+
+def rerank_tasks(reranker, first: dict[str, tuple[list[str], RetrievalResult]], tasks: Sequence[RetrievalTask],
+                 top_k: int = 10, use_instruction: bool = False) -> dict[str, tuple[list[str], RetrievalResult]]:
+    """Each task's ranking in ``first`` with its top ``top_k`` reordered by ``reranker`` (the reranker's own
+    scores, not interpolated: that is what :func:`choose_weight` then weighs)."""
+    out = {}
+    for task in tasks:
+        qids, ranking = first[task.name]
+        instruction = task.instruction if use_instruction else None
+        queries = [format_query(instruction, task.queries[q]) for q in qids]
+        out[task.name] = (qids, reranker.rerank(queries, ranking, lambda d, corpus=task.corpus: doc_text(corpus[d]),
+                                                top_k=top_k))
+    return out
+
+
+def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None = None, reranker=None,
+                rerank_depth: int = 10, depth: int = 100, use_instruction: bool = False,
+                grid: Sequence[float] = DEFAULT_GRID) -> WeightChoice:
+    """The weight of the retriever spec ``first`` against ``second`` (another retriever spec: a hybrid's
+    ``weight``) or against ``reranker`` (a :class:`~taskret.rerank.Reranker` or a name
+    :func:`~taskret.rerank.load_reranker` takes, reordering ``first``'s top ``rerank_depth``: the first stage's
+    share, ``--rerank-weight``), chosen on ``tasks`` (dev tasks, never the one you will evaluate)."""
+    from ..retrieval import make_retriever
+
+    if (second is None) == (reranker is None):
+        raise ValueError("give exactly one of second (a retriever to fuse with) or reranker (to interpolate with)")
+    if second is not None and any(s.startswith("hybrid:") for s in (first, second)):
+        raise ValueError("a hybrid's weight is tuned between two plain retrievers (e.g. first='bm25', "
+                         "second='dense:minilm-l6'); a hybrid is a first stage to tune a reranker against")
+    if rerank_depth < 1 or depth < 1:
+        raise ValueError("depth and rerank_depth must be at least 1")
+    if not tasks:
+        raise ValueError("choosing a fusion weight needs at least one dev task")
+    first_rankings = rank_tasks(lambda: make_retriever(first), tasks, depth=depth, use_instruction=use_instruction)
+    if second is not None:
+        other = rank_tasks(lambda: make_retriever(second), tasks, depth=depth, use_instruction=use_instruction)
+    else:
+        from ..rerank import load_reranker
+
+        other = rerank_tasks(load_reranker(reranker), first_rankings, tasks, top_k=rerank_depth,
+                             use_instruction=use_instruction)
+    return choose_weight(first_rankings, other, tasks, grid=grid)
