@@ -537,6 +537,8 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_dual": "hybrid: BM25 + TART-dual"}
 
     def label(name: str) -> str:
+        if name.endswith("_rrf"):
+            return f"{labels.get(name[:-len('_rrf')], name)}, reciprocal-rank fusion (no weight)"
         first, _, reranker = name.partition("+upr")
         if reranker == "" and name.endswith("+upr"):
             return f"{labels.get(first, first)}, reranked by UPR (SmolLM2) and interpolated"

@@ -7,6 +7,7 @@ Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tar
 - ``hybrid`` = BM25 + MiniLM, ``hybrid+mpnet`` = BM25 + mpnet (with ``mpnet`` in ``--systems``),
   ``hybrid+tart_dual`` = BM25 + TART-dual: min-max convex fusion of the top 100
   (:mod:`taskret.retrieval.hybrid`), BM25's weight chosen on the dev tasks (:mod:`taskret.tart.fusion`);
+  ``HYBRID_rrf``: the same two fused by reciprocal rank, which has no weight to choose;
 - ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot) and ``FIRST+tart_full``: the reranker reorders the
   first stage's top ``--rerank-depth`` and is interpolated with it, the reranker's weight again chosen on
   the dev tasks; ``FIRST+RERANKER_raw`` is the reranking alone.
@@ -225,6 +226,8 @@ def main() -> None:
             weight, means = _choose(dev, [(f["bm25_bare"], f[encoder]) for f in dev_first])
             result["weights"].setdefault(hybrid, {})[column] = {"bm25": weight, "dev_mean_ndcg": means}
             stages[hybrid] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], [weight, 1 - weight])
+            # the untuned alternative: reciprocal-rank fusion needs no weight, so no dev task can mislead it
+            stages[f"{hybrid}_rrf"] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], fusion="rrf")
             for f, d in zip(dev_first, dev_stages):
                 d[hybrid] = fuse_results([f["bm25_bare"], f[encoder]], [weight, 1 - weight])
         for rname, reranker in (rerankers.items() if column in rerank_columns else ()):

@@ -83,3 +83,19 @@ def test_fuse_results_keeps_the_union_of_rankings_that_differ():
     second = RetrievalResult([["c", "d"]], np.array([[2.0, 1.0]], dtype=np.float32))
     fused = fuse_results([first, second], [0.6, 0.4])
     assert fused.ids == [["a", "c", "b", "d"]] and fused.scores.shape == (1, 4)
+
+
+def test_fuse_results_by_reciprocal_rank_ignores_score_scales():
+    from taskret.retrieval.base import RetrievalResult
+    from taskret.retrieval.hybrid import fuse_results
+
+    # b is second in both lists; a first in one and absent from the other: 2/62 > 1/61
+    first = RetrievalResult([["a", "b", "c"]], np.array([[900.0, 2.0, 1.0]], dtype=np.float32))
+    second = RetrievalResult([["c", "b", "d"]], np.array([[0.3, 0.2, 0.1]], dtype=np.float32))
+    fused = fuse_results([first, second], fusion="rrf")
+    assert fused.ids == [["c", "b", "a", "d"]]  # c: 1/61 + 1/63, b: 2/62, a: 1/61, d: 1/63
+    assert fused.scores[0, 1] == pytest.approx(2 / 62)
+    with pytest.raises(ValueError, match="no weights"):
+        fuse_results([first, second], [0.5, 0.5], fusion="rrf")
+    with pytest.raises(ValueError, match="unknown fusion"):
+        fuse_results([first, second], [0.5, 0.5], fusion="max")

@@ -8,8 +8,8 @@
 - ``convex``: each component's top-``depth`` scores are min-max normalised per query to [0, 1] (a
   document missing from a component's list gets 0 there), then ``sum_c weight_c * score_c``. With two
   components ``weight`` is the FIRST component's share (BM25's in ``hybrid:bm25+dense:...``). Choose it
-  on the dev data of training tasks, never on the evaluation task (:func:`taskret.tart.evaluation`'s
-  fusion tuning does so).
+  on the dev data of training tasks, never on the evaluation task (``taskret tart tune-weight``,
+  :func:`taskret.tart.fusion.tune_weight`).
 
 Options follow the spec after ``?``: ``hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.3&depth=100``.
 """
@@ -74,17 +74,26 @@ def fuse_convex(rankings: Sequence[Sequence], scores: Sequence[Sequence[float]],
     return fused
 
 
-def fuse_results(results: Sequence[RetrievalResult], weights: Sequence[float]) -> RetrievalResult:
-    """Convex fusion of rankings of the same queries by document id (e.g. a first stage and its reranking:
-    TART-full interpolated with BM25), best first; see :func:`fuse_convex`."""
-    if len(results) != len(weights) or not results:
-        raise ValueError(f"{len(results)} rankings for {len(weights)} weights")
+def fuse_results(results: Sequence[RetrievalResult], weights: Sequence[float] | None = None,
+                 fusion: str = "convex", rrf_k: float = 60.0) -> RetrievalResult:
+    """Fusion of rankings of the same queries by document id (e.g. a first stage and its reranking: TART-full
+    interpolated with BM25), best first: convex with ``weights`` (:func:`fuse_convex`) or reciprocal-rank
+    (``fusion="rrf"``, no weights; :func:`fuse_rrf`)."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"unknown fusion '{fusion}'; expected one of {FUSIONS}")
+    if fusion == "rrf":
+        if weights is not None:
+            raise ValueError("reciprocal-rank fusion takes no weights")
+        weights = [1.0] * len(results)
+    if weights is None or len(results) != len(weights) or not results:
+        raise ValueError(f"{len(results)} rankings for {None if weights is None else len(weights)} weights")
     n_queries = len(results[0].ids)
     if any(len(r.ids) != n_queries for r in results):
         raise ValueError("the rankings to fuse are of different numbers of queries")
     fused_rows = []
     for q in range(n_queries):
-        fused = fuse_convex([r.ids[q] for r in results], [r.scores[q] for r in results], weights)
+        fused = (fuse_rrf([r.ids[q] for r in results], rrf_k) if fusion == "rrf" else
+                 fuse_convex([r.ids[q] for r in results], [r.scores[q] for r in results], weights))
         fused_rows.append((sorted(fused, key=lambda doc: -fused[doc]), fused))  # stable: ties keep first ranking's order
     width = max((len(best) for best, _ in fused_rows), default=0)  # the union of the rankings
     out_ids, out_scores = [], np.full((n_queries, width), np.nan, dtype=np.float32)
