@@ -549,7 +549,7 @@ def tart_berri_table() -> list[str]:
     weights = "; ".join(f"{name} {', '.join(f'{c}: {v[k]}' for c, v in cols.items() for k in v if k != 'dev_mean_ndcg')}"
                         for name, cols in d["weights"].items())
     out = [f"TART zero-shot on SciFact test ({d['n_scifact_queries']} claims), NDCG@10 (`{d['commands'][0]}`; "
-           f"{describe_machine(d['machine'])}; {d.get('compute_note', '')}). Fusion weights chosen on the dev "
+           f"{describe_machine(d['machine'])}{'; ' + d['compute_note'] if d.get('compute_note') else ''}). Fusion weights chosen on the dev "
            f"queries of {', '.join(d['dev_tasks'])} ({d['dev_limit']} each), never on SciFact: {weights}. "
            f"Rerankers reorder the first stage's top {d['rerank_depth']}.", "",
            "| system | no instruction | instruction |", "|---|---|---|"]
