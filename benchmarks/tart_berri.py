@@ -8,7 +8,10 @@ Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tar
   ``hybrid+tart_dual`` = BM25 + TART-dual: min-max convex fusion of the top 100
   (:mod:`taskret.retrieval.hybrid`), BM25's weight chosen on the dev tasks (:mod:`taskret.tart.fusion`);
   ``HYBRID_rrf``: the same two fused by reciprocal rank, which has no weight to choose;
-- ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot) and ``FIRST+tart_full``: the reranker reorders the
+- ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot; ``FIRST+upr_gemma3`` with gemma-3-270m, and
+  ``FIRST+upr_ensemble`` the LMs' rerankings averaged, with ``--upr-lm smollm2-135m,gemma3-270m``),
+  ``FIRST+tart_full`` and ``FIRST+NAME`` for ``--reranker NAME=SPEC`` (e.g. ``yesno=smollm2-135m``, the LM's
+  zero-shot yes/no cross-encoder): the reranker reorders the
   first stage's top ``--rerank-depth`` and is interpolated with it, the reranker's weight again chosen on
   the dev tasks; ``FIRST+RERANKER_raw`` is the reranking alone.
 
@@ -145,6 +148,17 @@ class Rankings:
         return round(compute_metrics({q: self.task.qrels[q] for q in self.qids}, run)["ndcg@10"], 2)
 
 
+def upr_name(lm: str) -> str:
+    """The UPR reranker's system name: ``upr`` for the default SmolLM2 (the name earlier results use),
+    ``upr_{family}`` for another LM (``gemma3-270m`` -> ``upr_gemma3``)."""
+    return "upr" if lm == "smollm2-135m" else "upr_" + Path(lm).name.split("-")[0].replace(":", "_")
+
+
+def _average(rankings: list[RetrievalResult]) -> RetrievalResult:
+    """Rankings of the same queries fused with equal shares of their min-max normalised scores."""
+    return fuse_results(rankings, [1 / len(rankings)] * len(rankings))
+
+
 def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalResult]]) -> tuple[float, dict]:
     """The weight of the first ranking with the best mean dev NDCG@10 (:func:`taskret.tart.fusion.choose_weight`)."""
     first = {r.task.name: (r.qids, a) for r, (a, _) in zip(dev, pairs)}
@@ -189,11 +203,19 @@ def main() -> None:
     if "upr" in systems:
         from taskret.rerank import load_reranker
 
-        rerankers["upr"] = load_reranker(f"upr:{args.upr_lm}")
+        for lm in [lm.strip() for lm in args.upr_lm.split(",") if lm.strip()]:
+            rerankers[upr_name(lm)] = load_reranker(f"upr:{lm}")
     if args.tart_full:
         from taskret.rerank import load_reranker
 
         rerankers["tart_full"] = load_reranker(args.tart_full)
+    for entry in (args.reranker or []):  # NAME=SPEC: any reranker load_reranker knows
+        from taskret.rerank import load_reranker
+
+        name, sep, spec = entry.partition("=")
+        if not sep or not name or not spec:
+            raise SystemExit(f"--reranker: expected NAME=SPEC, got {entry!r}")
+        rerankers[name] = load_reranker(spec)
 
     scifact = load_retrieval_task("scifact", args.data_dir, "test").sample(args.limit, seed=0)
     dev_tasks = [load_retrieval_task(name, args.data_dir, "test").sample(args.dev_limit, seed=0)
@@ -240,6 +262,19 @@ def main() -> None:
                 reranked = target.reranked(name, reranker, stages[first], instructed, args.rerank_depth)
                 stages[f"{name}_raw"] = reranked
                 stages[name] = fuse_results([stages[first], reranked], [weight, 1 - weight])
+                for d, rr in zip(dev_stages, dev_reranked):
+                    d[f"{name}_raw"] = rr
+            upr_names = [n for n in rerankers if n.startswith("upr")]
+            if len(upr_names) > 1:  # the LMs' rerankings averaged (min-max, equal shares), then interpolated
+                for first in [s for s in args.rerank_first.split(",") if f"{s}+{upr_names[0]}_raw" in stages]:
+                    name = f"{first}+upr_ensemble"
+                    dev_ensembles = [_average([d[f"{first}+{n}_raw"] for n in upr_names]) for d in dev_stages]
+                    weight, means = _choose(dev, [(d[first], e) for d, e in zip(dev_stages, dev_ensembles)])
+                    result["weights"].setdefault(name, {})[column] = {first: weight, "dev_mean_ndcg": means}
+                    stages[f"{name}_raw"] = _average([stages[f"{first}+{n}_raw"] for n in upr_names])
+                    stages[name] = fuse_results([stages[first], stages[f"{name}_raw"]], [weight, 1 - weight])
+                    for d, e in zip(dev_stages, dev_ensembles):
+                        d[f"{name}_raw"] = e
         for name, ranking in stages.items():
             result["scifact"].setdefault(name, {})[column] = target.ndcg(ranking)
         for r, d in zip(dev, dev_stages):
@@ -252,7 +287,14 @@ def main() -> None:
     result["machine"] = machine()
     result["commands"] = [command_line(args, arg_parser)]
     if Path(args.out).exists():  # the held-out block is benchmarks/tart_held_out.py's: keep it
-        result.update({k: v for k, v in read_json(args.out).items() if k.startswith("held_out")})
+        earlier = read_json(args.out)
+        result.update({k: v for k, v in earlier.items() if k.startswith("held_out")})
+        if args.merge:  # keep the systems this run did not compute, and the commands that computed them
+            for key in ("scifact", "weights", "details"):
+                for name, cols in earlier.get(key, {}).items():
+                    result[key][name] = {**cols, **result[key].get(name, {})}
+            result["commands"] = [*earlier.get("commands", []), *result["commands"]]
+            result["wall_time_s"] += earlier.get("wall_time_s", 0.0)
     write_result(args.out, result)
     width = max(len(n) for n in result["scifact"])
     for name, cols in result["scifact"].items():
@@ -268,9 +310,15 @@ def _parser():
     p.add_argument("--tart-dual", action="append", default=None,
                    help="a TART-dual run folder (adds tart_dual, hybrid+tart_dual); NAME=DIR names it (repeatable)")
     p.add_argument("--tart-full", default=None, help="a TART-full run folder (adds FIRST+tart_full)")
+    p.add_argument("--reranker", action="append", default=None,
+                   help="NAME=SPEC: another reranker of FIRST+NAME, e.g. yesno=smollm2-135m (a causal LM's zero-shot "
+                        "yes/no cross-encoder) or a TART-full run folder (repeatable)")
     p.add_argument("--wise-ft", type=float, default=None,
                    help="also score each TART-dual with its weights this far back to its base's (0-1, WiSE-FT)")
-    p.add_argument("--upr-lm", default="smollm2-135m", help="the causal LM of the upr reranker")
+    p.add_argument("--upr-lm", default="smollm2-135m",
+                   help="the causal LM(s) of the upr reranker, comma-separated (several add FIRST+upr_ensemble)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the systems of the existing result file that this run does not compute")
     p.add_argument("--dev-tasks", default=",".join(DEV_TASKS), help="berri-lite dev tasks that choose the weights")
     p.add_argument("--dev-limit", type=int, default=25, help="dev queries per task (seeded sample)")
     p.add_argument("--limit", type=int, default=None, help="SciFact test claims (default: all 300)")

@@ -110,3 +110,47 @@ def test_taskret_load_reranker_is_this_one():
 
     assert taskret.load_reranker is load_reranker
     assert issubclass(CrossEncoderReranker, Reranker)
+
+
+# -- a causal LM as a yes/no cross-encoder -------------------------------------------------------------
+
+
+def test_a_causal_lm_scores_the_yes_no_log_odds_after_the_relevance_prompt(tiny_model_dir, tiny_model, tokenizer):
+    import torch
+
+    from taskret.rerank.cross_encoder import RELEVANCE_PROMPT, load_cross_encoder
+
+    reranker = CrossEncoderReranker(tiny_model_dir)
+    scores = reranker.score_pairs([(QUERY, d) for d in DOCS])
+    # the same numbers by hand: the tiny Llama's next-token logits after the ChatML prompt, "yes" minus "no"
+    yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
+    for doc, score in zip(DOCS, scores):
+        prompt = (f"<|im_start|>system\n{RELEVANCE_PROMPT}<|im_end|>\n<|im_start|>user\n<Query>: {QUERY}\n"
+                  f"<Document>: {doc}<|im_end|>\n<|im_start|>assistant\n")
+        with torch.no_grad():
+            logits = tiny_model(**tokenizer(prompt, return_tensors="pt", add_special_tokens=False)).logits[0, -1]
+        assert score == pytest.approx(float(logits[yes] - logits[no]), abs=1e-3)
+    assert len(set(np.round(scores, 5))) == len(DOCS)  # the document changes the answer
+    # long documents are cut, not the question: the prompt still ends by opening the answer
+    features = load_cross_encoder(tiny_model_dir, max_length=48, device="cpu")[0].preprocess([(QUERY, "word " * 500)])
+    assert features["input_ids"].shape[1] <= 48
+    assert tokenizer.decode(features["input_ids"][0]).rstrip().endswith("<|im_start|>assistant")
+
+
+def test_a_saved_yes_no_reranker_keeps_its_prompt(tmp_path, tiny_model_dir):
+    from taskret.rerank.cross_encoder import RELEVANCE_PROMPT, load_cross_encoder
+
+    load_cross_encoder(tiny_model_dir, device="cpu").save(str(tmp_path / "saved"))
+    assert RELEVANCE_PROMPT in (tmp_path / "saved" / "chat_template.jinja").read_text()
+    pairs = [(QUERY, d) for d in DOCS]
+    np.testing.assert_allclose(CrossEncoderReranker(tmp_path / "saved").score_pairs(pairs),
+                               CrossEncoderReranker(tiny_model_dir).score_pairs(pairs), atol=1e-4)
+
+
+def test_an_lm_without_a_known_chat_format_is_refused(tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    from taskret.rerank.cross_encoder import relevance_chat_template
+
+    with pytest.raises(ValueError, match="no known chat format"):
+        relevance_chat_template(AutoTokenizer.from_pretrained(str(tiny_bert_dir)))

@@ -157,6 +157,23 @@ def test_trained_folder_is_a_reranker(trained):
     assert ((probabilities > 0) & (probabilities < 1)).all()  # the model's own activation: a sigmoid
 
 
+def test_a_causal_lm_trains_as_a_yes_no_tart_full(tmp_path, rows, tiny_model_dir):
+    """TART-full on an instruction-following LM, as the paper builds it: the yes/no log-odds is the logit."""
+    from taskret.rerank.cross_encoder import RELEVANCE_PROMPT
+
+    out = tmp_path / "full-lm"
+    folder = train_tart_full(rows, out, tiny_config(tiny_model_dir, epochs=8, learning_rate=1e-2, max_length=96), progress=False)
+    assert RELEVANCE_PROMPT in (folder / "chat_template.jinja").read_text()
+    log = [json.loads(line) for line in (out / LOG_FILE).read_text().splitlines()]
+    assert np.mean([r["loss"] for r in log if r["epoch"] > 7]) < log[0]["loss"]
+    trained, base = load_reranker(out), load_reranker(tiny_model_dir)
+    pairs = [(format_query(r["instruction"], r["query"]), r["positive_text"]) for r in rows]
+    negatives = [(format_query(r["instruction"], r["query"]), r["negatives"][0]["text"]) for r in rows]
+    # it learned: positives now score above negatives by more than before training
+    margin = lambda model: float(np.mean(model.score_pairs(pairs)) - np.mean(model.score_pairs(negatives)))  # noqa: E731
+    assert margin(trained) > margin(base) + 0.5
+
+
 # -- reranking -----------------------------------------------------------------------------------
 
 

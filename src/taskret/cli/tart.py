@@ -343,8 +343,8 @@ def train_full(
     out: Path = typer.Option(..., help="output folder: model/ (a CrossEncoder), tart_full_config.json, "
                              "training_log.jsonl"),
     instruction: bool = INSTRUCTION_OPT,
-    base_model: str = typer.Option("minilm-l6", help="encoder to start from (name or folder); a new 1-logit head "
-                                   "is added"),
+    base_model: str = typer.Option("minilm-l6", help="encoder to start from (name or folder; a new 1-logit head "
+                                   "is added), or a causal LM (smollm2-135m, gemma3-270m) scored by its yes/no log-odds"),
     epochs: int = EPOCHS_OPT,
     batch_size: int = typer.Option(32, help="(query, document) pairs per optimiser step"),
     n_negatives: int = typer.Option(4, help="negatives per positive (binary cross-entropy, 1:4 as in the paper)"),

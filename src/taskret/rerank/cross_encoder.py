@@ -1,6 +1,13 @@
 """The sentence-transformers ``CrossEncoder`` backend: a TART-full run folder, any CrossEncoder folder, or a
 registered model name, as a :class:`~taskret.rerank.base.Reranker`; and the denoiser of TART's training data.
 
+A causal LM (``smollm2-135m``, ``gemma3-270m``, or any folder whose architecture is ``...ForCausalLM``) becomes
+a pointwise *yes/no* cross-encoder, as TART-full is built on an instruction-following LM: sentence-transformers
+reads the logits of ``yes`` and ``no`` after a prompt that shows the (instructed) query and the document
+(:data:`RELEVANCE_PROMPT`, in the LM's own chat format), and the score is their difference. Zero-shot it is a
+reranker with no training; :func:`taskret.tart.cross_encoder.train_tart_full` fine-tunes it with the same
+binary cross-entropy as a MiniLM TART-full, and the saved folder keeps the prompt (its chat template).
+
 Scores are the raw logits (a sigmoid of a confident model saturates at 1.0 in float32, which would tie the
 top documents); :meth:`CrossEncoderReranker.predict` gives the model's own activation (a probability for
 TART-full's ``num_labels=1``), which denoising compares with a threshold.
@@ -17,7 +24,8 @@ import numpy as np
 from ..io import read_json
 from .base import Reranker
 
-__all__ = ["CrossEncoderReranker", "cross_encoder_folder", "make_denoiser", "RUN_CONFIG_FILE"]
+__all__ = ["CrossEncoderReranker", "cross_encoder_folder", "load_cross_encoder", "make_denoiser", "relevance_chat_template",
+           "RELEVANCE_PROMPT", "RUN_CONFIG_FILE"]
 
 #: The summary a TART-full run folder holds beside its ``model/`` (written last by
 #: :func:`taskret.tart.cross_encoder.train_tart_full`): what marks a run folder, and where
@@ -38,6 +46,65 @@ def cross_encoder_folder(spec: str | os.PathLike) -> Path:
     return Path(resolve_model(str(spec)))
 
 
+#: What a causal LM is asked before it answers ``yes`` or ``no`` (the wording of Qwen3-Reranker's system prompt).
+RELEVANCE_PROMPT = 'Judge whether the Document meets the requirements of the Query. Answer only "yes" or "no".'
+
+# sentence-transformers sends a (query, document) pair as two messages with the roles "query" and "document";
+# these templates render them as one user turn in the LM's chat format and open the assistant's answer.
+_PAIR = ("{%- set q = messages | selectattr('role', 'eq', 'query') | map(attribute='content') | first -%}"
+         "{%- set d = messages | selectattr('role', 'eq', 'document') | map(attribute='content') | first -%}")
+# Jinja drops a template's final newline, and the answer must start on a fresh line: an expression keeps it.
+_NEWLINE = "{{ '\\n' }}"
+_TURNS = {  # a token only this chat format has -> (user turn, assistant turn opened)
+    "<|im_start|>": ("<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n", "<|im_start|>assistant" + _NEWLINE),
+    "<start_of_turn>": ("<start_of_turn>user\n{system}\n\n{user}<end_of_turn>\n", "<start_of_turn>model" + _NEWLINE),
+}
+
+
+def relevance_chat_template(tokenizer) -> str:
+    """The chat template that asks ``tokenizer``'s LM whether a document meets a query (:data:`RELEVANCE_PROMPT`),
+    in the LM's chat format (ChatML as SmolLM2's, or Gemma's turns)."""
+    vocab = tokenizer.get_vocab()
+    for marker, (turn, answer) in _TURNS.items():
+        if marker in vocab:
+            user = turn.format(system=RELEVANCE_PROMPT, user="<Query>: {{ q }}\n<Document>: {{ d }}")
+            return _PAIR + user + answer
+    raise ValueError(f"{getattr(tokenizer, 'name_or_path', 'this LM')}: no known chat format ({', '.join(_TURNS)}) to ask "
+                     f"for a yes/no relevance answer; pass a CrossEncoder folder with its own chat template instead")
+
+
+def _is_causal_lm(folder: Path) -> bool:
+    config = folder / "config.json"
+    architectures = read_json(config).get("architectures") or [] if config.exists() else []
+    return bool(architectures) and architectures[0].endswith("ForCausalLM")
+
+
+def load_cross_encoder(spec: str | os.PathLike, max_length: int | None = None, device: str | None = None,
+                       num_labels: int | None = None):
+    """A sentence-transformers ``CrossEncoder`` from ``spec`` (see :func:`cross_encoder_folder`): an encoder with its
+    classification head (``num_labels`` outputs; 1 starts a new relevance head on a bare encoder), or for a causal LM
+    the yes/no log-odds after :data:`RELEVANCE_PROMPT` (a folder saved from such a model keeps its prompt)."""
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    from ..models import pick_device
+
+    folder = cross_encoder_folder(spec)
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: not a cross-encoder folder (no config.json); expected a TART-full "
+                                f"run folder (written by `taskret tart train-full`) or a CrossEncoder")
+    device = device or pick_device()
+    if not _is_causal_lm(folder):
+        return CrossEncoder(str(folder), max_length=max_length, device=device,
+                            **({"num_labels": num_labels} if num_labels else {}))
+    template = folder / "chat_template.jinja"
+    if template.exists() and RELEVANCE_PROMPT in template.read_text(encoding="utf-8"):
+        return CrossEncoder(str(folder), max_length=max_length, device=device)  # a saved yes/no reranker
+    from transformers import AutoTokenizer
+
+    chat_template = relevance_chat_template(AutoTokenizer.from_pretrained(str(folder)))
+    return CrossEncoder(str(folder), max_length=max_length, device=device, processor_kwargs={"chat_template": chat_template})
+
+
 class CrossEncoderReranker(Reranker):
     """A sentence-transformers ``CrossEncoder`` as a :class:`Reranker`: a TART-full run folder (or its
     ``model/``), any CrossEncoder folder, or a registered model name."""
@@ -46,17 +113,9 @@ class CrossEncoderReranker(Reranker):
 
     def __init__(self, spec: str | os.PathLike, batch_size: int = 32, device: str | None = None,
                  max_length: int | None = None) -> None:
-        from sentence_transformers.cross_encoder import CrossEncoder
-
-        from ..models import pick_device
-
-        folder = cross_encoder_folder(spec)
-        if not (folder / "config.json").exists():
-            raise FileNotFoundError(f"{folder}: not a cross-encoder folder (no config.json); expected a TART-full "
-                                    f"run folder (written by `taskret tart train-full`) or a CrossEncoder")
-        self.path = folder
+        self.model = load_cross_encoder(spec, max_length=max_length, device=device)
+        folder = self.path = cross_encoder_folder(spec)
         self.batch_size = batch_size
-        self.model = CrossEncoder(str(folder), device=device or pick_device(), max_length=max_length)
         config_path = folder.parent / RUN_CONFIG_FILE
         #: The TART-full run's summary when ``spec`` is a run folder (or its ``model/``), else None.
         self.config = read_json(config_path) if folder.name == "model" and config_path.exists() else None

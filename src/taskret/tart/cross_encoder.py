@@ -2,7 +2,9 @@
 
 TART-full (Asai et al., 2022) reads the instructed query and the document together and outputs one
 relevance logit. It is initialised from MiniLM (``minilm-l6``, a sentence-transformers ``CrossEncoder``
-with ``num_labels=1``: the encoder's weights plus a new linear head) and trained with binary
+with ``num_labels=1``: the encoder's weights plus a new linear head), or from a causal LM
+(``base_model="smollm2-135m"``) whose ``yes``/``no`` log-odds is the logit, as the paper builds TART-full on an
+instruction-following LM (:func:`taskret.rerank.cross_encoder.load_cross_encoder`), and trained with binary
 cross-entropy on (instructed query, document, 1/0) pairs: for every training row, its positive and
 ``n_negatives`` (4) of its negatives, i.e. 1 positive : 4 negatives, as in the paper. At test time it
 reranks a first stage's top-k (100) documents: see :mod:`taskret.rerank` (``load_reranker(folder)``).
@@ -102,14 +104,14 @@ def train_tart_full(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     """Train TART-full, a binary relevance head over (instructed query, document) pairs, on the accelerator if
     there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`).
     ``validate`` (:func:`~taskret.tart.validation.full_validator`) every ``validate_steps`` keeps the best step."""
-    from sentence_transformers.cross_encoder import CrossEncoder
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
     from ..models import resolve_model
+    from ..rerank.cross_encoder import load_cross_encoder
 
     config = config or TartFullConfig()
     base = str(resolve_model(config.base_model))
-    recipe = ModelRecipe(lambda: CrossEncoder(base, num_labels=1, max_length=config.max_length, device="cpu"),
+    recipe = ModelRecipe(lambda: load_cross_encoder(base, max_length=config.max_length, device="cpu", num_labels=1),
                          BinaryCrossEntropyLoss, cross_encoder=True)
     return train_on_rows(rows, config, pair_sampler(config), recipe, out_dir, CONFIG_FILE, "n_pairs", source=source,
                          progress=progress, validate=validate, validate_steps=validate_steps,
