@@ -264,17 +264,17 @@ def main() -> None:
                 stages[name] = fuse_results([stages[first], reranked], [weight, 1 - weight])
                 for d, rr in zip(dev_stages, dev_reranked):
                     d[f"{name}_raw"] = rr
-            upr_names = [n for n in rerankers if n.startswith("upr")]
-            if len(upr_names) > 1:  # the LMs' rerankings averaged (min-max, equal shares), then interpolated
-                for first in [s for s in args.rerank_first.split(",") if f"{s}+{upr_names[0]}_raw" in stages]:
-                    name = f"{first}+upr_ensemble"
-                    dev_ensembles = [_average([d[f"{first}+{n}_raw"] for n in upr_names]) for d in dev_stages]
-                    weight, means = _choose(dev, [(d[first], e) for d, e in zip(dev_stages, dev_ensembles)])
-                    result["weights"].setdefault(name, {})[column] = {first: weight, "dev_mean_ndcg": means}
-                    stages[f"{name}_raw"] = _average([stages[f"{first}+{n}_raw"] for n in upr_names])
-                    stages[name] = fuse_results([stages[first], stages[f"{name}_raw"]], [weight, 1 - weight])
-                    for d, e in zip(dev_stages, dev_ensembles):
-                        d[f"{name}_raw"] = e
+        upr_names = [n for n in rerankers if n.startswith("upr")] if column in rerank_columns else []
+        if len(upr_names) > 1:  # the LMs' rerankings averaged (min-max, equal shares), then interpolated
+            for first in [s for s in args.rerank_first.split(",") if f"{s}+{upr_names[0]}_raw" in stages]:
+                name = f"{first}+upr_ensemble"
+                dev_ensembles = [_average([d[f"{first}+{n}_raw"] for n in upr_names]) for d in dev_stages]
+                weight, means = _choose(dev, [(d[first], e) for d, e in zip(dev_stages, dev_ensembles)])
+                result["weights"].setdefault(name, {})[column] = {first: weight, "dev_mean_ndcg": means}
+                stages[f"{name}_raw"] = _average([stages[f"{first}+{n}_raw"] for n in upr_names])
+                stages[name] = fuse_results([stages[first], stages[f"{name}_raw"]], [weight, 1 - weight])
+                for d, e in zip(dev_stages, dev_ensembles):
+                    d[f"{name}_raw"] = e
         for name, ranking in stages.items():
             result["scifact"].setdefault(name, {})[column] = target.ndcg(ranking)
         for r, d in zip(dev, dev_stages):

@@ -131,7 +131,11 @@ def test_a_causal_lm_scores_the_yes_no_log_odds_after_the_relevance_prompt(tiny_
             logits = tiny_model(**tokenizer(prompt, return_tensors="pt", add_special_tokens=False)).logits[0, -1]
         assert score == pytest.approx(float(logits[yes] - logits[no]), abs=1e-3)
     assert len(set(np.round(scores, 5))) == len(DOCS)  # the document changes the answer
-    # long documents are cut, not the question: the prompt still ends by opening the answer
+    # long documents are cut (by default to LM_MAX_LENGTH, not the LM's own 8k), and the prompt still ends by
+    # opening the answer
+    from taskret.rerank.cross_encoder import LM_MAX_LENGTH
+
+    assert reranker.model.max_seq_length == LM_MAX_LENGTH
     features = load_cross_encoder(tiny_model_dir, max_length=48, device="cpu")[0].preprocess([(QUERY, "word " * 500)])
     assert features["input_ids"].shape[1] <= 48
     assert tokenizer.decode(features["input_ids"][0]).rstrip().endswith("<|im_start|>assistant")

@@ -25,7 +25,7 @@ from ..io import read_json
 from .base import Reranker
 
 __all__ = ["CrossEncoderReranker", "cross_encoder_folder", "load_cross_encoder", "make_denoiser", "relevance_chat_template",
-           "RELEVANCE_PROMPT", "RUN_CONFIG_FILE"]
+           "LM_MAX_LENGTH", "RELEVANCE_PROMPT", "RUN_CONFIG_FILE"]
 
 #: The summary a TART-full run folder holds beside its ``model/`` (written last by
 #: :func:`taskret.tart.cross_encoder.train_tart_full`): what marks a run folder, and where
@@ -45,6 +45,10 @@ def cross_encoder_folder(spec: str | os.PathLike) -> Path:
         return path
     return Path(resolve_model(str(spec)))
 
+
+#: Tokens of prompt, query and document a causal LM reads when no ``max_length`` is given (TART-full's training
+#: length): its own limit (8,192 for SmolLM2) would let long documents cost many times more for little gain.
+LM_MAX_LENGTH = 256
 
 #: What a causal LM is asked before it answers ``yes`` or ``no`` (the wording of Qwen3-Reranker's system prompt).
 RELEVANCE_PROMPT = 'Judge whether the Document meets the requirements of the Query. Answer only "yes" or "no".'
@@ -98,11 +102,12 @@ def load_cross_encoder(spec: str | os.PathLike, max_length: int | None = None, d
                             **({"num_labels": num_labels} if num_labels else {}))
     template = folder / "chat_template.jinja"
     if template.exists() and RELEVANCE_PROMPT in template.read_text(encoding="utf-8"):
-        return CrossEncoder(str(folder), max_length=max_length, device=device)  # a saved yes/no reranker
+        return CrossEncoder(str(folder), max_length=max_length, device=device)  # a saved yes/no reranker: its own length
     from transformers import AutoTokenizer
 
     chat_template = relevance_chat_template(AutoTokenizer.from_pretrained(str(folder)))
-    return CrossEncoder(str(folder), max_length=max_length, device=device, processor_kwargs={"chat_template": chat_template})
+    return CrossEncoder(str(folder), max_length=max_length or LM_MAX_LENGTH, device=device,
+                        processor_kwargs={"chat_template": chat_template})
 
 
 class CrossEncoderReranker(Reranker):
