@@ -146,3 +146,20 @@ def test_cli_distils_a_trained_tart_full_into_tart_dual(tmp_path, rows, tiny_ber
     missing = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", str(tmp_path / "nope"),
                                        "--out", str(tmp_path / "x")], env=ENV)
     assert missing.exit_code == 2 and "nope" in missing.output
+
+
+def test_instruction_dropout_leaves_some_anchors_bare_and_the_teachers_labels_alone(rows):
+    teacher = Overlap(use_instruction=False)
+    scores = teacher_scores(rows, teacher)
+    instructed = build_distillation_rows(rows, scores, teacher, TartDistilConfig())
+    half = build_distillation_rows(rows, scores, teacher, TartDistilConfig(instruction_dropout=0.5, seed=3))
+    bare = build_distillation_rows(rows, scores, teacher, TartDistilConfig(instruction_dropout=1.0))
+    assert bare["anchor"] == [r["query"] for r in rows]
+    assert all(SEP in a for a in instructed["anchor"])
+    assert set(half["anchor"]) <= set(bare["anchor"]) | set(instructed["anchor"])
+    assert 0 < sum(SEP in a for a in half["anchor"]) < len(rows)
+    names = [n for n in half if n not in ("anchor", "label")]
+    for i, row in enumerate(rows):  # the teacher read the bare query, whatever the student reads
+        assert half["label"][i] == [scores[row["query"], half[n][i]] for n in names]
+    with pytest.raises(ValueError, match="instruction_dropout"):
+        TartDistilConfig(instruction_dropout=1.5)

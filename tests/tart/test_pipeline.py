@@ -127,3 +127,26 @@ def test_a_dual_only_run_trains_and_evaluates_tart_dual_alone(tmp_path, beir, ti
     summary = run_pipeline(config, console=Say(), progress=False)
     assert set(summary) == {"dual"} and not (tmp_path / "w" / "full").exists()
     assert json.loads((tmp_path / "w" / "train_stats.json").read_text())["per_task"]["parses"] == 1
+
+
+def test_a_distillation_only_run_learns_from_a_fusion_teacher(tmp_path, beir, tiny_bert_dir):
+    teacher = f"fusion:{tiny_bert_dir}?weight=0.5"
+    with pytest.raises(ValueError, match="distil_teacher is set but distil is null"):
+        make_config(beir, tmp_path / "x", tiny_bert_dir, distil_teacher=teacher, distil=None, redenoise=False)
+    with pytest.raises(ValueError, match="nothing to train"):
+        make_config(beir, tmp_path / "x", tiny_bert_dir, dual=None, full=None, distil=None, redenoise=False)
+    config = make_config(beir, tmp_path / "w", tiny_bert_dir, dual=None, full=None, redenoise=False,
+                         distil={"base_model": str(tiny_bert_dir), "batch_size": 4, "max_seq_length": 32,
+                                 "instruction_dropout": 0.5, "negative_kinds": ["hard", "random"]},
+                         distil_teacher=teacher)
+    summary = run_pipeline(config, console=Say(), progress=False)
+    work = tmp_path / "w"
+    assert set(summary) == {"distil"} and not (work / "dual").exists() and not (work / "full").exists()
+    distil = json.loads((work / "distil" / "tart_distil_config.json").read_text())
+    assert distil["teacher"] == f"fusion:{tiny_bert_dir}?weight=0.5" and distil["base_model"] == str(tiny_bert_dir)
+    assert distil["n_teacher_pairs"] > 0 and distil["instruction_dropout"] == 0.5
+
+    from sentence_transformers import SentenceTransformer
+
+    # trained at 32 tokens, the student encodes with its base's own length (the tiny BERT's 128)
+    assert SentenceTransformer(str(work / "distil" / "model")).max_seq_length == 128

@@ -369,7 +369,8 @@ def train_full(
 @app.command()
 def distil(
     data: Path = DATA_OPT,
-    teacher: Path = typer.Option(..., help="a TART-full folder (`taskret tart train-full`)"),
+    teacher: str = typer.Option(..., help="a TART-full folder (`taskret tart train-full`), or a reranker spec: "
+                                "fusion:minilm-l6?weight=0.4 (BM25 + MiniLM over each row's candidates), upr:LM"),
     out: Path = typer.Option(..., help="output folder: model/, tart_distil_config.json, training_log.jsonl"),
     base_model: str = typer.Option("minilm-l6", help="the student to start from: a TART-dual folder, or a "
                                    "sentence-transformers model (name or folder)"),
@@ -378,19 +379,21 @@ def distil(
     batch_size: int = typer.Option(32, help="rows (1 positive + n negatives each) per optimiser step"),
     n_negatives: int = typer.Option(4, help="negatives per row whose teacher scores the student learns"),
     temperature: float = typer.Option(1.0, help="the teacher's logits are divided by this before the softmax"),
+    instruction_dropout: float = typer.Option(0.0, help="share of anchors the student reads without instruction"),
     learning_rate: float = LR_OPT,
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,
     progress: bool = PROGRESS_OPT,
 ):
-    """Distil TART-full into a dual encoder (KL between the teacher's and the student's scores of each row's
+    """Distil TART-full (or another reranker) into a dual encoder (KL between the teacher's and the student's scores of each row's
     positive and negatives); use the result as dense:OUT/model."""
     from ..tart.distil import CONFIG_FILE, TartDistilConfig, train_tart_distil
 
     def train(rows):
         config = TartDistilConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
                                   temperature=temperature, learning_rate=learning_rate, seed=seed,
-                                  use_instruction=instruction, negative_kinds=_kinds(negatives))
+                                  use_instruction=instruction, negative_kinds=_kinds(negatives),
+                                  instruction_dropout=instruction_dropout)
         return train_tart_distil(rows, teacher, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")

@@ -7,6 +7,7 @@ Public API::
     Reranker                            # abstract: score_pairs / score / rank / rerank
     CrossEncoderReranker(path)          # a TART-full run folder or any sentence-transformers CrossEncoder
     CausalLMReranker(lm)                # "upr:LM": zero-shot query likelihood with a causal LM (UPR)
+    FusionReranker(spec)                # "fusion:ENCODER?weight=W": BM25 + a dense encoder over the pairs given
     cross_encoder_folder(spec), make_denoiser(spec)
 
 Rankings are :class:`~taskret.retrieval.base.RetrievalResult` s (ids and scores, one row per query), as
@@ -21,12 +22,14 @@ from pathlib import Path
 from .base import Reranker, RetrievalResult
 from .causal_lm import CausalLMReranker
 from .cross_encoder import CrossEncoderReranker, cross_encoder_folder, make_denoiser
+from .fusion import FusionReranker
 
-__all__ = ["BACKENDS", "CausalLMReranker", "CrossEncoderReranker", "Reranker", "RetrievalResult", "cross_encoder_folder",
+__all__ = ["BACKENDS", "CausalLMReranker", "CrossEncoderReranker", "FusionReranker", "Reranker", "RetrievalResult", "cross_encoder_folder",
            "load_reranker", "make_denoiser"]
 
 #: Reranker classes by the name a spec may start with (``"NAME:"``); the first is the default backend.
-BACKENDS: dict[str, type[Reranker]] = {"cross-encoder": CrossEncoderReranker, "upr": CausalLMReranker}
+BACKENDS: dict[str, type[Reranker]] = {"cross-encoder": CrossEncoderReranker, "upr": CausalLMReranker,
+                                       "fusion": FusionReranker}
 
 
 def load_reranker(spec: str | os.PathLike | Reranker, **kwargs) -> Reranker:

@@ -43,7 +43,7 @@ from ..training.encoders import build_bi_encoder
 from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow
 from .config import TartSettings
-from .training_data import draw_negatives, train_on_rows, usable_rows
+from .training_data import anchor_text, draw_negatives, train_on_rows, usable_rows
 
 __all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "distillation_sampler",
            "train_tart_distil", "distillation_kl", "scaled_cos_sim", "student_model_folder", "CONFIG_FILE", "LOG_FILE"]
@@ -58,7 +58,9 @@ RESULT_KEYS = ("teacher", "n_rows", "n_used", "n_skipped", "n_examples", "n_teac
 @dataclass
 class TartDistilConfig(TartSettings):
     """Hyperparameters of distillation: ``batch_size`` rows (of ``1 + n_negatives`` candidates) per step;
-    the student's scores are ``scale * cosine``, the teacher's logits are divided by ``temperature``."""
+    the student's scores are ``scale * cosine``, the teacher's logits are divided by ``temperature``.
+    ``instruction_dropout``: the share of anchors the student reads without their instruction (as TART-dual's).
+    ``max_seq_length`` truncates while training; the saved student encodes with the base's own length."""
 
     batch_size: int = 32
     n_negatives: int = 4
@@ -66,6 +68,7 @@ class TartDistilConfig(TartSettings):
     scale: float = 20.0
     temperature: float = 1.0
     teacher_batch_size: int = 32
+    instruction_dropout: float = 0.0
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS
     POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "n_negatives", "max_seq_length",
@@ -75,6 +78,8 @@ class TartDistilConfig(TartSettings):
         super().__post_init__()
         if not 0 < self.temperature < float("inf"):
             raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if not 0.0 <= self.instruction_dropout <= 1.0:
+            raise ValueError(f"instruction_dropout must be in [0, 1], got {self.instruction_dropout}")
 
 
 def scaled_cos_sim(a, b, scale: float = 20.0):
@@ -120,7 +125,7 @@ def distillation_sampler(scores: dict[tuple[str, str], float], teacher,
         row, negatives = usable_row
         query = _teacher_query(row, teacher)
         docs = [row["positive_text"], *(n["text"] for n in draw_negatives(rng, negatives, config.n_negatives, True))]
-        values = {"anchor": format_query(row["instruction"] if config.use_instruction else None, row["query"]),
+        values = {"anchor": anchor_text(row, config, rng),
                   **dict(zip(names[1:], docs)), "label": [scores[query, text] for text in docs]}
         return [TrainingRow(values)]
 
@@ -177,8 +182,19 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
     scores = teacher_scores([row for row, _ in usable], teacher, config, source=source)
     teacher_s = time.perf_counter() - teacher_start
     student = student_model_folder(config.base_model)
-    recipe = ModelRecipe(lambda: build_bi_encoder(student, max_seq_length=config.max_seq_length),
-                         lambda model: _loss(model, config))
+    encode_length = None
+
+    def build():
+        nonlocal encode_length
+        model = build_bi_encoder(student, max_seq_length=None)
+        encode_length = model.max_seq_length  # the base's own: long documents are not cut at the training length
+        model.max_seq_length = config.max_seq_length
+        return model
+
+    def finish(model) -> None:
+        model.max_seq_length = encode_length
+
+    recipe = ModelRecipe(build, lambda model: _loss(model, config), finish=finish)
 
     return train_on_rows(rows, config, distillation_sampler(scores, teacher, config), recipe, out_dir, CONFIG_FILE,
                          "n_examples", usable=usable, n_skipped=n_skipped, started=started, progress=progress,

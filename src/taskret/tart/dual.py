@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
-from ..formats import format_query
 from ..training.batching import RowKeys
 from ..training.config import DPRSettings
 from ..training.encoders import build_bi_encoder, merge_with_base
@@ -47,7 +46,7 @@ from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
 from .config import NEGATIVE_KINDS, TartSettings
-from .training_data import epoch_columns, train_on_rows
+from .training_data import anchor_text, epoch_columns, train_on_rows
 
 __all__ = ["TartDualConfig", "build_triplets", "triplet_sampler", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
 
@@ -90,12 +89,6 @@ class TartDualConfig(DPRSettings, TartSettings):
 # -- triplets ------------------------------------------------------------------------------------
 
 
-def _anchor(row: dict, config: TartDualConfig, rng=None) -> str:
-    instructed = config.use_instruction and not (
-        config.instruction_dropout and rng is not None and rng.random() < config.instruction_dropout)
-    return format_query(row["instruction"] if instructed else None, row["query"])
-
-
 def triplet_sampler(config: TartDualConfig) -> RowSampler[tuple[dict, list[dict]]]:
     """Draws, per usable row (a training row, its negatives of ``config.negative_kinds``), one triplet with one
     negative drawn uniformly, and the row's batching keys (documents by task, unfollowing ones by pooled id)."""
@@ -109,7 +102,7 @@ def triplet_sampler(config: TartDualConfig) -> RowSampler[tuple[dict, list[dict]
                        ("d:" + f"{task}/{row['positive']}", "t:" + row["positive_text"]),
                        ("d:" + negative_id, "t:" + negative["text"]),
                        row["positive_text"], negative["text"])
-        values = {"anchor": _anchor(row, config, rng), "positive": row["positive_text"], "negative": negative["text"]}
+        values = {"anchor": anchor_text(row, config, rng), "positive": row["positive_text"], "negative": negative["text"]}
         return [TrainingRow(values, keys, negative["kind"])]
 
     return RowSampler(("anchor", "positive", "negative"), draw)

@@ -1,6 +1,8 @@
 """``taskret tart run``: the whole TART pipeline from one config file, skipping stages whose outputs exist.
 
 Stages: build-data -> train-dual -> train-full -> (re-denoise with TART-full) -> (distil) -> evaluate.
+``dual`` or ``full`` set to null skips that model; ``distil_teacher`` distils another reranker than TART-full
+(e.g. ``fusion:minilm-l6``, BM25 + MiniLM: :mod:`taskret.rerank.fusion`).
 Layout of the work folder (every file can be inspected, and each stage can be run alone)::
 
     pipeline_config.json   the config the folder was made with (a changed config is refused)
@@ -57,12 +59,15 @@ class TartRunConfig(BaseModel):
     validate_steps: int = Field(0, ge=0, description="score on the dev tasks every N steps and keep the best "
                                 "step's weights; 0: keep the last")
     # training: the fields of TartDualConfig, TartFullConfig and TartDistilConfig (seed defaults to ours)
-    dual: dict = Field(default_factory=dict)
+    dual: Optional[dict] = Field(default_factory=dict, description="TartDualConfig fields; None: no TART-dual "
+                                 "(a distillation-only run, whose student then starts from distil's base_model)")
     full: Optional[dict] = Field(default_factory=dict, description="TartFullConfig fields; None: no TART-full "
                                  "(a dual-only run: no re-denoising, distillation or full evaluation)")
     redenoise: bool = Field(False, description="re-mine the rows with TART-full as the denoiser, for distillation")
     distil: Optional[dict] = Field(None, description="TartDistilConfig fields; None: no distillation. Its student "
                                    "starts from TART-dual unless base_model says otherwise")
+    distil_teacher: Optional[str] = Field(None, description="the reranker that teaches the student (a spec of "
+                                          "load_reranker, e.g. 'fusion:minilm-l6?weight=0.4'); None: TART-full")
     # evaluation
     eval_tasks: list[str] = Field(default_factory=lambda: ["scifact"],
                                   description="evaluated after training; [] for a training-only run")
@@ -76,8 +81,13 @@ class TartRunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _full_for_its_users(self) -> "TartRunConfig":
-        if self.full is None and (self.redenoise or self.distil is not None):
-            raise ValueError("redenoise and distil need TART-full: 'full' may not be null with them")
+        if self.full is None and (self.redenoise or (self.distil is not None and self.distil_teacher is None)):
+            raise ValueError("redenoise, and distil without a distil_teacher, need TART-full: 'full' may not be null "
+                             "with them")
+        if self.distil_teacher is not None and self.distil is None:
+            raise ValueError("distil_teacher is set but distil is null: give distil ({} for the defaults)")
+        if self.dual is None and self.full is None and self.distil is None:
+            raise ValueError("nothing to train: dual, full and distil are all null")
         return self
 
     @classmethod
@@ -87,6 +97,8 @@ class TartRunConfig(BaseModel):
     def dual_config(self):
         from .dual import TartDualConfig
 
+        if self.dual is None:
+            return None
         return TartDualConfig.from_dict({"seed": self.seed, **self.dual})
 
     def full_config(self):
@@ -99,7 +111,8 @@ class TartRunConfig(BaseModel):
     def distil_config(self, dual_model: Path):
         from .distil import TartDistilConfig
 
-        return TartDistilConfig.from_dict({"seed": self.seed, "base_model": str(dual_model), **(self.distil or {})})
+        student = {"base_model": str(dual_model)} if self.dual is not None else {}
+        return TartDistilConfig.from_dict({"seed": self.seed, **student, **(self.distil or {})})
 
 
 def _check_leakage(config: TartRunConfig) -> None:
@@ -189,7 +202,8 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
         train_tart_full(rows, out, full_config, progress=progress, source=str(data.output), validate=validate,
                         validate_steps=config.validate_steps)
 
-    Stage("train-dual", work / "dual", marker=work / "dual" / DUAL_FILE, say=say).run(train_dual)
+    if dual_config is not None:
+        Stage("train-dual", work / "dual", marker=work / "dual" / DUAL_FILE, say=say).run(train_dual)
     if full_config is not None:
         Stage("train-full", work / "full", marker=work / "full" / FULL_FILE, say=say).run(train_full)
 
@@ -204,7 +218,8 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
         distil_data.run(redenoise)
     if distil_config is not None:
         def distil(out: Path) -> None:
-            train_tart_distil(read_training_examples(distil_data.output), work / "full", out, distil_config,
+            teacher = config.distil_teacher or work / "full"
+            train_tart_distil(read_training_examples(distil_data.output), teacher, out, distil_config,
                               progress=progress, source=str(distil_data.output))
 
         Stage("distil", work / "distil", marker=work / "distil" / DISTIL_FILE, say=say).run(distil)
@@ -214,7 +229,7 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
         return {}
     tasks = [load_retrieval_task(name, config.data_dir, config.eval_split).sample(config.eval_limit, seed=config.seed)
              for name in config.eval_tasks]
-    systems = {"dual": (f"dense:{work / 'dual' / 'model'}", None)}
+    systems = {"dual": (f"dense:{work / 'dual' / 'model'}", None)} if dual_config is not None else {}
     if full_config is not None:
         systems["full"] = (config.rerank_first_stage, work / "full")
     if distil_config is not None:

@@ -47,7 +47,7 @@ from .tasks import Document, RetrievalTask, check_task_names, doc_text, pooled_i
 logger = logging.getLogger(__name__)
 
 __all__ = ["ROW_FIELDS", "build_training_examples", "write_training_examples", "read_training_examples",
-           "validate_training_row", "usable_rows", "draw_negatives", "dpr_training_row", "train_on_rows", "epoch_columns"]
+           "validate_training_row", "usable_rows", "anchor_text", "draw_negatives", "dpr_training_row", "train_on_rows", "epoch_columns"]
 
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
 
@@ -316,6 +316,15 @@ def train_on_rows(rows: Sequence[dict], config: Any, sampler: Any, recipe: Any, 
 
     return train(config, usable, sampler, recipe, out_dir, marker, counts, no_duplicates=no_duplicates,
                  progress=progress, started=started, validate=validate, validate_steps=validate_steps)
+
+
+def anchor_text(row: dict, config: Any, rng=None) -> str:
+    """A training row's query as the student reads it: ``"{instruction} [SEP] {query}"`` with
+    ``config.use_instruction``, except for the share ``config.instruction_dropout`` of anchors (drawn with
+    ``rng``) that read the bare query, so that one model serves queries with and without an instruction."""
+    dropout = getattr(config, "instruction_dropout", 0.0)
+    instructed = config.use_instruction and not (dropout and rng is not None and rng.random() < dropout)
+    return format_query(row["instruction"] if instructed else None, row["query"])
 
 
 def epoch_columns(rows: Sequence[dict], config: Any, sampler: Any, epoch: int = 0, source: str = "rows") -> dict:

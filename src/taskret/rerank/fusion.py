@@ -1,0 +1,136 @@
+"""``fusion:MODEL``: BM25 and a dense encoder fused over the documents given, as a reranker or a teacher.
+
+A hybrid first stage (:mod:`taskret.retrieval.hybrid`) fuses whole-corpus rankings; this backend scores any
+list of (query, document) pairs the same way, so the hybrid's judgement can rerank a list or *teach* a
+student encoder (:func:`taskret.tart.distil.train_tart_distil`): on SciFact BM25 (68.6 NDCG@10) beats
+MiniLM (64.5) and their fusion beats both (71.4), so a dense model that learns to rank like the fusion
+learns the lexical matching it lacks (as SPAR's dense lexical model does, Chen et al. 2022).
+
+For each query, over the documents it is scored against in one call:
+
+- BM25 (bm25s, Okapi k1=1.5, b=0.75, English stop words, Snowball stemming) with its document statistics
+  taken from the distinct documents of the call (for distillation: every candidate of every training row,
+  a pool of tens of thousands of texts), and the cosine of the encoder's query and document vectors;
+- each min-max normalised to [0, 1] over the query's documents (a query scored against one document, or
+  a component constant over them, gets 1 there), then ``weight * bm25 + (1 - weight) * cosine``.
+
+Scores are therefore relative to the other documents scored for the same query in the same call, as a
+reranker's are used; they are no absolute relevance. ``weight`` (BM25's share) is the hybrid's, chosen on
+berri-lite dev tasks (``taskret tart tune-weight``; 0.4 for BM25 + MiniLM). The backend reads bare
+queries (``use_instruction = False``): the words of an instruction are noise to BM25.
+
+Spec: ``fusion:minilm-l6`` or ``fusion:minilm-l6?weight=0.4`` (any ``dense:`` encoder name or folder).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .base import Reranker
+
+__all__ = ["FusionReranker", "parse_fusion_spec"]
+
+DEFAULT_WEIGHT = 0.4  # BM25's share in BM25 + MiniLM, chosen on berri-lite dev tasks (benchmarks/tart_berri.py)
+
+
+def parse_fusion_spec(spec: str) -> tuple[str, float]:
+    """``"minilm-l6?weight=0.4"`` -> (encoder, BM25's weight)."""
+    encoder, _, query = str(spec).partition("?")
+    weight = DEFAULT_WEIGHT
+    for item in filter(None, query.split("&")):
+        key, sep, value = item.partition("=")
+        if key != "weight" or not sep:
+            raise ValueError(f"fusion reranker '{spec}': unknown option '{item}'; expected weight=W (BM25's share)")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise ValueError(f"fusion reranker '{spec}': weight needs a number, got '{value}'") from None
+    if not encoder:
+        raise ValueError(f"fusion reranker '{spec}': name an encoder, e.g. fusion:minilm-l6")
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"fusion reranker '{spec}': weight (BM25's share) must be in [0, 1], got {weight}")
+    return encoder, weight
+
+
+def _min_max(values: np.ndarray) -> np.ndarray:
+    low, high = float(values.min()), float(values.max())
+    if high - low <= 1e-12:
+        return np.ones_like(values)
+    return (values - low) / (high - low)
+
+
+class FusionReranker(Reranker):
+    """BM25 + a dense encoder over the pairs of one call, min-max normalised per query and mixed with ``weight``
+    (BM25's share). ``max_seq_length`` cuts the encoder's inputs (None: the encoder's own)."""
+
+    use_instruction = False
+
+    def __init__(self, spec: str = "minilm-l6", weight: float | None = None, batch_size: int = 64,
+                 device: str | None = None, max_seq_length: int | None = None):
+        self.encoder_name, spec_weight = parse_fusion_spec(spec)
+        self.weight = spec_weight if weight is None else float(weight)
+        if not 0.0 <= self.weight <= 1.0:
+            raise ValueError(f"weight (BM25's share) must be in [0, 1], got {self.weight}")
+        self.batch_size, self.device, self.max_seq_length = batch_size, device, max_seq_length
+        self.name = f"fusion:{self.encoder_name}?weight={self.weight:g}"
+        self._encoder = None
+
+    def _encode(self, texts: list[str], queries: bool) -> np.ndarray:
+        if self._encoder is None:
+            from ..retrieval.dense import load_encoder
+
+            self._encoder = load_encoder(self.encoder_name, self.device)
+            if self.max_seq_length is not None and hasattr(self._encoder, "max_seq_length"):
+                self._encoder.max_seq_length = self.max_seq_length
+        encode = self._encoder.encode_query if queries else self._encoder.encode_document
+        vectors = encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                         show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+    def _bm25(self, queries: list[str], docs: list[str], pairs: list[tuple[int, int]]) -> np.ndarray:
+        import bm25s
+
+        from ..retrieval.bm25 import _quiet_bm25s, _tokenize
+
+        _quiet_bm25s()
+        index = bm25s.BM25(k1=1.5, b=0.75)
+        doc_tokens = _tokenize(docs)
+        if not doc_tokens.vocab:  # no content word in any document: BM25 has nothing to say
+            return np.zeros(len(pairs), dtype=np.float64)
+        index.index(doc_tokens, show_progress=False)
+        query_tokens = _tokenize(queries, return_ids=False)
+        by_query: dict[int, list[int]] = {}
+        for i, (q, _) in enumerate(pairs):
+            by_query.setdefault(q, []).append(i)
+        out = np.zeros(len(pairs), dtype=np.float64)
+        for q, positions in by_query.items():
+            # get_scores reads a query's tokens against the whole pool; unknown words score nothing.
+            known = [t for t in query_tokens[q] if t in index.vocab_dict]
+            if known:
+                scores = index.get_scores(known)
+                out[positions] = scores[[pairs[i][1] for i in positions]]
+        return out
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        queries = list(dict.fromkeys(q for q, _ in pairs))
+        docs = list(dict.fromkeys(d for _, d in pairs))
+        q_row, d_row = {q: i for i, q in enumerate(queries)}, {d: i for i, d in enumerate(docs)}
+        index_pairs = [(q_row[q], d_row[d]) for q, d in pairs]
+        lexical = self._bm25(queries, docs, index_pairs) if self.weight > 0 else np.zeros(len(pairs))
+        if self.weight < 1:
+            q_vec, d_vec = self._encode(queries, True), self._encode(docs, False)
+            dense = np.einsum("ij,ij->i", q_vec[[q for q, _ in index_pairs]], d_vec[[d for _, d in index_pairs]])
+        else:
+            dense = np.zeros(len(pairs))
+        fused = np.zeros(len(pairs), dtype=np.float64)
+        by_query: dict[int, list[int]] = {}
+        for i, (q, _) in enumerate(index_pairs):
+            by_query.setdefault(q, []).append(i)
+        for positions in by_query.values():
+            fused[positions] = (self.weight * _min_max(lexical[positions])
+                                + (1.0 - self.weight) * _min_max(np.asarray(dense[positions], dtype=np.float64)))
+        return fused.astype(np.float32)

@@ -1,0 +1,60 @@
+"""fusion:ENCODER: BM25 + a dense encoder (real MiniLM) over the pairs of one call, min-max normalised per query."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from taskret.rerank import FusionReranker, load_reranker
+from taskret.rerank.fusion import parse_fusion_spec
+
+QUERY = "what happened in soccer today"
+DOCS = [
+    "Football match results from this afternoon.",  # a paraphrase: no shared content word
+    "Today nothing happened in the garden.",  # shares the words, means something else
+    "The weather in Paris will be sunny.",
+]
+
+
+def test_spec_gives_the_encoder_and_bm25s_weight():
+    assert parse_fusion_spec("minilm-l6") == ("minilm-l6", 0.4)
+    assert parse_fusion_spec("minilm-l6?weight=0.25") == ("minilm-l6", 0.25)
+    for bad, message in (("minilm-l6?w=1", "unknown option 'w=1'"), ("minilm-l6?weight=x", "needs a number"),
+                         ("minilm-l6?weight=2", r"must be in \[0, 1\]"), ("?weight=0.5", "name an encoder")):
+        with pytest.raises(ValueError, match=message):
+            parse_fusion_spec(bad)
+    reranker = load_reranker("fusion:minilm-l6?weight=0.3", batch_size=8)
+    assert isinstance(reranker, FusionReranker) and reranker.weight == 0.3 and reranker.batch_size == 8
+    assert reranker.name == "fusion:minilm-l6?weight=0.3" and reranker.use_instruction is False
+
+
+@pytest.fixture(scope="module")
+def minilm_fusion():
+    return FusionReranker("minilm-l6")
+
+
+def test_bm25_alone_prefers_the_shared_words_and_the_encoder_alone_the_paraphrase():
+    lexical = FusionReranker("minilm-l6", weight=1.0)
+    scores = lexical.score(QUERY, DOCS)
+    assert scores.tolist() == [0.0, 1.0, 0.0]
+    dense = FusionReranker("minilm-l6", weight=0.0)
+    dense_scores = dense.score(QUERY, DOCS)
+    assert int(np.argmax(dense_scores)) == 0 and dense_scores.max() == 1.0 and dense_scores.min() == 0.0
+
+
+def test_fused_scores_mix_both_normalised_components_per_query(minilm_fusion):
+    pairs = [(QUERY, d) for d in DOCS] + [("sunny in paris", d) for d in DOCS]
+    fused = minilm_fusion.score_pairs(pairs)
+    lexical = FusionReranker("minilm-l6", weight=1.0).score_pairs(pairs)
+    dense = FusionReranker("minilm-l6", weight=0.0).score_pairs(pairs)
+    assert np.allclose(fused, 0.4 * lexical + 0.6 * dense, atol=1e-6)
+    for query in (slice(0, 3), slice(3, 6)):  # each query's list spans [0, 1] in each component
+        assert lexical[query].max() == 1.0 and dense[query].min() == 0.0
+    assert int(np.argmax(fused[3:])) == 2  # the weather document, by both components
+    assert minilm_fusion.score_pairs([]).shape == (0,)
+
+
+def test_a_query_with_one_document_or_no_known_word_gets_no_preference(minilm_fusion):
+    assert minilm_fusion.score(QUERY, DOCS[:1]).tolist() == [1.0]
+    lexical = FusionReranker("minilm-l6", weight=1.0).score("zzzqx", DOCS)
+    assert lexical.tolist() == [1.0, 1.0, 1.0]  # BM25 constant (all zero): no preference either way
