@@ -163,3 +163,19 @@ def test_instruction_dropout_leaves_some_anchors_bare_and_the_teachers_labels_al
         assert half["label"][i] == [scores[row["query"], half[n][i]] for n in names]
     with pytest.raises(ValueError, match="instruction_dropout"):
         TartDistilConfig(instruction_dropout=1.5)
+
+
+def test_cli_distils_a_fusion_teacher_named_by_its_spec(tmp_path, rows, tiny_bert_dir):
+    data = write_training_examples(tmp_path / "train.jsonl", rows)
+    out = tmp_path / "distil"
+    teacher = f"fusion:{tiny_bert_dir}?weight=0.4"
+    result = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", teacher, "--out", str(out),
+                                      "--base-model", str(tiny_bert_dir), "--batch-size", "4", "--temperature", "0.05",
+                                      "--instruction-dropout", "0.5", "--negatives", "hard,random", "--quiet"], env=ENV)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / CONFIG_FILE).read_text())
+    assert summary["teacher"] == teacher and summary["instruction_dropout"] == 0.5
+    assert summary["negative_kinds"] == ["hard", "random"] and summary["n_teacher_pairs"] > 0
+    bad = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", "fusion:minilm-l6?weight=7",
+                                   "--out", str(tmp_path / "x")], env=ENV)
+    assert bad.exit_code == 2 and "weight (BM25's share) must be in [0, 1]" in bad.output

@@ -32,6 +32,7 @@ from .base import Reranker
 
 __all__ = ["FusionReranker", "parse_fusion_spec"]
 
+PROGRESS_FROM = 2048  # texts in one encoding call from which a progress bar is shown
 DEFAULT_WEIGHT = 0.4  # BM25's share in BM25 + MiniLM, chosen on berri-lite dev tasks (benchmarks/tart_berri.py)
 
 
@@ -85,8 +86,9 @@ class FusionReranker(Reranker):
             if self.max_seq_length is not None and hasattr(self._encoder, "max_seq_length"):
                 self._encoder.max_seq_length = self.max_seq_length
         encode = self._encoder.encode_query if queries else self._encoder.encode_document
+        # A distillation teacher encodes tens of thousands of texts in one call: show that it is moving.
         vectors = encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                         show_progress_bar=False)
+                         show_progress_bar=len(texts) >= PROGRESS_FROM)
         return np.asarray(vectors, dtype=np.float32)
 
     def _bm25(self, queries: list[str], docs: list[str], pairs: list[tuple[int, int]]) -> np.ndarray:
