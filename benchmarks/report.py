@@ -474,14 +474,16 @@ def headline_table() -> list[str]:
             text = f"{cols['no_instruction']:.1f}" if "no_instruction" in cols else "-"
             return text + (f" ({cols['instruction']:.1f})" if "instruction" in cols else "")
 
-        best = max((n for n in sci if "tart_dual" in n and not n.endswith("_raw")),
+        best = max((n for n in sci if ("tart_dual" in n or "tart_distil" in n) and not n.endswith("_raw")),
                    key=lambda n: sci[n].get("no_instruction", 0.0))
+        distilled = (f"; distilled from BM25 + MiniLM on berri-lite {both('tart_distil')}"
+                     if "tart_distil" in sci else "")
         ref = cite(*berri["commands"])
         side = "above" if sci["tart_dual"].get("no_instruction", 0) > sci["minilm"].get("no_instruction", 0) else "below"
         rows.append("| SciFact zero-shot (no SciFact data in any training), NDCG@10, 300 claims; with the instruction in "
                     f"brackets | {both('bm25')}; untrained MiniLM {both('minilm')}; hybrid BM25 + MiniLM "
                     f"{both('hybrid')}, + UPR rerank {both('hybrid+upr')} | TART-dual {both('tart_dual')}, trained on "
-                    f"berri-lite + MTOP + Break ({side} untrained MiniLM); best pipeline with a trained TART-dual: {best} "
+                    f"berri-lite + MTOP + Break ({side} untrained MiniLM){distilled}; best pipeline with a trained TART-dual: {best} "
                     f"{both(best)} | {ref} |")
         zero = None
     if zero:
@@ -534,7 +536,10 @@ def tart_berri_table() -> list[str]:
         return []
     labels = {"bm25": "BM25", "minilm": "MiniLM (untrained)", "mpnet": "mpnet (untrained)", "tart_dual": "TART-dual",
               "hybrid": "hybrid: BM25 + MiniLM", "hybrid+mpnet": "hybrid: BM25 + mpnet",
-              "hybrid+tart_dual": "hybrid: BM25 + TART-dual"}
+              "hybrid+tart_dual": "hybrid: BM25 + TART-dual",
+              "e5": "multilingual-e5-small (4-bit, frozen)", "hybrid+e5": "hybrid: BM25 + e5",
+              "tart_distil": "TART-dual distilled from BM25 + MiniLM (fusion teacher)",
+              "hybrid+tart_distil": "hybrid: BM25 + TART-dual distilled from BM25 + MiniLM"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
