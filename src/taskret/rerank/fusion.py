@@ -55,13 +55,6 @@ def parse_fusion_spec(spec: str) -> tuple[str, float]:
     return encoder, weight
 
 
-def _min_max(values: np.ndarray) -> np.ndarray:
-    low, high = float(values.min()), float(values.max())
-    if high - low <= 1e-12:
-        return np.ones_like(values)
-    return (values - low) / (high - low)
-
-
 class FusionReranker(Reranker):
     """BM25 + a dense encoder over the pairs of one call, min-max normalised per query and mixed with ``weight``
     (BM25's share). ``max_seq_length`` cuts the encoder's inputs (None: the encoder's own)."""
@@ -91,48 +84,49 @@ class FusionReranker(Reranker):
                          show_progress_bar=len(texts) >= PROGRESS_FROM)
         return np.asarray(vectors, dtype=np.float32)
 
-    def _bm25(self, queries: list[str], docs: list[str], pairs: list[tuple[int, int]]) -> np.ndarray:
+    def _bm25(self, queries: list[str], docs: list[str], groups: dict[int, list[int]],
+              doc_of: list[int]) -> np.ndarray:
+        """BM25 of each pair: ``groups`` maps a query's row to its pairs' positions, ``doc_of`` a pair to its doc."""
         import bm25s
 
         from ..retrieval.bm25 import _quiet_bm25s, _tokenize
 
         _quiet_bm25s()
+        out = np.zeros(len(doc_of), dtype=np.float64)
         index = bm25s.BM25(k1=1.5, b=0.75)
         doc_tokens = _tokenize(docs)
         if not doc_tokens.vocab:  # no content word in any document: BM25 has nothing to say
-            return np.zeros(len(pairs), dtype=np.float64)
+            return out
         index.index(doc_tokens, show_progress=False)
         query_tokens = _tokenize(queries, return_ids=False)
-        by_query: dict[int, list[int]] = {}
-        for i, (q, _) in enumerate(pairs):
-            by_query.setdefault(q, []).append(i)
-        out = np.zeros(len(pairs), dtype=np.float64)
-        for q, positions in by_query.items():
+        for q, positions in groups.items():
             # get_scores reads a query's tokens against the whole pool; unknown words score nothing.
             known = [t for t in query_tokens[q] if t in index.vocab_dict]
             if known:
-                scores = index.get_scores(known)
-                out[positions] = scores[[pairs[i][1] for i in positions]]
+                out[positions] = index.get_scores(known)[[doc_of[i] for i in positions]]
         return out
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        from ..retrieval.hybrid import fuse_convex
+
         if not pairs:
             return np.zeros(0, dtype=np.float32)
         queries = list(dict.fromkeys(q for q, _ in pairs))
         docs = list(dict.fromkeys(d for _, d in pairs))
         q_row, d_row = {q: i for i, q in enumerate(queries)}, {d: i for i, d in enumerate(docs)}
-        index_pairs = [(q_row[q], d_row[d]) for q, d in pairs]
-        lexical = self._bm25(queries, docs, index_pairs) if self.weight > 0 else np.zeros(len(pairs))
+        query_of, doc_of = [q_row[q] for q, _ in pairs], [d_row[d] for _, d in pairs]
+        groups: dict[int, list[int]] = {}
+        for i, q in enumerate(query_of):
+            groups.setdefault(q, []).append(i)
+        lexical = self._bm25(queries, docs, groups, doc_of) if self.weight > 0 else np.zeros(len(pairs))
         if self.weight < 1:
             q_vec, d_vec = self._encode(queries, True), self._encode(docs, False)
-            dense = np.einsum("ij,ij->i", q_vec[[q for q, _ in index_pairs]], d_vec[[d for _, d in index_pairs]])
+            dense = np.einsum("ij,ij->i", q_vec[query_of], d_vec[doc_of]).astype(np.float64)
         else:
             dense = np.zeros(len(pairs))
-        fused = np.zeros(len(pairs), dtype=np.float64)
-        by_query: dict[int, list[int]] = {}
-        for i, (q, _) in enumerate(index_pairs):
-            by_query.setdefault(q, []).append(i)
-        for positions in by_query.values():
-            fused[positions] = (self.weight * _min_max(lexical[positions])
-                                + (1.0 - self.weight) * _min_max(np.asarray(dense[positions], dtype=np.float64)))
-        return fused.astype(np.float32)
+        fused = np.zeros(len(pairs), dtype=np.float32)
+        for positions in groups.values():  # the hybrid's own per-query min-max convex combination
+            by_position = fuse_convex([positions, positions], [lexical[positions], dense[positions]],
+                                      [self.weight, 1.0 - self.weight])
+            fused[positions] = [by_position[i] for i in positions]
+        return fused

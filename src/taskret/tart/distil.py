@@ -39,7 +39,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from ..formats import format_query
-from ..training.encoders import build_bi_encoder
+from ..training.encoders import trained_at_length
 from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow
 from .config import TartSettings
@@ -182,19 +182,8 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
     scores = teacher_scores([row for row, _ in usable], teacher, config, source=source)
     teacher_s = time.perf_counter() - teacher_start
     student = student_model_folder(config.base_model)
-    encode_length = None
-
-    def build():
-        nonlocal encode_length
-        model = build_bi_encoder(student, max_seq_length=None)
-        encode_length = model.max_seq_length  # the base's own: long documents are not cut at the training length
-        model.max_seq_length = config.max_seq_length
-        return model
-
-    def finish(model) -> None:
-        model.max_seq_length = encode_length
-
-    recipe = ModelRecipe(build, lambda model: _loss(model, config), finish=finish)
+    build, restore_length = trained_at_length(student, config.max_seq_length)
+    recipe = ModelRecipe(build, lambda model: _loss(model, config), finish=restore_length)
 
     return train_on_rows(rows, config, distillation_sampler(scores, teacher, config), recipe, out_dir, CONFIG_FILE,
                          "n_examples", usable=usable, n_skipped=n_skipped, started=started, progress=progress,

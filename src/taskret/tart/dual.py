@@ -41,7 +41,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 
 from ..training.batching import RowKeys
 from ..training.config import DPRSettings
-from ..training.encoders import build_bi_encoder, merge_with_base
+from ..training.encoders import merge_with_base, trained_at_length
 from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
@@ -129,18 +129,11 @@ def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     if there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`).
     ``validate`` (:func:`~taskret.tart.validation.dual_validator`) every ``validate_steps`` keeps the best step."""
     config = config or TartDualConfig()
-    encode_length = config.encode_max_seq_length  # None: the base's own, read when the base is built
-
-    def build():
-        nonlocal encode_length
-        model = build_bi_encoder(config.base_model, max_seq_length=None)
-        encode_length = encode_length or model.max_seq_length
-        model.max_seq_length = config.max_seq_length
-        return model
+    build, restore_length = trained_at_length(config.base_model, config.max_seq_length, config.encode_max_seq_length)
 
     def finish(model) -> None:
         merge_with_base(model, config.base_model, config.base_weight)
-        model.max_seq_length = encode_length
+        restore_length(model)
 
     recipe = ModelRecipe(build, lambda model: dpr_training_loss(model, config), finish=finish)
 

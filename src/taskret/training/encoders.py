@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-__all__ = ["build_bi_encoder", "merge_with_base"]
+__all__ = ["build_bi_encoder", "merge_with_base", "trained_at_length"]
 
 
 def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_length: int | None = 256,
@@ -35,6 +35,24 @@ def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_le
     if max_seq_length is not None:  # None keeps the base's own length
         model.max_seq_length = max_seq_length
     return model
+
+
+def trained_at_length(base_model: str, train_length: int, encode_length: int | None = None):
+    """``(build, restore)`` for a shared encoder that trains at ``train_length`` tokens (speed) but is saved to
+    encode at ``encode_length`` (default: the base's own length, read when ``build()`` runs), so long documents
+    are not cut shorter at search time than the untrained base would cut them. ``restore(model)`` sets it back."""
+    lengths = {"encode": encode_length}
+
+    def build() -> "SentenceTransformer":
+        model = build_bi_encoder(base_model, max_seq_length=None)
+        lengths["encode"] = lengths["encode"] or model.max_seq_length
+        model.max_seq_length = train_length
+        return model
+
+    def restore(model: "SentenceTransformer") -> None:
+        model.max_seq_length = lengths["encode"]
+
+    return build, restore
 
 
 def merge_with_base(model: "SentenceTransformer", base_model: str, base_weight: float) -> None:
