@@ -475,9 +475,11 @@ def headline_table() -> list[str]:
             return text + (f" ({cols['instruction']:.1f})" if "instruction" in cols else "")
 
         best = max((n for n in sci if ("tart_dual" in n or "tart_distil" in n) and not n.endswith("_raw")),
-                   key=lambda n: sci[n].get("no_instruction", 0.0))
+                   key=lambda n: max(sci[n].values(), default=0.0))  # with or without the instruction
         distilled = (f"; distilled from BM25 + MiniLM on berri-lite {both('tart_distil')}"
                      if "tart_distil" in sci else "")
+        if "tart_distil2" in sci:
+            distilled += f", {both('tart_distil2')} after a second round"
         ref = cite(*berri["commands"])
         side = "above" if sci["tart_dual"].get("no_instruction", 0) > sci["minilm"].get("no_instruction", 0) else "below"
         rows.append("| SciFact zero-shot (no SciFact data in any training), NDCG@10, 300 claims; with the instruction in "
@@ -539,7 +541,9 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_dual": "hybrid: BM25 + TART-dual",
               "e5": "multilingual-e5-small (4-bit, frozen)", "hybrid+e5": "hybrid: BM25 + e5",
               "tart_distil": "TART-dual distilled from BM25 + MiniLM (fusion teacher)",
-              "hybrid+tart_distil": "hybrid: BM25 + TART-dual distilled from BM25 + MiniLM"}
+              "hybrid+tart_distil": "hybrid: BM25 + TART-dual distilled from BM25 + MiniLM",
+              "tart_distil2": "TART-dual distilled, second round (350 new queries per task)",
+              "hybrid+tart_distil2": "hybrid: BM25 + TART-dual distilled, second round"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
@@ -548,7 +552,10 @@ def tart_berri_table() -> list[str]:
 
     def label(name: str) -> str:
         if name.endswith("_rrf"):
-            return f"{labels.get(name[:-len('_rrf')], name)}, reciprocal-rank fusion (no weight)"
+            return f"{label(name[:-len('_rrf')])}, reciprocal-rank fusion (no weight)"
+        stem, wise, weight = name.rpartition("_wise")
+        if wise and weight.replace(".", "", 1).isdigit():  # see tart_berri.py --wise-ft
+            return f"{label(stem)}, weights averaged with untrained MiniLM (WiSE-FT, base share {weight})"
         first, _, reranker = name.rpartition("+")
         raw = reranker.endswith("_raw")
         reranker = reranker[:-len("_raw")] if raw else reranker
@@ -601,6 +608,21 @@ def tart_held_out_table() -> list[str]:
     return out
 
 
+def instruction_pooling_table() -> list[str]:
+    d = _load("instruction_pooling.json")
+    if d is None:
+        return []
+    out = [f"The instruction in the query vector, SciFact test ({d['n_queries']} claims), NDCG@10 (`{d['command']}`; "
+           f"{describe_machine(d['machine'])}). Instruction: \"{d['instruction']}\"; \"excluded\" keeps its tokens "
+           "out of the mean pooling (INSTRUCTOR's pooling) while the claim's tokens still attend to them.", "",
+           "| model | bare claim | instruction, all tokens pooled | instruction excluded from pooling |",
+           "|---|---|---|---|"]
+    for name, r in d["scifact"].items():
+        out.append(f"| {name} (`{d['models'][name]}`) | {r['no_instruction']:.1f} | {r['instruction']:.1f} | "
+                   f"{r['instruction_excluded']:.1f} |")
+    return out
+
+
 def tart_full_lm_table() -> list[str]:
     d = _load("tart_full_lm.json")
     if d is None:
@@ -614,7 +636,7 @@ def tart_full_lm_table() -> list[str]:
 
 GROUPS = (
     ("In-context learning and EPR", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
-    ("TART", (tart_berri_table, tart_held_out_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
+    ("TART", (tart_berri_table, tart_held_out_table, instruction_pooling_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
               tart_x2_scifact_table)),
     ("Speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
     ("Serving", (serve_table, dense_latency_table)),

@@ -173,6 +173,23 @@ def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalRes
     return choice.weight, {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}
 
 
+def _pretrained_base(run: Path) -> str:
+    """The pre-trained model a TART-dual or distillation run started from, following a chain of runs that
+    continue one another (``base_model`` a run folder) back to the first: WiSE-FT averages with the model
+    that was never fine-tuned here."""
+    for _ in range(16):
+        config = next((run / name for name in ("tart_dual_config.json", "tart_distil_config.json")
+                       if (run / name).exists()), None)
+        if config is None:
+            return str(run)
+        base = read_json(config)["base_model"]
+        if not Path(base).is_dir() or not any((Path(base) / n).exists() for n in
+                                               ("tart_dual_config.json", "tart_distil_config.json")):
+            return base
+        run = Path(base)
+    raise ValueError(f"{run}: base_model chain longer than 16 runs")
+
+
 def _merged(folder: str, base_weight: float, out: Path) -> Path:
     """``folder``'s model with its weights ``base_weight`` of the way back to its base's, saved once in ``out``."""
     if not out.is_dir():
@@ -181,7 +198,7 @@ def _merged(folder: str, base_weight: float, out: Path) -> Path:
         from taskret.training.encoders import merge_with_base
 
         model = SentenceTransformer(folder, device="cpu")
-        merge_with_base(model, read_json(Path(folder).parent / "tart_dual_config.json")["base_model"], base_weight)
+        merge_with_base(model, _pretrained_base(Path(folder).parent), base_weight)
         tmp = out.with_name(out.name + ".tmp")
         model.save(str(tmp), safe_serialization=True, create_model_card=False)
         tmp.rename(out)
