@@ -39,10 +39,9 @@ def _ndcg(task, qids: list[str], doc_ids: list[str], docs: np.ndarray, queries: 
     return round(compute_metrics({q: task.qrels[q] for q in qids}, run)["ndcg@10"], 2)
 
 
-def measure(name: str, folder: str, task, cache: Path) -> dict:
+def measure(name: str, folder: str, task, qids: list[str], cache: Path) -> dict:
     from sentence_transformers import SentenceTransformer
 
-    qids = [q for q in task.queries if q in task.qrels]
     doc_ids, texts = task.doc_ids_and_texts()
     model = SentenceTransformer(folder, device="cpu")
     kwargs = dict(batch_size=32, normalize_embeddings=True, show_progress_bar=False)
@@ -57,13 +56,16 @@ def measure(name: str, folder: str, task, cache: Path) -> dict:
         tmp.rename(path)
     if docs.shape[0] != len(doc_ids):
         raise ValueError(f"{path}: {docs.shape[0]} vectors for {len(doc_ids)} documents; delete it and rerun")
+
+    def ndcg(queries: np.ndarray) -> float:
+        return _ndcg(task, qids, doc_ids, docs, queries)
+
     claims = [task.queries[q] for q in qids]
     prefix = format_query(task.instruction, "")  # "{instruction} [SEP] ": the prompt whose tokens are excluded
-    result = {"no_instruction": _ndcg(task, qids, doc_ids, docs, model.encode(claims, **kwargs)),
-              "instruction": _ndcg(task, qids, doc_ids, docs, model.encode([prefix + c for c in claims], **kwargs))}
-    pooling = model[1]
-    pooling.include_prompt = False
-    result["instruction_excluded"] = _ndcg(task, qids, doc_ids, docs, model.encode(claims, prompt=prefix, **kwargs))
+    result = {"no_instruction": ndcg(model.encode(claims, **kwargs)),
+              "instruction": ndcg(model.encode([prefix + c for c in claims], **kwargs))}
+    model[1].include_prompt = False  # the Pooling module: prompt tokens are left out of the mean from now on
+    result["instruction_excluded"] = ndcg(model.encode(claims, prompt=prefix, **kwargs))
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(name, result, flush=True)
     return result
@@ -77,10 +79,11 @@ def main() -> None:
     task = load_retrieval_task("scifact", args.data_dir, "test")
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
+    qids = [q for q in task.queries if q in task.qrels]
     models = dict(spec.split("=", 1) for spec in args.model)
-    results = {name: measure(name, folder, task, cache) for name, folder in models.items()}
+    results = {name: measure(name, folder, task, qids, cache) for name, folder in models.items()}
     write_json(args.out, {"scifact": results, "instruction": task.instruction, "models": models,
-                          "n_queries": sum(q in task.qrels for q in task.queries), "machine": machine(),
+                          "n_queries": len(qids), "machine": machine(),
                           "command": command_line(args, p)})
 
 

@@ -47,6 +47,8 @@ from taskret.rerank.base import Reranker
 from taskret.retrieval import make_retriever
 from taskret.retrieval.base import RetrievalResult
 from taskret.retrieval.hybrid import fuse_results
+from taskret.tart.distil import CONFIG_FILE as DISTIL_CONFIG
+from taskret.tart.dual import CONFIG_FILE as DUAL_CONFIG
 from taskret.tart.evaluation import compute_metrics
 from taskret.tart.fusion import choose_weight
 from taskret.tart.tasks import RetrievalTask, load_retrieval_task
@@ -173,20 +175,23 @@ def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalRes
     return choice.weight, {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}
 
 
+def _run_config(folder: Path) -> Path | None:
+    """The config a finished TART-dual or distillation run leaves in ``folder``, if it is one."""
+    return next((folder / name for name in (DUAL_CONFIG, DISTIL_CONFIG) if (folder / name).exists()), None)
+
+
 def _pretrained_base(run: Path) -> str:
     """The pre-trained model a TART-dual or distillation run started from, following a chain of runs that
     continue one another (``base_model`` a run folder) back to the first: WiSE-FT averages with the model
     that was never fine-tuned here."""
+    config = _run_config(run)
+    if config is None:
+        raise FileNotFoundError(f"{run}: neither {DUAL_CONFIG} nor {DISTIL_CONFIG}: not a TART-dual or distillation run")
     for _ in range(16):
-        config = next((run / name for name in ("tart_dual_config.json", "tart_distil_config.json")
-                       if (run / name).exists()), None)
-        if config is None:
-            return str(run)
         base = read_json(config)["base_model"]
-        if not Path(base).is_dir() or not any((Path(base) / n).exists() for n in
-                                               ("tart_dual_config.json", "tart_distil_config.json")):
+        config = _run_config(Path(base))
+        if config is None:
             return base
-        run = Path(base)
     raise ValueError(f"{run}: base_model chain longer than 16 runs")
 
 
