@@ -10,6 +10,9 @@ measures three query forms against the same corpus vectors:
 * ``instruction``: ``"{instruction} [SEP] {claim}"`` mean-pooled over all tokens (what taskret does today);
 * ``instruction_excluded``: the same text, the instruction's tokens left out of the mean.
 
+A model trained that way (``exclude_instruction_from_pooling``, saved with ``include_prompt: false``) is
+measured the same three ways; ``trained_excluding_instruction`` says which models were.
+
     python benchmarks/instruction_pooling.py --data-dir ../shared/data \\
         --model tart_distil=runs/tart_distil_fusion/distil/model \\
         --model tart_distil2=runs/tart_distil_fusion_more/distil/model
@@ -62,7 +65,12 @@ def measure(name: str, folder: str, task, qids: list[str], cache: Path) -> dict:
 
     claims = [task.queries[q] for q in qids]
     prefix = format_query(task.instruction, "")  # "{instruction} [SEP] ": the prompt whose tokens are excluded
-    result = {"no_instruction": ndcg(model.encode(claims, **kwargs)),
+    # A model trained with the instruction excluded (exclude_instruction_from_pooling) is saved so; each form
+    # below sets the Pooling module (model[1]) itself.
+    trained_excluding = not model[1].include_prompt
+    model[1].include_prompt = True
+    result = {"trained_excluding_instruction": trained_excluding,
+              "no_instruction": ndcg(model.encode(claims, **kwargs)),
               "instruction": ndcg(model.encode([prefix + c for c in claims], **kwargs))}
     model[1].include_prompt = False  # the Pooling module: prompt tokens are left out of the mean from now on
     result["instruction_excluded"] = ndcg(model.encode(claims, prompt=prefix, **kwargs))

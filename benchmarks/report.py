@@ -618,7 +618,8 @@ def instruction_pooling_table() -> list[str]:
            "| model | bare claim | instruction, all tokens pooled | instruction excluded from pooling |",
            "|---|---|---|---|"]
     for name, r in d["scifact"].items():
-        out.append(f"| {name} (`{d['models'][name]}`) | {r['no_instruction']:.1f} | {r['instruction']:.1f} | "
+        trained = ", trained with the instruction excluded" if r.get("trained_excluding_instruction") else ""
+        out.append(f"| {name} (`{d['models'][name]}`{trained}) | {r['no_instruction']:.1f} | {r['instruction']:.1f} | "
                    f"{r['instruction_excluded']:.1f} |")
     return out
 

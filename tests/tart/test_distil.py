@@ -171,11 +171,31 @@ def test_cli_distils_a_fusion_teacher_named_by_its_spec(tmp_path, rows, tiny_ber
     teacher = f"fusion:{tiny_bert_dir}?weight=0.4"
     result = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", teacher, "--out", str(out),
                                       "--base-model", str(tiny_bert_dir), "--batch-size", "4", "--temperature", "0.05",
-                                      "--instruction-dropout", "0.5", "--negatives", "hard,random", "--quiet"], env=ENV)
+                                      "--instruction-dropout", "0.5", "--negatives", "hard,random",
+                                      "--exclude-instruction-from-pooling", "--quiet"], env=ENV)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / CONFIG_FILE).read_text())
     assert summary["teacher"] == teacher and summary["instruction_dropout"] == 0.5
+    assert summary["exclude_instruction_from_pooling"] is True
     assert summary["negative_kinds"] == ["hard", "random"] and summary["n_teacher_pairs"] > 0
     bad = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", "fusion:minilm-l6?weight=7",
                                    "--out", str(tmp_path / "x")], env=ENV)
     assert bad.exit_code == 2 and "weight (BM25's share) must be in [0, 1]" in bad.output
+
+
+def test_a_student_trained_without_its_instruction_in_the_pooling_is_saved_and_loaded_that_way(
+        tmp_path, rows, tiny_bert_dir):
+    from taskret.retrieval.dense import load_encoder
+    from taskret.retrieval.pooling import InstructionExcludedPooling
+
+    config = tiny_config(tiny_bert_dir, epochs=1, exclude_instruction_from_pooling=True)
+    folder = train_tart_distil(rows, Overlap(), tmp_path / "out", config, progress=False)
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    assert pooling["include_prompt"] is False
+    assert "taskret" not in (folder / "modules.json").read_text()
+    summary = json.loads((tmp_path / "out" / CONFIG_FILE).read_text())
+    assert TartDistilConfig.from_dict(summary).exclude_instruction_from_pooling is True
+    assert isinstance(load_encoder(str(folder))[1], InstructionExcludedPooling)
+    # a second round from this student keeps its pooling though its own config does not ask again
+    again = train_tart_distil(rows, Overlap(), tmp_path / "again", tiny_config(folder, epochs=1), progress=False)
+    assert json.loads((again / "1_Pooling" / "config.json").read_text())["include_prompt"] is False

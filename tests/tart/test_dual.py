@@ -133,10 +133,12 @@ def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
 
     out = tmp_path / "dual"
     result = CliRunner().invoke(app, ["tart", "train-dual", "--data", str(data), "--out", str(out), "--no-instruction",
-                                      "--base-model", str(tiny_bert_dir), "--batch-size", "4", "--quiet"], env=env)
+                                      "--base-model", str(tiny_bert_dir), "--batch-size", "4",
+                                      "--exclude-instruction-from-pooling", "--quiet"], env=env)
     assert result.exit_code == 0, result.output
-    assert json.loads((out / CONFIG_FILE).read_text())["use_instruction"] is False
-    assert (out / "model").is_dir()
+    summary = json.loads((out / CONFIG_FILE).read_text())
+    assert summary["use_instruction"] is False and summary["exclude_instruction_from_pooling"] is True
+    assert json.loads((out / "model" / "1_Pooling" / "config.json").read_text())["include_prompt"] is False
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(data.read_text().splitlines()[0].replace('"positive"', '"positif"') + "\n")

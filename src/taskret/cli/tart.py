@@ -293,6 +293,9 @@ LR_OPT = typer.Option(2e-5, help="peak learning rate (linear schedule, 10% warm-
 NEGATIVES_OPT = typer.Option("random,hard,unfollowing", help="kinds of negatives to draw from")
 SEED_OPT = typer.Option(0, help="seed of the negatives, batches and initialisation")
 PROGRESS_OPT = typer.Option(True, "--progress/--quiet", help="show the trainer's progress bar")
+EXCLUDE_INSTRUCTION_OPT = typer.Option(False, "--exclude-instruction-from-pooling",
+                                       help="the query vector averages the query's tokens, not its instruction's "
+                                       "(INSTRUCTOR-style; saved as Pooling(include_prompt=False))")
 
 
 def _kinds(negatives: str) -> tuple[str, ...]:
@@ -323,6 +326,7 @@ def train_dual(
     learning_rate: float = LR_OPT,
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,
+    exclude_instruction_from_pooling: bool = EXCLUDE_INSTRUCTION_OPT,
     progress: bool = PROGRESS_OPT,
 ):
     """Train TART-dual: one shared encoder for instructed queries and documents; use it as dense:OUT/model."""
@@ -331,7 +335,8 @@ def train_dual(
     def train(rows):
         config = TartDualConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
                                 mini_batch_size=mini_batch_size, learning_rate=learning_rate, seed=seed,
-                                use_instruction=instruction, negative_kinds=_kinds(negatives))
+                                use_instruction=instruction, negative_kinds=_kinds(negatives),
+                                exclude_instruction_from_pooling=exclude_instruction_from_pooling)
         return train_tart_dual(rows, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")
@@ -383,6 +388,7 @@ def distil(
     learning_rate: float = LR_OPT,
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,
+    exclude_instruction_from_pooling: bool = EXCLUDE_INSTRUCTION_OPT,
     progress: bool = PROGRESS_OPT,
 ):
     """Distil TART-full (or another reranker) into a dual encoder (KL between the teacher's and the student's scores of each row's
@@ -393,7 +399,8 @@ def distil(
         config = TartDistilConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
                                   temperature=temperature, learning_rate=learning_rate, seed=seed,
                                   use_instruction=instruction, negative_kinds=_kinds(negatives),
-                                  instruction_dropout=instruction_dropout)
+                                  instruction_dropout=instruction_dropout,
+                                  exclude_instruction_from_pooling=exclude_instruction_from_pooling)
         return train_tart_distil(rows, teacher, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")

