@@ -589,7 +589,8 @@ def tart_held_out_table() -> list[str]:
     labels = {"bm25": "BM25", "minilm": "MiniLM (untrained)", "tart_dual_held_out": "TART-dual, task held out",
               "tart_dual_all_tasks": "TART-dual, all tasks (task seen)",
               "tart_dual_held_out+upr": "TART-dual held out, reranked by UPR (SmolLM2) and interpolated",
-              "tart_dual_held_out+upr_raw": "TART-dual held out, UPR (SmolLM2) reranking alone"}
+              "tart_dual_held_out+upr_raw": "TART-dual held out, UPR (SmolLM2) reranking alone",
+              "tart_dual_held_out_excluded": "TART-dual held out, trained with the instruction excluded from pooling"}
     tasks = list(d["held_out"])
     systems = list(d["held_out_mean"])
 
@@ -604,7 +605,9 @@ def tart_held_out_table() -> list[str]:
     out = [f"TART-dual on tasks it never saw: leave-one-task-out over {len(tasks)} berri-lite tasks, NDCG@10 on "
            f"{setup['dev_queries_per_task']} dev queries each, closed corpus, `no instruction / instruction` "
            f"(`{setup['command']}`; recipe `{setup['recipe']}` at {setup['cap_per_task']} training queries per task; "
-           f"{describe_machine(setup['machine'])}).{rerank}", "",
+           f"{describe_machine(setup['machine'])}).{rerank}"
+           + "".join(f" {labels.get(name, name)}: `{more['command']}` (recipe `{more['recipe']}`)."
+                     for name, more in setup.get("more", {}).items()), "",
            "| system | " + " | ".join(tasks) + " | mean |", "|---|" + "---|" * (len(tasks) + 1)]
     for system in systems:
         cells = [pair(d["held_out"][t][system]) for t in tasks]

@@ -17,6 +17,9 @@ The numbers go into the ``held_out`` block of ``benchmarks/results/tart_berri.js
 left as it is. Trainings resume (their stages are skipped when done) and rankings are cached::
 
     python benchmarks/tart_held_out.py --data-dir ../shared/data
+
+``--name NAME --merge`` adds another recipe's held-out model (e.g. one whose ``dual`` block sets
+``exclude_instruction_from_pooling``) beside the existing systems, its setup under ``held_out_setup.more.NAME``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from taskret.tart.tasks import berri_lite_tasks, load_retrieval_task
 # QA, key points vs perspectives) or a scientific domain near SciFact's, so the instruction has work to do.
 HELD_OUT = ("berri-lite/nl2bash", "berri-lite/medical_question_pairs", "berri-lite/argkp", "berri-lite/scitldr")
 COLUMNS = ("no_instruction", "instruction")
+HELD_OUT_SYSTEM = "tart_dual_held_out"
 
 
 def loo_config(recipe: TartRunConfig, held_out: str, work: Path, cap: int, data_dir: str | None) -> TartRunConfig:
@@ -82,8 +86,11 @@ def main() -> None:
 
         reranker = load_reranker(f"upr:{args.upr_lm}" if args.rerank == "upr" else args.rerank)
     rerank_columns = [c.strip() for c in args.rerank_columns.split(",") if c.strip()]
+    held_out_system = args.name
+    # Another recipe trains into its own folders, so the default recipe's trainings stay resumable beside it.
+    loo_dir = work / ("loo" if held_out_system == HELD_OUT_SYSTEM else f"loo_{held_out_system}")
     for name in held_out:
-        config = loo_config(recipe, name, work / "loo", args.cap, args.data_dir)
+        config = loo_config(recipe, name, loo_dir, args.cap, args.data_dir)
         started = time.perf_counter()
         print(f"{name}: training TART-dual without it ({len(config.train_tasks)} tasks, cap {args.cap})", flush=True)
         run_pipeline(config, progress=False)
@@ -92,7 +99,7 @@ def main() -> None:
         timings[name] = {"train_wall_time_s": run["wall_time_s"], "steps": run["steps"]}
         task = load_retrieval_task(name, args.data_dir, "test").sample(args.limit, seed=0)
         rankings = Rankings(task, work / "eval", args.depth)
-        systems = {"bm25": "bm25", "minilm": "dense:minilm-l6", "tart_dual_held_out": f"dense:{dual_dir / 'model'}"}
+        systems = {"bm25": "bm25", "minilm": "dense:minilm-l6", held_out_system: f"dense:{dual_dir / 'model'}"}
         if args.tart_dual:
             systems["tart_dual_all_tasks"] = f"dense:{Path(args.tart_dual) / 'model'}"
         scores: dict = {}
@@ -103,8 +110,8 @@ def main() -> None:
         if reranker is not None:
             weights[task.name] = rerank_weight(reranker, name, args)
             for column in rerank_columns:
-                first = rankings.first_stage("tart_dual_held_out", systems["tart_dual_held_out"], column == "instruction")
-                system = f"tart_dual_held_out+{args.rerank}"
+                first = rankings.first_stage(held_out_system, systems[held_out_system], column == "instruction")
+                system = f"{held_out_system}+{args.rerank}"
                 reranked = rankings.reranked(system, reranker, first, column == "instruction", args.rerank_depth)
                 fused = fuse_results([first, reranked], [weights[task.name]["first_stage"],
                                                          1 - weights[task.name]["first_stage"]])
@@ -115,18 +122,27 @@ def main() -> None:
         print(f"  {task.name}: " + "; ".join(f"{s} " + " / ".join(f"{c[col]:.1f}" for col in COLUMNS if col in c)
                                              for s, c in scores.items()), flush=True)
 
-    systems = list(next(iter(block.values())))
-    mean = {s: {c: round(sum(block[t][s][c] for t in block) / len(block), 2) for c in COLUMNS
-                if all(c in block[t][s] for t in block)} for s in systems}
     out = Path(args.out)
     result = read_json(out) if out.exists() else {}
-    result["held_out"] = block
-    result["held_out_mean"] = mean
-    result["held_out_setup"] = {
-        "recipe": args.config, "cap_per_task": args.cap, "dev_queries_per_task": args.limit,
-        "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
+    setup = {"recipe": args.config, "cap_per_task": args.cap, "dev_queries_per_task": args.limit,
+             "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
     if weights:
-        result["held_out_setup"].update({"rerank_depth": args.rerank_depth, "rerank_weights": weights})
+        setup.update({"rerank_depth": args.rerank_depth, "rerank_weights": weights})
+    if args.merge and "held_out" in result:
+        # Another recipe's held-out model beside the existing ones: same tasks, same sampled dev queries.
+        if set(result["held_out"]) != set(block):
+            raise SystemExit(f"--merge: {out} holds the tasks {sorted(result['held_out'])}, this run {sorted(block)}")
+        for task, scores in block.items():
+            result["held_out"][task].update(scores)
+        block = result["held_out"]
+        result["held_out_setup"].setdefault("more", {})[held_out_system] = setup
+    else:
+        result["held_out_setup"] = setup
+    systems = list(dict.fromkeys(s for scores in block.values() for s in scores))
+    result["held_out"] = block
+    result["held_out_mean"] = {s: {c: round(sum(block[t][s][c] for t in block) / len(block), 2) for c in COLUMNS
+                                   if all(c in block[t].get(s, {}) for t in block)} for s in systems}
+    mean = result["held_out_mean"]
     write_result(out, result)
     for system, cols in mean.items():
         print(f"mean {system:<26} " + "   ".join(f"{c.replace('_', ' ')} {v:5.1f}" for c, v in cols.items()))
@@ -148,6 +164,9 @@ def _parser():
                    help="the columns reranked (each costs an LM pass per pair): no_instruction and/or instruction")
     p.add_argument("--dev-work", default="runs/bench/tart_berri/dev", help="tart_berri.py's dev rankings and pair scores")
     p.add_argument("--dev-limit", type=int, default=25, help="dev queries per dev task, as in tart_berri.py")
+    p.add_argument("--name", default=HELD_OUT_SYSTEM, help="the held-out model's system name (another recipe, another name)")
+    p.add_argument("--merge", action="store_true",
+                   help="add this run's systems to the existing held_out block (same tasks) instead of replacing it")
     return p
 
 
