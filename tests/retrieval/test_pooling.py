@@ -60,6 +60,12 @@ def test_saved_model_is_plain_sentence_transformers_and_loads_back_per_row(tmp_p
     np.testing.assert_allclose(loaded.encode([text], convert_to_numpy=True), before, atol=1e-5)
     # a model that pools every token is left as it is
     assert not isinstance(adopt_instruction_pooling(_model(tiny_bert_dir))[1], InstructionExcludedPooling)
+    # a query/document Router built from the saved model keeps the plain module, so it saves without taskret code
+    from taskret.training.encoders import build_bi_encoder
+
+    router = build_bi_encoder(str(tmp_path / "m"), shared_encoder=False)
+    assert not any(isinstance(m, InstructionExcludedPooling) for m in router.modules())
+    assert isinstance(build_bi_encoder(str(tmp_path / "m"))[1], InstructionExcludedPooling)
 
 
 def test_a_router_dual_encoder_is_refused(tiny_bert_dir):

@@ -22,10 +22,11 @@ def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_le
     from ..models import resolve_model
     from ..retrieval.pooling import adopt_instruction_pooling
 
-    # A base saved with its instruction left out of the pooling (an earlier TART run) keeps pooling that way.
-    base = adopt_instruction_pooling(SentenceTransformer(str(resolve_model(base_model)), device=device or "cpu"))
+    base = SentenceTransformer(str(resolve_model(base_model)), device=device or "cpu")
     if shared_encoder:
-        model = base
+        # A base saved with its instruction left out of the pooling (an earlier TART run) keeps pooling that way.
+        # Only here: a Router's copies keep the plain module, so a saved Router names no taskret class.
+        model = adopt_instruction_pooling(base)
     else:
         modules = list(base.children())
         router = Router.for_query_document(
