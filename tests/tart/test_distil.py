@@ -181,6 +181,15 @@ def test_cli_distils_a_fusion_teacher_named_by_its_spec(tmp_path, rows, tiny_ber
     bad = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", "fusion:minilm-l6?weight=7",
                                    "--out", str(tmp_path / "x")], env=ENV)
     assert bad.exit_code == 2 and "weight (BM25's share) must be in [0, 1]" in bad.output
+    frozen = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", teacher, "--out",
+                                      str(tmp_path / "frozen"), "--base-model", str(tiny_bert_dir), "--batch-size", "4",
+                                      "--freeze-documents", "--quiet"], env=ENV)
+    assert frozen.exit_code == 0, frozen.output
+    assert json.loads((tmp_path / "frozen" / CONFIG_FILE).read_text())["freeze_documents"] is True
+    both = CliRunner().invoke(app, ["tart", "distil", "--data", str(data), "--teacher", teacher, "--out",
+                                    str(tmp_path / "both"), "--freeze-documents", "--exclude-instruction-from-pooling"],
+                              env=ENV)
+    assert both.exit_code == 2 and "cannot be combined" in both.output and not (tmp_path / "both").exists()
 
 
 def test_a_student_trained_without_its_instruction_in_the_pooling_is_saved_and_loaded_that_way(
@@ -199,3 +208,23 @@ def test_a_student_trained_without_its_instruction_in_the_pooling_is_saved_and_l
     # a second round from this student keeps its pooling though its own config does not ask again
     again = train_tart_distil(rows, Overlap(), tmp_path / "again", tiny_config(folder, epochs=1), progress=False)
     assert json.loads((again / "1_Pooling" / "config.json").read_text())["include_prompt"] is False
+
+
+def test_a_student_with_frozen_documents_trains_its_query_encoder_only(tmp_path, rows, tiny_bert_dir):
+    from sentence_transformers import SentenceTransformer
+
+    config = tiny_config(tiny_bert_dir, freeze_documents=True)
+    texts = [rows[0]["query"], rows[0]["positive_text"]]
+    base = SentenceTransformer(str(tiny_bert_dir))
+    folder = train_tart_distil(rows, Overlap(), tmp_path / "out", config, progress=False)
+    student = SentenceTransformer(str(folder))
+    # the documents' vectors are the base's: an index built with the base serves the student as it is
+    np.testing.assert_allclose(student.encode_document(texts), base.encode(texts), atol=1e-5)
+    assert not np.allclose(student.encode_query(texts), base.encode(texts), atol=1e-3)
+    assert student.max_seq_length == base.max_seq_length  # trained at 32 tokens, saved at the base's length
+    assert "taskret" not in (folder / "modules.json").read_text()
+    assert TartDistilConfig.from_dict(json.loads((tmp_path / "out" / CONFIG_FILE).read_text())).freeze_documents
+    columns = build_distillation_rows(rows, teacher_scores(rows, Overlap(), config), Overlap(), config)
+    assert distillation_kl(student, columns, config) < 0.8 * distillation_kl(base, columns, config)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        tiny_config(tiny_bert_dir, freeze_documents=True, exclude_instruction_from_pooling=True)

@@ -389,6 +389,9 @@ def distil(
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,
     exclude_instruction_from_pooling: bool = EXCLUDE_INSTRUCTION_OPT,
+    freeze_documents: bool = typer.Option(False, "--freeze-documents",
+                                          help="train the query encoder only: documents keep the base's vectors, "
+                                          "so an index built with the base serves the student as it is"),
     progress: bool = PROGRESS_OPT,
 ):
     """Distil TART-full (or another reranker) into a dual encoder (KL between the teacher's and the student's scores of each row's
@@ -400,7 +403,8 @@ def distil(
                                   temperature=temperature, learning_rate=learning_rate, seed=seed,
                                   use_instruction=instruction, negative_kinds=_kinds(negatives),
                                   instruction_dropout=instruction_dropout,
-                                  exclude_instruction_from_pooling=exclude_instruction_from_pooling)
+                                  exclude_instruction_from_pooling=exclude_instruction_from_pooling,
+                                  freeze_documents=freeze_documents)
         return train_tart_distil(rows, teacher, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")

@@ -62,7 +62,11 @@ class TartDistilConfig(TartSettings):
     ``instruction_dropout``: the share of anchors the student reads without their instruction (as TART-dual's).
     ``exclude_instruction_from_pooling``: the student's query vector averages the query's tokens only, not its
     instruction's (INSTRUCTOR-style, :mod:`taskret.retrieval.pooling`); saved as ``Pooling(include_prompt=False)``.
-    ``max_seq_length`` truncates while training; the saved student encodes with the base's own length."""
+    ``max_seq_length`` truncates while training; the saved student encodes with the base's own length.
+    ``freeze_documents``: only the query encoder trains (a query/document Router whose document encoder stays the
+    base): documents keep the base's vectors, so a corpus encoded with the base serves the student as it is
+    (``DenseRetriever(encoder=BASE, query_encoder=STUDENT)``), and a step costs about half (documents run forward
+    only, with no gradients)."""
 
     batch_size: int = 32
     n_negatives: int = 4
@@ -72,6 +76,7 @@ class TartDistilConfig(TartSettings):
     teacher_batch_size: int = 32
     instruction_dropout: float = 0.0
     exclude_instruction_from_pooling: bool = False
+    freeze_documents: bool = False
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS
     POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "n_negatives", "max_seq_length",
@@ -83,6 +88,9 @@ class TartDistilConfig(TartSettings):
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         if not 0.0 <= self.instruction_dropout <= 1.0:
             raise ValueError(f"instruction_dropout must be in [0, 1], got {self.instruction_dropout}")
+        if self.freeze_documents and self.exclude_instruction_from_pooling:
+            raise ValueError("freeze_documents and exclude_instruction_from_pooling cannot be combined: instruction "
+                             "pooling needs a shared encoder, freezing documents a query/document Router")
 
 
 def scaled_cos_sim(a, b, scale: float = 20.0):
@@ -117,12 +125,16 @@ def teacher_scores(rows: Sequence[dict], teacher, config: TartDistilConfig | Non
     return {pair: float(s) for pair, s in zip(pairs, scores)}
 
 
+def _column_names(config: TartDistilConfig) -> tuple[str, ...]:
+    return ("anchor", "positive", *(f"negative_{i + 1}" for i in range(config.n_negatives)))
+
+
 def distillation_sampler(scores: dict[tuple[str, str], float], teacher,
                          config: TartDistilConfig) -> RowSampler[tuple[dict, list[dict]]]:
     """Draws, per usable row (a training row, its negatives of ``config.negative_kinds``), one example: the
     student's query, the positive, ``config.n_negatives`` negatives (repeated to fill when the row has fewer)
     and the teacher's logits of those ``1 + n`` candidates (from ``scores``, keyed by the teacher's query)."""
-    names = ("anchor", "positive", *(f"negative_{i + 1}" for i in range(config.n_negatives)))
+    names = _column_names(config)
 
     def draw(usable_row: tuple[dict, list[dict]], rng) -> list[TrainingRow]:
         row, negatives = usable_row
@@ -159,7 +171,9 @@ def distillation_kl(model, columns: dict[str, list], config: TartDistilConfig, b
     kwargs = dict(batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
     total = 0.0
     with torch.no_grad():
-        embeddings = [model.encode(list(columns[name]), **kwargs).float().cpu() for name in names]
+        # The anchor is a query, the rest documents: a query/document Router encodes each with its own branch.
+        embeddings = [(model.encode_query if name == "anchor" else model.encode_document)(list(columns[name]), **kwargs)
+                      .float().cpu() for name in names]
         labels = torch.tensor(columns["label"], dtype=torch.float32)
         for start in range(0, len(labels), batch_size):
             part = [e[start:start + batch_size] for e in embeddings]
@@ -186,8 +200,12 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
     teacher_s = time.perf_counter() - teacher_start
     student = student_model_folder(config.base_model)
     build, restore_length = trained_at_length(student, config.max_seq_length,
-                                              exclude_instruction=config.exclude_instruction_from_pooling)
-    recipe = ModelRecipe(build, lambda model: _loss(model, config), finish=restore_length)
+                                              exclude_instruction=config.exclude_instruction_from_pooling,
+                                              freeze_documents=config.freeze_documents)
+    # A query/document Router reads the anchor with its query encoder and every candidate with its document one.
+    routes = {name: "query" if name == "anchor" else "document" for name in _column_names(config)}
+    recipe = ModelRecipe(build, lambda model: _loss(model, config), finish=restore_length,
+                         router_mapping=routes if config.freeze_documents else None)
 
     return train_on_rows(rows, config, distillation_sampler(scores, teacher, config), recipe, out_dir, CONFIG_FILE,
                          "n_examples", usable=usable, n_skipped=n_skipped, started=started, progress=progress,

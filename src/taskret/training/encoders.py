@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-__all__ = ["build_bi_encoder", "merge_with_base", "trained_at_length"]
+__all__ = ["build_bi_encoder", "freeze_document_encoder", "merge_with_base", "trained_at_length"]
 
 
 def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_length: int | None = 256,
@@ -40,20 +40,43 @@ def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_le
     return model
 
 
+def freeze_document_encoder(model: "SentenceTransformer") -> "SentenceTransformer":
+    """Stop gradients into the ``document`` route of a query/document Router (:func:`build_bi_encoder` with
+    ``shared_encoder=False``), in place: only the query encoder trains, so the documents' vectors stay the
+    base's and an index built with the base serves the trained model as it is."""
+    from sentence_transformers.sentence_transformer.modules import Router
+
+    router = model[0] if len(model) else None
+    if not isinstance(router, Router) or "document" not in router.sub_modules:
+        raise ValueError("freezing the document encoder needs a query/document Router "
+                         "(build_bi_encoder(..., shared_encoder=False))")
+    for module in router.sub_modules["document"]:
+        module.requires_grad_(False)
+    return model
+
+
 def trained_at_length(base_model: str, train_length: int, encode_length: int | None = None, *,
-                      exclude_instruction: bool = False):
+                      exclude_instruction: bool = False, freeze_documents: bool = False):
     """``(build, restore)`` for a shared encoder that trains at ``train_length`` tokens (speed) but is saved to
     encode at ``encode_length`` (default: the base's own length, read when ``build()`` runs), so long documents
     are not cut shorter at search time than the untrained base would cut them. ``restore(model)`` sets it back.
 
     ``exclude_instruction``: the model leaves each query's instruction out of its mean pooling
-    (:mod:`taskret.retrieval.pooling`); ``restore`` saves that as the plain ``Pooling(include_prompt=False)``."""
+    (:mod:`taskret.retrieval.pooling`); ``restore`` saves that as the plain ``Pooling(include_prompt=False)``.
+    ``freeze_documents``: a query/document Router of two copies of the base whose document copy does not train
+    (:func:`freeze_document_encoder`; the trainer's ``router_mapping`` sends the query column to ``query``)."""
     from ..retrieval.pooling import exclude_instruction_from_pooling, standard_pooling
 
+    if exclude_instruction and freeze_documents:
+        raise ValueError("exclude_instruction and freeze_documents cannot be combined: instruction pooling "
+                         "works on a shared encoder, freezing documents on a query/document Router")
     lengths = {"encode": encode_length}
 
     def build() -> "SentenceTransformer":
-        model = build_bi_encoder(base_model, max_seq_length=None)
+        if freeze_documents:
+            model = freeze_document_encoder(build_bi_encoder(base_model, shared_encoder=False, max_seq_length=None))
+        else:
+            model = build_bi_encoder(base_model, max_seq_length=None)
         lengths["encode"] = lengths["encode"] or model.max_seq_length
         model.max_seq_length = train_length
         return exclude_instruction_from_pooling(model) if exclude_instruction else model
