@@ -228,3 +228,35 @@ def test_a_student_with_frozen_documents_trains_its_query_encoder_only(tmp_path,
     assert distillation_kl(student, columns, config) < 0.8 * distillation_kl(base, columns, config)
     with pytest.raises(ValueError, match="cannot be combined"):
         tiny_config(tiny_bert_dir, freeze_documents=True, exclude_instruction_from_pooling=True)
+
+
+def test_an_index_built_with_the_base_serves_a_student_with_frozen_documents(tmp_path, rows, beir, tiny_bert_dir):
+    from taskret.tart.search import search_index
+
+    frozen = train_tart_distil(rows, Overlap(), tmp_path / "frozen", tiny_config(tiny_bert_dir, freeze_documents=True),
+                               progress=False)
+    shared = train_tart_distil(rows, Overlap(), tmp_path / "shared", tiny_config(tiny_bert_dir), progress=False)
+    base_index, own_index = tmp_path / "base-index", tmp_path / "own-index"
+    for out, encoder in ((base_index, tiny_bert_dir), (own_index, frozen)):
+        result = CliRunner().invoke(app, ["tart", "index", "--task", str(beir["facts"]), "--retriever",
+                                          f"dense:{encoder}", "--out", str(out)], env=ENV)
+        assert result.exit_code == 0, result.output
+    queries = ["aspirin heart attack", "vitamin cold"]
+    _, swapped = search_index(base_index, queries, top_k=3, query_encoder=str(frozen))
+    _, own = search_index(own_index, queries, top_k=3)  # the student's own index: the same document vectors
+    _, plain = search_index(base_index, queries, top_k=3)
+    assert swapped.ids == own.ids
+    np.testing.assert_allclose(swapped.scores, own.scores, atol=1e-5)
+    assert not np.allclose(swapped.scores, plain.scores, atol=1e-4)  # the queries are the student's
+    with pytest.raises(ValueError, match="encodes this index's documents differently"):
+        search_index(base_index, queries, query_encoder=str(shared))  # its documents moved too
+    cli = CliRunner().invoke(app, ["tart", "search", "--index", str(base_index), "--query-encoder", str(frozen),
+                                   "--top-k", "3", "--json", *queries], env=ENV)
+    assert cli.exit_code == 0, cli.output
+    assert [json.loads(line)["ids"] for line in cli.output.splitlines() if line.startswith("{")] == swapped.ids
+    bm25_index = tmp_path / "bm25-index"
+    assert CliRunner().invoke(app, ["tart", "index", "--task", str(beir["facts"]), "--out", str(bm25_index)],
+                              env=ENV).exit_code == 0
+    bad = CliRunner().invoke(app, ["tart", "search", "--index", str(bm25_index), "--query-encoder", str(frozen),
+                                   "aspirin"], env=ENV)
+    assert bad.exit_code == 2 and "needs a dense index" in bad.output

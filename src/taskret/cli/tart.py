@@ -151,6 +151,9 @@ def search(
     rerank_depth: int = typer.Option(100, "--rerank-depth", "--rerank-top-k",
                                      help="how many first-stage documents the reranker reorders"),
     rerank_weight: RerankWeight = None,
+    query_encoder: Optional[str] = typer.Option(None, help="encode the queries with this model: one distilled with "
+                                                "--freeze-documents from the dense index's encoder, so the index "
+                                                "serves it as it is (checked on the first document)"),
     as_json: bool = typer.Option(False, "--json", help="JSONL on stdout instead of text"),
 ):
     """Search an index with an instruction: prints rank, document id, score and the document's title / first 200 chars."""
@@ -159,7 +162,7 @@ def search(
 
     index = load_index(index_dir)
     texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=rerank,
-                                 rerank_depth=rerank_depth, rerank_weight=rerank_weight)
+                                 rerank_depth=rerank_depth, rerank_weight=rerank_weight, query_encoder=query_encoder)
     for text, ids, scores in zip(texts, result.ids, result.scores):
         snippets = [snippet(index.records[i]) for i in ids]
         if as_json:

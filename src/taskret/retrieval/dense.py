@@ -119,6 +119,27 @@ class DenseRetriever(Retriever):
                          convert_to_numpy=True, show_progress_bar=False)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
+    def use_query_encoder(self, name: str, probe_text: str | None = None) -> None:
+        """Search the built index with queries encoded by ``name`` instead: a query encoder trained over frozen
+        documents (``taskret tart distil --freeze-documents``), whose document encoder is this index's encoder,
+        so the corpus need not be encoded again. ``probe_text``, the text of the first indexed document, is
+        encoded with ``name``'s document encoder and must give the vector the index holds; otherwise
+        ``ValueError``: that model's queries would be compared with vectors from another model's space."""
+        if self._index is None:
+            raise ValueError("use_query_encoder needs a built or loaded index")
+        model = self._encoder(name)
+        if probe_text is not None and self._index.ntotal:
+            stored = np.asarray(self._index.reconstruct(0), dtype=np.float32)
+            fresh = np.asarray(model.encode_document([probe_text], normalize_embeddings=True, convert_to_numpy=True,
+                                                     show_progress_bar=False)[0], dtype=np.float32)
+            cosine = float(stored @ fresh / max(float(np.linalg.norm(stored) * np.linalg.norm(fresh)), 1e-12))
+            if cosine < 0.999:
+                raise ValueError(f"query encoder '{name}' encodes this index's documents differently from its encoder "
+                                 f"'{self.encoder_name}' (cosine {cosine:.3f} on the first document): use one trained "
+                                 "with frozen documents from that encoder (taskret tart distil --freeze-documents "
+                                 "--base-model ENCODER), or index the corpus with it")
+        self.query_encoder_name = name
+
     def _index_texts(self, texts: list[str]) -> None:
         self._index = build_faiss_index(self.encode(texts), self.index_type, hnsw_m=self.hnsw_m,
                                         ef_construction=self.ef_construction, ef_search=self.ef_search)

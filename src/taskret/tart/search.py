@@ -41,16 +41,28 @@ def snippet(record: IndexRecord, width: int = 200) -> str:
 
 def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str], instruction: str | None = None,
                  top_k: int = 5, reranker=None, rerank_depth: int = 100,
-                 rerank_weight: float | None = None) -> tuple[list[str], RetrievalResult]:
+                 rerank_weight: float | None = None,
+                 query_encoder: str | None = None) -> tuple[list[str], RetrievalResult]:
     """Search ``index`` (a loaded index or its folder) with ``format_query(instruction, query)`` for each
     query; return those texts and the ``top_k`` best ids and scores of each. With ``reranker`` (a TART-full
     folder or a :class:`~taskret.rerank.Reranker`), the first stage's top ``rerank_depth`` are
     reranked, and with ``rerank_weight`` interpolated with the first stage
-    (:meth:`~taskret.rerank.Reranker.rerank`'s ``first_stage_weight``, the first stage's share)."""
+    (:meth:`~taskret.rerank.Reranker.rerank`'s ``first_stage_weight``, the first stage's share).
+
+    ``query_encoder``: a dense index is searched with queries encoded by this model, one trained over the
+    index's document vectors (:meth:`~taskret.retrieval.dense.DenseRetriever.use_query_encoder`, which checks it)."""
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if not isinstance(index, LoadedIndex):
         index = load_index(index)
+    if query_encoder is not None:
+        from ..retrieval.dense import DenseRetriever
+
+        if not isinstance(index.retriever, DenseRetriever):
+            raise ValueError(f"{index.directory}: a query encoder needs a dense index, this one is "
+                             f"{index.retriever.name}")
+        first = index.retriever.ids[0] if index.retriever.ids else None
+        index.retriever.use_query_encoder(query_encoder, record_text(index.records[first]) if first else None)
     texts = [format_query(instruction, q) for q in queries]
     if reranker is None:
         result = index.retriever.retrieve(texts, k=top_k)
