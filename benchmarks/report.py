@@ -552,7 +552,10 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_distil3": "hybrid: BM25 + TART-dual distilled, third round (instruction excluded from pooling)",
               "tart_distil_query": "TART-dual distilled, query encoder only (documents keep MiniLM's vectors; 500 "
                                    "queries per task, one round)",
-              "hybrid+tart_distil_query": "hybrid: BM25 + TART-dual distilled, query encoder only"}
+              "hybrid+tart_distil_query": "hybrid: BM25 + TART-dual distilled, query encoder only",
+              "tart_distil_query_lr": "TART-dual distilled, query encoder only, learning rate 1.5e-4",
+              "hybrid+tart_distil_query_lr": "hybrid: BM25 + TART-dual distilled, query encoder only, learning rate "
+                                             "1.5e-4"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
