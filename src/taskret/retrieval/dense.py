@@ -113,7 +113,9 @@ class DenseRetriever(Retriever):
         an asymmetric (Router) dual encoder such as EPR's; for a symmetric model both are ``encode``.
         """
         name = (self.query_encoder_name or self.encoder_name) if queries else self.encoder_name
-        model = self._encoder(name)
+        return self._encode_with(self._encoder(name), texts, queries)
+
+    def _encode_with(self, model, texts: Sequence[str], queries: bool) -> np.ndarray:
         encode = model.encode_query if queries else model.encode_document
         vectors = encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                          convert_to_numpy=True, show_progress_bar=False)
@@ -127,12 +129,10 @@ class DenseRetriever(Retriever):
         ``ValueError``: that model's queries would be compared with vectors from another model's space."""
         if self._index is None:
             raise ValueError("use_query_encoder needs a built or loaded index")
-        model = self._encoder(name)
         if probe_text is not None and self._index.ntotal:
+            # Both are unit vectors (the index holds what encode() wrote): their dot product is the cosine.
             stored = np.asarray(self._index.reconstruct(0), dtype=np.float32)
-            fresh = np.asarray(model.encode_document([probe_text], normalize_embeddings=True, convert_to_numpy=True,
-                                                     show_progress_bar=False)[0], dtype=np.float32)
-            cosine = float(stored @ fresh / max(float(np.linalg.norm(stored) * np.linalg.norm(fresh)), 1e-12))
+            cosine = float(stored @ self._encode_with(self._encoder(name), [probe_text], queries=False)[0])
             if cosine < 0.999:
                 raise ValueError(f"query encoder '{name}' encodes this index's documents differently from its encoder "
                                  f"'{self.encoder_name}' (cosine {cosine:.3f} on the first document): use one trained "

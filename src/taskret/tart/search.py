@@ -61,8 +61,8 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
         if not isinstance(index.retriever, DenseRetriever):
             raise ValueError(f"{index.directory}: a query encoder needs a dense index, this one is "
                              f"{index.retriever.name}")
-        first = index.retriever.ids[0] if index.retriever.ids else None
-        index.retriever.use_query_encoder(query_encoder, record_text(index.records[first]) if first else None)
+        ids = index.retriever.ids
+        index.retriever.use_query_encoder(query_encoder, record_text(index.records[ids[0]]) if ids else None)
     texts = [format_query(instruction, q) for q in queries]
     if reranker is None:
         result = index.retriever.retrieve(texts, k=top_k)

@@ -64,12 +64,11 @@ def trained_at_length(base_model: str, train_length: int, encode_length: int | N
     ``exclude_instruction``: the model leaves each query's instruction out of its mean pooling
     (:mod:`taskret.retrieval.pooling`); ``restore`` saves that as the plain ``Pooling(include_prompt=False)``.
     ``freeze_documents``: a query/document Router of two copies of the base whose document copy does not train
-    (:func:`freeze_document_encoder`; the trainer's ``router_mapping`` sends the query column to ``query``)."""
+    (:func:`freeze_document_encoder`; the trainer's ``router_mapping`` sends the query column to ``query``); it
+    cannot take ``exclude_instruction`` (:func:`~taskret.retrieval.pooling.exclude_instruction_from_pooling`
+    refuses a Router)."""
     from ..retrieval.pooling import exclude_instruction_from_pooling, standard_pooling
 
-    if exclude_instruction and freeze_documents:
-        raise ValueError("exclude_instruction and freeze_documents cannot be combined: instruction pooling "
-                         "works on a shared encoder, freezing documents on a query/document Router")
     lengths = {"encode": encode_length}
 
     def build() -> "SentenceTransformer":
