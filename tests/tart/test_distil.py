@@ -260,3 +260,15 @@ def test_an_index_built_with_the_base_serves_a_student_with_frozen_documents(tmp
     bad = CliRunner().invoke(app, ["tart", "search", "--index", str(bm25_index), "--query-encoder", str(frozen),
                                    "aspirin"], env=ENV)
     assert bad.exit_code == 2 and "needs a dense index" in bad.output
+    # the service takes the same query encoder, and refuses the same models
+    from fastapi.testclient import TestClient
+
+    from taskret.serve.app import create_app
+
+    client = TestClient(create_app(base_index, query_encoder=str(frozen)))
+    assert [client.post("/retrieve", json={"query": q, "k": 3}).json()["ids"] for q in queries] == swapped.ids
+    assert client.get("/health").json()["query_encoder"] == str(frozen)
+    with pytest.raises(ValueError, match="encodes this index's documents differently"):
+        create_app(base_index, query_encoder=str(shared))
+    bad = CliRunner().invoke(app, ["serve", "--index", str(bm25_index), "--query-encoder", str(frozen)], env=ENV)
+    assert bad.exit_code == 2 and "needs a dense index" in bad.output

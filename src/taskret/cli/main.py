@@ -162,6 +162,9 @@ def serve(
     max_new_tokens: int = typer.Option(128, help="room left for the answer, as `taskret evaluate --max-new-tokens`"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="log every request"),
+    query_encoder: Optional[str] = typer.Option(None, help="encode the queries with this model: one distilled with "
+                                                "frozen documents from the index's encoder (`taskret tart distil "
+                                                "--freeze-documents`), so the corpus is not encoded again"),
 ):
     """Serve an index over HTTP: POST /retrieve, POST /prompt, GET /health (OpenAPI schema at /openapi.json)."""
     try:
@@ -172,7 +175,7 @@ def serve(
 
     with console.status(f"loading {index_dir}"):
         service = create_app(index_dir, lm=lm, token_budget=token_budget, context_window=context_window,
-                             max_new_tokens=max_new_tokens)
+                             max_new_tokens=max_new_tokens, query_encoder=query_encoder)
     console.print(f"serving {index_dir} on http://{host}:{port} (docs: http://{host}:{port}/docs)")
     uvicorn.run(service, host=host, port=port, log_level=log_level, access_log=access_log)
 

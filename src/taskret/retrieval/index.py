@@ -68,6 +68,12 @@ class IndexRecord:
     output: str | None = None
     title: str | None = None
 
+    @property
+    def indexed_text(self) -> str:
+        """The text a retriever or reranker reads: a document's ``"title text"`` (as
+        :func:`~taskret.tart.tasks.doc_text` joins them), or an example's input."""
+        return f"{(self.title or '').strip()} {self.text.strip()}".strip()
+
 
 @dataclass
 class LoadedIndex:
@@ -95,6 +101,20 @@ class LoadedIndex:
 
     def examples(self) -> list[Example]:
         return [Example(r.id, r.text, r.output or "") for r in (self.records[i] for i in self.retriever.ids)]
+
+    def use_query_encoder(self, name: str) -> None:
+        """Encode queries with ``name`` from now on: a query encoder distilled over this dense index's frozen
+        document vectors (``taskret tart distil --freeze-documents``), so the corpus is not encoded again.
+        ``ValueError`` for an index that is not dense, or for a model that encodes the first indexed item
+        differently from the index (:meth:`~taskret.retrieval.dense.DenseRetriever.use_query_encoder`)."""
+        from .dense import DenseRetriever
+
+        if not isinstance(self.retriever, DenseRetriever):
+            raise ValueError(f"{self.directory}: a query encoder needs a dense index, this one is "
+                             f"{self.retriever.name}")
+        ids = self.retriever.ids
+        probe = self.records[ids[0]].indexed_text if ids and ids[0] in self.records else None
+        self.retriever.use_query_encoder(name, probe)
 
 
 def output_format_name(fmt) -> str:

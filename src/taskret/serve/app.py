@@ -107,6 +107,8 @@ class HealthResponse(BaseModel):
     index: str
     kind: str
     retriever: str
+    query_encoder: Optional[str] = Field(None, description="the model encoding queries, where it is not the "
+                                         "index's encoder (`taskret serve --query-encoder`)")
     n: int
     token_counter: str
     token_budget: int
@@ -191,14 +193,18 @@ def _json(status: int, body: dict) -> JSONResponse:
 
 def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = None, token_budget: int | None = None,
                context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-               warmup: bool = True) -> FastAPI:
+               warmup: bool = True, query_encoder: str | None = None) -> FastAPI:
     """A FastAPI app serving one index folder, of any layout a taskret ``index`` command writes (checked
     first: a partial or mismatched one raises :class:`~taskret.retrieval.index.InvalidIndex`). ``lm``
     overrides the LM whose tokenizer counts prompt tokens; the default prompt budget is ``token_budget``,
     else :func:`~taskret.icl.prompt.prompt_token_budget` of ``context_window`` and ``max_new_tokens``
     (capped by the LM's context); ``warmup`` runs one query so that a dense retriever loads its encoder
-    before the first request, not during it."""
+    before the first request, not during it. ``query_encoder``: queries of a dense index are encoded by this
+    model, one distilled over the index's frozen document vectors (:meth:`LoadedIndex.use_query_encoder`,
+    which refuses any other)."""
     index = index_dir if isinstance(index_dir, LoadedIndex) else load_index(index_dir)
+    if query_encoder is not None:
+        index.use_query_encoder(query_encoder)
     examples = index.kind == "examples"
     counter = make_token_counter(lm or index.lm) if examples else TokenCounter(None, "none")
     count_tokens, counter_name = counter.count, counter.name
@@ -230,7 +236,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     @app.get("/health", response_model=HealthResponse)
     def health() -> HealthResponse:
         return HealthResponse(status="ok", version=__version__, index=str(index.directory), kind=index.kind,
-                              retriever=index.retriever.name, n=len(index.retriever.ids), token_counter=counter_name,
+                              retriever=index.retriever.name, query_encoder=query_encoder,
+                              n=len(index.retriever.ids), token_counter=counter_name,
                               token_budget=token_budget, uptime_s=round(time.monotonic() - started_at, 3))
 
     @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_none=True)

@@ -25,7 +25,7 @@ __all__ = ["record_text", "snippet", "search_index"]
 
 def record_text(record: IndexRecord) -> str:
     """A document's ``"title text"`` (as :func:`~taskret.tart.tasks.doc_text` indexes it), or an example's input."""
-    return f"{(record.title or '').strip()} {record.text.strip()}".strip()
+    return record.indexed_text
 
 
 def snippet(record: IndexRecord, width: int = 200) -> str:
@@ -56,13 +56,7 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
     if not isinstance(index, LoadedIndex):
         index = load_index(index)
     if query_encoder is not None:
-        from ..retrieval.dense import DenseRetriever
-
-        if not isinstance(index.retriever, DenseRetriever):
-            raise ValueError(f"{index.directory}: a query encoder needs a dense index, this one is "
-                             f"{index.retriever.name}")
-        ids = index.retriever.ids
-        index.retriever.use_query_encoder(query_encoder, record_text(index.records[ids[0]]) if ids else None)
+        index.use_query_encoder(query_encoder)
     texts = [format_query(instruction, q) for q in queries]
     if reranker is None:
         result = index.retriever.retrieve(texts, k=top_k)
