@@ -156,6 +156,19 @@ def test_tune_weight_prints_the_grid_the_choice_and_how_to_use_it(tmp_path):
     assert "<- chosen" in result.output
 
 
+def test_tune_weight_of_a_hybrid_of_three_prints_its_shares(tmp_path):
+    folder = write_beir(tmp_path / "facts")
+    out = tmp_path / "weights.json"
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--second",
+                    "bm25:output", "--out", out)
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved["specs"] == ["bm25", "random", "bm25:output"] and len(saved["mean_ndcg"]) == 66
+    shares = ",".join(f"{w:g}" for w in saved["weights"])
+    assert saved["mean_ndcg"][shares] == max(saved["mean_ndcg"].values()) and sum(saved["weights"]) == 1.0
+    assert f"hybrid:bm25+random+bm25:output?fusion=convex&weights={shares}" in result.output.replace("\n", "")
+
+
 def test_tune_weight_refuses_two_partners_or_none(tmp_path):
     folder = write_beir(tmp_path / "facts")
     for extra in ([], ["--second", "random", "--rerank", "upr:smollm2-135m"]):

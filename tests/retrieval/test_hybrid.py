@@ -34,6 +34,15 @@ def test_parse_spec_and_its_errors():
         make_retriever("hybrid:bm25+random?fusion=max")
     with pytest.raises(ValueError, match="weights must be"):
         HybridRetriever([BM25Retriever(), BM25Retriever()], weights=[0.5])
+    # three components take every share in the spec, in order
+    three = make_retriever("hybrid:bm25+bm25:output+random?fusion=convex&weights=0.5,0.3,0.2")
+    assert three.weights == [0.5, 0.3, 0.2] and three.specs == ["bm25", "bm25:output", "random"]
+    with pytest.raises(ValueError, match="comma-separated list of numbers"):
+        parse_hybrid_spec("bm25+random?weights=0.5,x")
+    with pytest.raises(ValueError, match="weights must be 3"):
+        make_retriever("hybrid:bm25+bm25:output+random?fusion=convex&weights=0.5,0.5")
+    with pytest.raises(ValueError, match="give weights= for more"):
+        make_retriever("hybrid:bm25+bm25:output+random?fusion=convex&weight=0.5")
 
 
 def test_hybrid_of_two_bm25_fields_finds_what_either_finds(pool_examples):

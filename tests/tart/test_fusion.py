@@ -8,7 +8,15 @@ import pytest
 
 from taskret.rerank import Reranker
 from taskret.retrieval import BM25Retriever, RandomRetriever
-from taskret.tart.fusion import choose_weight, fused_ndcg, rank_tasks, tune_weight
+from taskret.tart.fusion import (
+    choose_weight,
+    choose_weights,
+    fused_ndcg,
+    rank_tasks,
+    simplex_grid,
+    tune_weight,
+    tune_weights,
+)
 from taskret.tart.tasks import Document, RetrievalTask
 
 TOPICS = ["aspirin heart attack risk", "vitamin colds immune", "coffee sleep caffeine", "glacier ice melting",
@@ -84,3 +92,39 @@ def test_tune_weight_needs_exactly_one_partner_and_plain_retrievers_to_fuse():
         tune_weight("hybrid:bm25+random", tasks, second="random")
     with pytest.raises(ValueError, match="at least one dev task"):
         tune_weight("bm25", [], second="random")
+
+
+def test_simplex_grid_lists_every_split_of_one():
+    grid = simplex_grid(3)
+    assert len(grid) == 66 and len(set(grid)) == 66  # C(12, 2) splits of ten tenths into three
+    assert all(sum(w) == pytest.approx(1.0) and min(w) >= 0 for w in grid)
+    assert simplex_grid(2, step=0.5) == [(1.0, 0.0), (0.5, 0.5), (0.0, 1.0)]
+    with pytest.raises(ValueError, match="step dividing 1"):
+        simplex_grid(3, step=0.3)
+
+
+def test_three_rankings_give_the_lexical_one_a_share_and_two_agree_with_choose_weight():
+    tasks = [_task("a", 0), _task("b", 1)]
+    bm25 = rank_tasks(BM25Retriever, tasks, depth=8)
+    noise = [rank_tasks(lambda seed=seed: RandomRetriever(seed=seed), tasks, depth=8) for seed in (3, 4)]
+    choice = choose_weights([noise[0], bm25, noise[1]], tasks)
+    assert choice.mean_ndcg[(0.0, 1.0, 0.0)] == pytest.approx(100.0) and choice.mean_ndcg[(1.0, 0.0, 0.0)] < 100.0
+    assert choice.mean_ndcg[choice.weights] == max(choice.mean_ndcg.values())
+    assert choice.weights[1] == max(choice.weights)  # ties go to near-equal shares: BM25 still leads
+    assert set(choice.per_task[choice.weights]) == {"a", "b"}
+    two = choose_weights([bm25, noise[0]], tasks, grid=[(w, 1 - w) for w in (0.0, 0.5, 1.0)])
+    one = choose_weight(bm25, noise[0], tasks, grid=[0.0, 0.5, 1.0])
+    assert two.weights[0] == one.weight and {w[0]: m for w, m in two.mean_ndcg.items()} == one.mean_ndcg
+    with pytest.raises(ValueError, match="3 shares"):
+        choose_weights([bm25, bm25, bm25], tasks, grid=[(0.5, 0.5)])
+
+
+def test_tune_weights_ranks_each_spec_once_and_refuses_hybrids():
+    tasks = [_task("a", 0), _task("b", 1)]
+    choice = tune_weights(["random", "bm25", "bm25:output"], tasks, depth=8)
+    assert choice.mean_ndcg[(0.0, 1.0, 0.0)] == pytest.approx(100.0)
+    assert choice.mean_ndcg[choice.weights] == pytest.approx(100.0) and choice.weights[0] < 0.5
+    with pytest.raises(ValueError, match="plain retrievers"):
+        tune_weights(["hybrid:bm25+random", "bm25"], tasks)
+    with pytest.raises(ValueError, match="plain retrievers"):
+        tune_weights(["bm25"], tasks)

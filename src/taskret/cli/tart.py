@@ -179,8 +179,9 @@ def tune_weight(
     tasks: str = typer.Option(..., "--tasks", help="DEV tasks, comma-separated (berri-lite/TASK, a BEIR folder, ...): "
                               "never the task you will evaluate, or the weight is an upper bound"),
     first: str = typer.Option(..., "--first", help="the first retriever spec, e.g. bm25 or a hybrid"),
-    second: Optional[str] = typer.Option(None, "--second", help="a retriever to fuse with --first, e.g. "
-                                         "dense:minilm-l6: tunes the hybrid's weight"),
+    second: Optional[list[str]] = typer.Option(None, "--second", help="a retriever to fuse with --first, e.g. "
+                                               "dense:minilm-l6: tunes the hybrid's weight; repeat it for a hybrid "
+                                               "of three or more (tunes its weights)"),
     rerank: Optional[str] = typer.Option(None, help="a reranker reordering --first's top --rerank-depth (upr:LM, a "
                                          "TART-full or CrossEncoder folder): tunes --rerank-weight"),
     rerank_depth: int = typer.Option(10, "--rerank-depth", help="first-stage documents the reranker reorders"),
@@ -199,14 +200,22 @@ def tune_weight(
 
     from ..io import write_json
     from ..tart.fusion import tune_weight as tune
+    from ..tart.fusion import tune_weights
     from ..tart.tasks import load_retrieval_task
 
-    if (second is None) == (rerank is None):
+    if (not second) == (rerank is None):
         raise ValueError("give exactly one of --second (a retriever to fuse with --first) or --rerank")
     if limit is not None and limit < 1:
         raise ValueError("--limit must be at least 1")
     loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
               for name in _task_names(tasks)]
+    if second and len(second) > 1:
+        specs = [first, *second]
+        with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every share"):
+            choice = tune_weights(specs, loaded, depth=depth, use_instruction=instruction)
+        _report_weights(specs, loaded, choice, out, {"use_instruction": instruction, "limit": limit, "seed": seed})
+        return
+    second = second[0] if second else None
     with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every weight"):
         choice = tune(first, loaded, second=second, reranker=rerank, rerank_depth=rerank_depth, depth=depth,
                       use_instruction=instruction)
@@ -225,6 +234,31 @@ def tune_weight(
                          "tasks": [t.name for t in loaded], "limit": limit, "seed": seed,
                          "mean_ndcg": {f"{w:g}": round(v, 2) for w, v in choice.mean_ndcg.items()},
                          "per_task": {f"{w:g}": {t: round(v, 2) for t, v in per.items()}
+                                      for w, per in choice.per_task.items()}})
+        console.print(f"-> {out}")
+
+
+def _report_weights(specs: list[str], tasks, choice, out: Optional[Path], settings: dict) -> None:
+    """The shares tune-weight chose for a hybrid of three or more, as a table (best 10), a spec and JSON."""
+    from rich.table import Table
+
+    from ..io import write_json
+
+    ranked = sorted(choice.mean_ndcg, key=lambda w: -choice.mean_ndcg[w])[:10]
+    table = Table(*specs, *(t.name for t in tasks), "mean NDCG@10", title="the 10 best shares, of "
+                  f"{len(choice.mean_ndcg)} tried")
+    for weights in ranked:
+        mark = " <- chosen" if weights == choice.weights else ""
+        table.add_row(*(f"{w:g}" for w in weights), *(f"{choice.per_task[weights][t.name]:.1f}" for t in tasks),
+                      f"{choice.mean_ndcg[weights]:.2f}{mark}")
+    Console().print(table)
+    shares = ",".join(f"{w:g}" for w in choice.weights)
+    console.print(f"use: --retriever 'hybrid:{'+'.join(specs)}?fusion=convex&weights={shares}'")
+    if out is not None:
+        key = lambda weights: ",".join(f"{w:g}" for w in weights)  # noqa: E731
+        write_json(out, {"weights": list(choice.weights), "specs": specs, **settings, "tasks": [t.name for t in tasks],
+                         "mean_ndcg": {key(w): round(v, 2) for w, v in choice.mean_ndcg.items()},
+                         "per_task": {key(w): {t: round(v, 2) for t, v in per.items()}
                                       for w, per in choice.per_task.items()}})
         console.print(f"-> {out}")
 

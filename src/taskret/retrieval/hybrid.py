@@ -9,7 +9,9 @@
   document missing from a component's list gets 0 there), then ``sum_c weight_c * score_c``. With two
   components ``weight`` is the FIRST component's share (BM25's in ``hybrid:bm25+dense:...``). Choose it
   on the dev data of training tasks, never on the evaluation task (``taskret tart tune-weight``,
-  :func:`taskret.tart.fusion.tune_weight`).
+  :func:`taskret.tart.fusion.tune_weight`). With more components ``weights`` gives every share, in
+  order: ``hybrid:bm25+dense:minilm-l6+dense:e5-small?fusion=convex&weights=0.4,0.3,0.3``
+  (``tune-weight --second A --second B`` chooses them).
 
 Options follow the spec after ``?``: ``hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.3&depth=100``.
 """
@@ -27,7 +29,14 @@ from .base import RetrievalResult, Retriever, example_text
 __all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "fuse_rrf", "fuse_convex", "fuse_results"]
 
 FUSIONS = ("rrf", "convex")
-_OPTIONS = {"fusion": str, "weight": float, "rrf_k": float, "depth": int}
+
+
+def _numbers(value: str) -> list[float]:
+    return [float(part) for part in value.split(",")]
+
+
+_numbers.__name__ = "comma-separated list of numbers"
+_OPTIONS = {"fusion": str, "weight": float, "weights": _numbers, "rrf_k": float, "depth": int}
 
 
 def parse_hybrid_spec(spec: str) -> tuple[list[str], dict]:

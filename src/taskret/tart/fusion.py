@@ -1,7 +1,8 @@
 """Choosing fusion weights on the dev data of training tasks, never on the task evaluated.
 
 A hybrid first stage (``hybrid:bm25+dense:MODEL?fusion=convex&weight=W``) and a reranker interpolated
-with its first stage both mix two rankings with one weight. :func:`choose_weight` picks it: each
+with its first stage both mix two rankings with one weight. :func:`choose_weight` picks it
+(:func:`choose_weights` the shares of three or more, over :func:`simplex_grid`): each
 component ranks each dev task's queries ONCE (:func:`rank_tasks`), every weight of a grid fuses those
 rankings (:func:`taskret.retrieval.hybrid.fuse_convex`: min-max normalised scores, a missing document
 scores 0), and the weight with the best NDCG@10 averaged over tasks wins (ties: the weight nearest 0.5,
@@ -24,9 +25,19 @@ from ..retrieval.hybrid import fuse_convex
 from .evaluation import compute_metrics
 from .tasks import RetrievalTask, doc_text
 
-__all__ = ["WeightChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight", "tune_weight", "DEFAULT_GRID"]
+__all__ = ["WeightChoice", "WeightsChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight",
+           "choose_weights", "simplex_grid", "tune_weight", "tune_weights", "DEFAULT_GRID"]
 
 DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
+
+
+class WeightsChoice(NamedTuple):
+    """The chosen shares of several rankings, in order, and the mean NDCG@10 over tasks of every share tried
+    (``per_task[shares][task]`` too)."""
+
+    weights: tuple[float, ...]
+    mean_ndcg: dict[tuple[float, ...], float]
+    per_task: dict[tuple[float, ...], dict[str, float]]
 
 
 class WeightChoice(NamedTuple):
@@ -52,41 +63,74 @@ def rank_tasks(make: Callable[[], object], tasks: Sequence[RetrievalTask], depth
     return out
 
 
-def _fused_run(first: RetrievalResult, second: RetrievalResult, qids: Sequence[str],
-               weight: float) -> dict[str, dict[str, float]]:
-    run = {}
-    for q, qid in enumerate(qids):
-        fused = fuse_convex([first.ids[q], second.ids[q]], [first.scores[q], second.scores[q]], [weight, 1 - weight])
-        run[qid] = fused
-    return run
+Rankings = dict[str, tuple[list[str], RetrievalResult]]  # {task: (query ids, ranking)}, as rank_tasks gives
 
 
-def fused_ndcg(first: dict[str, tuple[list[str], RetrievalResult]], second: dict[str, tuple[list[str], RetrievalResult]],
-               tasks: Sequence[RetrievalTask], weight: float) -> dict[str, float]:
-    """NDCG@10 per task of the convex fusion ``weight * first + (1 - weight) * second``."""
+def _fused_run(rankings: Sequence[RetrievalResult], qids: Sequence[str],
+               weights: Sequence[float]) -> dict[str, dict[str, float]]:
+    return {qid: fuse_convex([r.ids[q] for r in rankings], [r.scores[q] for r in rankings], weights)
+            for q, qid in enumerate(qids)}
+
+
+def _fused_ndcgs(rankings: Sequence[Rankings], tasks: Sequence[RetrievalTask],
+                 weights: Sequence[float]) -> dict[str, float]:
     out = {}
     for task in tasks:
-        qids, a = first[task.name]
-        qids_b, b = second[task.name]
-        if qids != qids_b:
-            raise ValueError(f"task '{task.name}': the two rankings are of different queries")
-        run = _fused_run(a, b, qids, weight)
+        qids = rankings[0][task.name][0]
+        if any(r[task.name][0] != qids for r in rankings[1:]):
+            raise ValueError(f"task '{task.name}': the rankings to fuse are of different queries")
+        run = _fused_run([r[task.name][1] for r in rankings], qids, weights)
         out[task.name] = compute_metrics({q: task.qrels[q] for q in qids}, run)["ndcg@10"]
     return out
 
 
-def choose_weight(first: dict[str, tuple[list[str], RetrievalResult]],
-                  second: dict[str, tuple[list[str], RetrievalResult]], tasks: Sequence[RetrievalTask],
-                  grid: Sequence[float] = DEFAULT_GRID) -> WeightChoice:
-    """The grid weight of ``first`` whose fusion with ``second`` has the best mean NDCG@10 over ``tasks``."""
+def fused_ndcg(first: Rankings, second: Rankings, tasks: Sequence[RetrievalTask], weight: float) -> dict[str, float]:
+    """NDCG@10 per task of the convex fusion ``weight * first + (1 - weight) * second``."""
+    return _fused_ndcgs([first, second], tasks, [weight, 1 - weight])
+
+
+def simplex_grid(n: int, step: float = 0.1) -> list[tuple[float, ...]]:
+    """Every ``n`` shares that are multiples of ``step`` and sum to 1 (66 for three components at 0.1)."""
+    units = round(1 / step)
+    if n < 2 or units < 1 or abs(units * step - 1) > 1e-9:
+        raise ValueError(f"a weight grid needs two or more components and a step dividing 1, got {n} and {step}")
+
+    def splits(left: int, parts: int):
+        if parts == 1:
+            yield (left,)
+            return
+        for k in range(left, -1, -1):
+            for rest in splits(left - k, parts - 1):
+                yield (k, *rest)
+
+    return [tuple(round(k / units, 6) for k in split) for split in splits(units, n)]
+
+
+def choose_weights(rankings: Sequence[Rankings], tasks: Sequence[RetrievalTask],
+                   grid: Sequence[Sequence[float]] | None = None) -> WeightsChoice:
+    """The shares of ``rankings`` (grid: :func:`simplex_grid` at 0.1) whose convex fusion has the best mean
+    NDCG@10 over ``tasks``; ties go to the shares nearest equal, then to the smaller first shares."""
     if not tasks:
         raise ValueError("choosing a fusion weight needs at least one dev task")
+    grid = [tuple(float(w) for w in weights) for weights in (grid or simplex_grid(len(rankings)))]
+    if any(len(w) != len(rankings) or any(not 0.0 <= x <= 1.0 for x in w) for w in grid):
+        raise ValueError(f"fusion weights must be {len(rankings)} shares in [0, 1], got {grid}")
+    per_task = {weights: _fused_ndcgs(rankings, tasks, weights) for weights in grid}
+    mean = {w: sum(v.values()) / len(v) for w, v in per_task.items()}
+    equal = 1 / len(rankings)
+    best = max(mean, key=lambda w: (round(mean[w], 9), -sum((x - equal) ** 2 for x in w), [-x for x in w]))
+    return WeightsChoice(best, mean, per_task)
+
+
+def choose_weight(first: Rankings, second: Rankings, tasks: Sequence[RetrievalTask],
+                  grid: Sequence[float] = DEFAULT_GRID) -> WeightChoice:
+    """The grid weight of ``first`` whose fusion with ``second`` has the best mean NDCG@10 over ``tasks``
+    (ties: the weight nearest 0.5, then the smaller)."""
     if not grid or any(not 0.0 <= w <= 1.0 for w in grid):
         raise ValueError(f"fusion weights must lie in [0, 1], got {list(grid)}")
-    per_task = {float(w): fused_ndcg(first, second, tasks, float(w)) for w in grid}
-    mean = {w: sum(v.values()) / len(v) for w, v in per_task.items()}
-    best = max(mean, key=lambda w: (round(mean[w], 9), -abs(w - 0.5), -w))
-    return WeightChoice(best, mean, per_task)
+    choice = choose_weights([first, second], tasks, grid=[(float(w), 1 - float(w)) for w in grid])
+    return WeightChoice(choice.weights[0], {w[0]: m for w, m in choice.mean_ndcg.items()},
+                        {w[0]: t for w, t in choice.per_task.items()})
 
 
 def rerank_tasks(reranker, first: dict[str, tuple[list[str], RetrievalResult]], tasks: Sequence[RetrievalTask],
@@ -130,3 +174,21 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
         other = rerank_tasks(load_reranker(reranker), first_rankings, tasks, top_k=rerank_depth,
                              use_instruction=use_instruction)
     return choose_weight(first_rankings, other, tasks, grid=grid)
+
+
+def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: int = 100, use_instruction: bool = False,
+                 grid: Sequence[Sequence[float]] | None = None) -> WeightsChoice:
+    """The shares of two or more plain retriever specs in ``hybrid:A+B+C?fusion=convex&weights=...``, chosen on
+    ``tasks`` (dev tasks, never the one you will evaluate): each ranks each task once, then every grid point fuses."""
+    from ..retrieval import make_retriever
+
+    if len(specs) < 2 or any(s.startswith("hybrid:") for s in specs):
+        raise ValueError("a hybrid's weights are tuned between two or more plain retrievers (e.g. bm25, "
+                         "dense:minilm-l6, dense:e5-small)")
+    if depth < 1:
+        raise ValueError("depth must be at least 1")
+    if not tasks:
+        raise ValueError("choosing a fusion weight needs at least one dev task")
+    rankings = [rank_tasks(lambda spec=spec: make_retriever(spec), tasks, depth=depth, use_instruction=use_instruction)
+                for spec in specs]
+    return choose_weights(rankings, tasks, grid=grid)
