@@ -484,11 +484,13 @@ def headline_table() -> list[str]:
             distilled += f", {both('tart_distil3')} after a third with the instruction left out of the pooling"
         if "tart_distil_query" in sci:
             distilled += f"; its query encoder alone distilled (documents keep MiniLM's vectors) {both('tart_distil_query')}"
+        three_way = (f"; BM25 + MiniLM + e5 {both('hybrid+minilm+e5')}, + UPR rerank {both('hybrid+minilm+e5+upr')}"
+                     if "hybrid+minilm+e5+upr" in sci else "")
         ref = cite(*berri["commands"])
         side = "above" if sci["tart_dual"].get("no_instruction", 0) > sci["minilm"].get("no_instruction", 0) else "below"
         rows.append("| SciFact zero-shot (no SciFact data in any training), NDCG@10, 300 claims; with the instruction in "
                     f"brackets | {both('bm25')}; untrained MiniLM {both('minilm')}; hybrid BM25 + MiniLM "
-                    f"{both('hybrid')}, + UPR rerank {both('hybrid+upr')} | TART-dual {both('tart_dual')}, trained on "
+                    f"{both('hybrid')}, + UPR rerank {both('hybrid+upr')}{three_way} | TART-dual {both('tart_dual')}, trained on "
                     f"berri-lite + MTOP + Break ({side} untrained MiniLM){distilled}; best pipeline with a trained TART-dual: {best} "
                     f"{both(best)} | {ref} |")
         zero = None
@@ -555,7 +557,10 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_distil_query": "hybrid: BM25 + TART-dual distilled, query encoder only",
               "tart_distil_query_lr": "TART-dual distilled, query encoder only, learning rate 1.5e-4",
               "hybrid+tart_distil_query_lr": "hybrid: BM25 + TART-dual distilled, query encoder only, learning rate "
-                                             "1.5e-4"}
+                                             "1.5e-4",
+              "hybrid+minilm+e5": "hybrid: BM25 + MiniLM + e5 (BM25's share from the hybrid, e5's from the dev tasks)",
+              "hybrid+tart_distil_query+e5": "hybrid: BM25 + TART-dual distilled, query encoder only + e5 (BM25's "
+                                             "share from its hybrid, e5's from the dev tasks)"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
@@ -565,6 +570,10 @@ def tart_berri_table() -> list[str]:
     def label(name: str) -> str:
         if name.endswith("_rrf"):
             return f"{label(name[:-len('_rrf')])}, reciprocal-rank fusion (no weight)"
+        if name.endswith("_joint"):
+            return f"{label(name[:-len('_joint')])}, all three shares chosen at once on the dev tasks"
+        if name.endswith("_equal"):
+            return f"{label(name[:-len('_equal')])}, a third each (no weight chosen)"
         stem, wise, weight = name.rpartition("_wise")
         if wise and weight.replace(".", "", 1).isdigit():  # see tart_berri.py --wise-ft
             return f"{label(stem)}, weights averaged with untrained MiniLM (WiSE-FT, base share {weight})"
@@ -576,7 +585,12 @@ def tart_berri_table() -> list[str]:
                     f"{labels.get(first, first)}, reranked by {rerankers[reranker]} and interpolated")
         return labels.get(name, name)
 
-    weights = "; ".join(f"{name} {', '.join(f'{c}: {v[k]}' for c, v in cols.items() for k in v if k != 'dev_mean_ndcg')}"
+    def shares(v: dict) -> str:  # one weight (the first component's share), or every component's share
+        named = {k: w for k, w in v.items() if k != "dev_mean_ndcg"}
+        return " ".join(f"{w}" for w in named.values()) if len(named) == 1 else "/".join(
+            f"{k} {w}" for k, w in named.items())
+
+    weights = "; ".join(f"{name} {', '.join(f'{c}: {shares(v)}' for c, v in cols.items())}"
                         for name, cols in d["weights"].items())
     out = [f"TART zero-shot on SciFact test ({d['n_scifact_queries']} claims), NDCG@10 ({' then '.join(f'`{c}`' for c in d['commands'])}; "
            f"{describe_machine(d['machine'])}{'; ' + d['compute_note'] if d.get('compute_note') else ''}). Fusion weights chosen on the dev "

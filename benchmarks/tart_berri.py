@@ -10,8 +10,10 @@ Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tar
   ``hybrid+tart_dual`` = BM25 + TART-dual: min-max convex fusion of the top 100
   (:mod:`taskret.retrieval.hybrid`), BM25's weight chosen on the dev tasks (:mod:`taskret.tart.fusion`);
   ``HYBRID_rrf``: the same two fused by reciprocal rank, which has no weight to choose;
-  ``hybrid+minilm+e5``: ``hybrid`` fused with e5, e5's share again chosen on the dev tasks (``_rrf``: the three by
-  reciprocal rank);
+  ``hybrid+minilm+e5``: BM25, MiniLM and e5 in one convex fusion, BM25's share against MiniLM kept from
+  ``hybrid`` and e5's share chosen on the dev tasks (``_joint``: all three shares chosen at once on the dev tasks;
+  ``_equal``: a third each, no tuning; ``_rrf``: the three by reciprocal rank); likewise
+  ``hybrid+NAME+e5`` for each trained TART-dual ``NAME`` (with ``e5`` in ``--systems``);
 - ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot; ``FIRST+upr_gemma3`` with gemma-3-270m, and
   ``FIRST+upr_ensemble`` the LMs' rerankings averaged, with ``--upr-lm smollm2-135m,gemma3-270m``),
   ``FIRST+tart_full`` and ``FIRST+NAME`` for ``--reranker NAME=SPEC`` (e.g. ``yesno=smollm2-135m``, the LM's
@@ -50,7 +52,7 @@ from taskret.retrieval.hybrid import fuse_results
 from taskret.tart.distil import CONFIG_FILE as DISTIL_CONFIG
 from taskret.tart.dual import CONFIG_FILE as DUAL_CONFIG
 from taskret.tart.evaluation import compute_metrics
-from taskret.tart.fusion import choose_weight
+from taskret.tart.fusion import DEFAULT_GRID, choose_weight, choose_weights
 from taskret.tart.tasks import RetrievalTask, load_retrieval_task
 
 ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base", "e5": "dense:e5-small"}
@@ -58,6 +60,9 @@ ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base", "e5": "den
 # SciFact's, none trivial for BM25.
 # BM25 + MiniLM (the hybrid, weight from the dev tasks) fused with e5 (a second weight from the dev tasks)
 THREE_WAY = "hybrid+minilm+e5"
+# seconds each ranking computed by this run took (a dense first stage: encoding the corpus and the queries),
+# kept in the result's "timings" with the earlier runs' (a ranking read from the cache is not timed again)
+TIMINGS: dict[str, float] = {}
 DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", "berri-lite/liar_plus")
 
 
@@ -123,8 +128,10 @@ class Rankings:
                 return RetrievalResult([r["ids"] for r in rows], scores)
         start = time.perf_counter()
         result = compute()
+        seconds = time.perf_counter() - start
+        TIMINGS[f"{self.task.name}: {name}.{'instruction' if instructed else 'no_instruction'}"] = round(seconds, 1)
         print(f"  {self.task.name}: {name} ({'instruction' if instructed else 'no instruction'}) "
-              f"in {time.perf_counter() - start:.0f}s", flush=True)
+              f"in {seconds:.0f}s", flush=True)
         write_jsonl(path, ({"qid": q, "ids": ids, "scores": [round(float(s), 6) for s in row[: len(ids)]]}
                            for q, ids, row in zip(self.qids, result.ids, result.scores)))
         return result
@@ -173,6 +180,16 @@ def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalRes
     second = {r.task.name: (r.qids, b) for r, (_, b) in zip(dev, pairs)}
     choice = choose_weight(first, second, [r.task for r in dev])
     return choice.weight, {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}
+
+
+def _choose_shares(dev: list[Rankings], rankings: list[list[RetrievalResult]],
+                   grid: list[tuple[float, ...]] | None = None) -> tuple[tuple[float, ...], dict]:
+    """The shares of several rankings with the best mean dev NDCG@10 (:func:`taskret.tart.fusion.choose_weights`,
+    over ``grid``, by default every split of 1 into tenths), and the mean of the ten best shares tried."""
+    choice = choose_weights([{r.task.name: (r.qids, ranks[i]) for r, ranks in zip(dev, rankings)}
+                             for i in range(len(rankings[0]))], [r.task for r in dev], grid=grid)
+    best = sorted(choice.mean_ndcg, key=lambda w: -choice.mean_ndcg[w])[:10]
+    return choice.weights, {",".join(f"{x:g}" for x in w): round(choice.mean_ndcg[w], 2) for w in best}
 
 
 def _run_config(folder: Path) -> Path | None:
@@ -281,16 +298,29 @@ def main() -> None:
             stages[f"{hybrid}_rrf"] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], fusion="rrf")
             for f, d in zip(dev_first, dev_stages):
                 d[hybrid] = fuse_results([f["bm25_bare"], f[encoder]], [weight, 1 - weight])
-        if {"hybrid", "hybrid+e5"} <= set(hybrids):  # three first stages: BM25 + MiniLM, then e5 on top
-            name = THREE_WAY
-            weight, means = _choose(dev, [(d["hybrid"], f["e5"]) for f, d in zip(dev_first, dev_stages)])
-            result["weights"].setdefault(name, {})[column] = {"hybrid": weight, "dev_mean_ndcg": means}
-            stages[name] = fuse_results([stages["hybrid"], sci_first["e5"]], [weight, 1 - weight])
-            stages[f"{name}_rrf"] = fuse_results([sci_first[n] for n in ("bm25_bare", "minilm", "e5")], fusion="rrf")
+        for hybrid, encoder in (hybrids.items() if "e5" in encoders else ()):
+            if encoder == "e5":
+                continue
+            # three first stages, BM25 + the encoder + e5: one convex fusion
+            # (hybrid:bm25+dense:ENCODER+dense:e5-small?fusion=convex&weights=...). BM25 keeps its share against the
+            # encoder from the two-way hybrid, e5's share is chosen on the dev tasks along that line: two choices of
+            # 11 points each. All 66 shares chosen at once fit the 100 dev queries and transferred worse.
+            name, parts = (THREE_WAY if hybrid == "hybrid" else f"{hybrid}+e5"), ("bm25_bare", encoder, "e5")
+            bm25_share = result["weights"][hybrid][column]["bm25"]
+            line = [(round(w * bm25_share, 4), round(w * (1 - bm25_share), 4), round(1 - w, 4)) for w in DEFAULT_GRID]
+            shares, means = _choose_shares(dev, [[f[n] for n in parts] for f in dev_first], line)
+            stages[f"{name}_joint"] = fuse_results([sci_first[n] for n in parts],
+                                                   list(_choose_shares(dev, [[f[n] for n in parts]
+                                                                             for f in dev_first])[0]))
+            stages[f"{name}_equal"] = fuse_results([sci_first[n] for n in parts], [1 / 3] * 3)
+            result["weights"].setdefault(name, {})[column] = {"bm25": shares[0], encoder: shares[1], "e5": shares[2],
+                                                              "dev_mean_ndcg": means}
+            stages[name] = fuse_results([sci_first[n] for n in parts], list(shares))
+            stages[f"{name}_rrf"] = fuse_results([sci_first[n] for n in parts], fusion="rrf")
             for f, d in zip(dev_first, dev_stages):
-                d[name] = fuse_results([d["hybrid"], f["e5"]], [weight, 1 - weight])
+                d[name] = fuse_results([f[n] for n in parts], list(shares))
         for rname, reranker in (rerankers.items() if column in rerank_columns else ()):
-            for first in [s for s in args.rerank_first.split(",") if s in ("bm25", *hybrids, THREE_WAY)]:
+            for first in [s for s in args.rerank_first.split(",") if s in stages and s in dev_stages[0]]:
                 name = f"{first}+{rname}"
                 dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth)
                                 for r, d in zip(dev, dev_stages)]
@@ -320,6 +350,7 @@ def main() -> None:
 
     result["n_scifact_queries"] = len(target.qids)
     result["wall_time_s"] = round(time.perf_counter() - started, 1)
+    result["timings"] = dict(TIMINGS)
     result["device"] = "cpu"
     result["machine"] = machine()
     result["commands"] = [command_line(args, arg_parser)]
@@ -327,6 +358,7 @@ def main() -> None:
         earlier = read_json(args.out)
         result.update({k: v for k, v in earlier.items() if k.startswith("held_out")})
         if args.merge:  # keep the systems this run did not compute, and the commands that computed them
+            result["timings"] = {**earlier.get("timings", {}), **result["timings"]}
             for key in ("scifact", "weights", "details"):
                 for name, cols in earlier.get(key, {}).items():
                     result[key][name] = {**cols, **result[key].get(name, {})}
