@@ -272,3 +272,10 @@ def test_an_index_built_with_the_base_serves_a_student_with_frozen_documents(tmp
         create_app(base_index, query_encoder=str(shared))
     bad = CliRunner().invoke(app, ["serve", "--index", str(bm25_index), "--query-encoder", str(frozen)], env=ENV)
     assert bad.exit_code == 2 and "needs a dense index" in bad.output
+    # a bare saved retriever has no texts to check a query encoder against: refused, not trusted
+    from taskret.retrieval import DenseRetriever
+    from taskret.retrieval.index import load_index
+
+    DenseRetriever(encoder=str(tiny_bert_dir)).index_texts(["d1", "d2"], ["aspirin", "vitamin"]).save(tmp_path / "bare")
+    with pytest.raises(ValueError, match="holds no texts"):
+        load_index(tmp_path / "bare", texts_required=False).use_query_encoder(str(frozen))

@@ -113,8 +113,10 @@ class LoadedIndex:
             raise ValueError(f"{self.directory}: a query encoder needs a dense index, this one is "
                              f"{self.retriever.name}")
         ids = self.retriever.ids
-        probe = self.records[ids[0]].indexed_text if ids and ids[0] in self.records else None
-        self.retriever.use_query_encoder(name, probe)
+        if ids and ids[0] not in self.records:
+            raise ValueError(f"{self.directory}: the index holds no texts ({ITEMS_FILE}) to check query encoder "
+                             f"'{name}' against; rebuild it with `taskret tart index`")
+        self.retriever.use_query_encoder(name, self.records[ids[0]].indexed_text if ids else None)
 
 
 def output_format_name(fmt) -> str:
