@@ -558,9 +558,8 @@ def tart_berri_table() -> list[str]:
               "tart_distil_query_lr": "TART-dual distilled, query encoder only, learning rate 1.5e-4",
               "hybrid+tart_distil_query_lr": "hybrid: BM25 + TART-dual distilled, query encoder only, learning rate "
                                              "1.5e-4",
-              "hybrid+minilm+e5": "hybrid: BM25 + MiniLM + e5 (BM25's share from the hybrid, e5's from the dev tasks)",
-              "hybrid+tart_distil_query+e5": "hybrid: BM25 + TART-dual distilled, query encoder only + e5 (BM25's "
-                                             "share from its hybrid, e5's from the dev tasks)"}
+              "hybrid+minilm+e5": "hybrid: BM25 + MiniLM + e5",
+              "hybrid+tart_distil_query+e5": "hybrid: BM25 + TART-dual distilled, query encoder only, + e5"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
@@ -570,6 +569,8 @@ def tart_berri_table() -> list[str]:
     def label(name: str) -> str:
         if name.endswith("_rrf"):
             return f"{label(name[:-len('_rrf')])}, reciprocal-rank fusion (no weight)"
+        # the three-way fusion's other share choices (its own: BM25's share from the two-way hybrid, e5's on the
+        # dev tasks along that line)
         if name.endswith("_joint"):
             return f"{label(name[:-len('_joint')])}, all three shares chosen at once on the dev tasks"
         if name.endswith("_equal"):
