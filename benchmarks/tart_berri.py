@@ -58,7 +58,7 @@ from taskret.tart.tasks import RetrievalTask, load_retrieval_task
 ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base", "e5": "dense:e5-small"}
 # berri-lite dev tasks with short documents (cheap to encode and rerank on 2 cores) and intents unlike
 # SciFact's, none trivial for BM25.
-# BM25 + MiniLM (the hybrid, weight from the dev tasks) fused with e5 (a second weight from the dev tasks)
+# BM25 + MiniLM + e5 in one convex fusion: BM25's share against MiniLM from the hybrid, e5's from the dev tasks
 THREE_WAY = "hybrid+minilm+e5"
 # seconds each ranking computed by this run took (a dense first stage: encoding the corpus and the queries),
 # kept in the result's "timings" with the earlier runs' (a ranking read from the cache is not timed again)
@@ -306,19 +306,19 @@ def main() -> None:
             # encoder from the two-way hybrid, e5's share is chosen on the dev tasks along that line: two choices of
             # 11 points each. All 66 shares chosen at once fit the 100 dev queries and transferred worse.
             name, parts = (THREE_WAY if hybrid == "hybrid" else f"{hybrid}+e5"), ("bm25_bare", encoder, "e5")
+            dev_parts = [[f[n] for n in parts] for f in dev_first]
+            sci_parts = [sci_first[n] for n in parts]
             bm25_share = result["weights"][hybrid][column]["bm25"]
             line = [(round(w * bm25_share, 4), round(w * (1 - bm25_share), 4), round(1 - w, 4)) for w in DEFAULT_GRID]
-            shares, means = _choose_shares(dev, [[f[n] for n in parts] for f in dev_first], line)
-            stages[f"{name}_joint"] = fuse_results([sci_first[n] for n in parts],
-                                                   list(_choose_shares(dev, [[f[n] for n in parts]
-                                                                             for f in dev_first])[0]))
-            stages[f"{name}_equal"] = fuse_results([sci_first[n] for n in parts], [1 / 3] * 3)
+            shares, means = _choose_shares(dev, dev_parts, line)
             result["weights"].setdefault(name, {})[column] = {"bm25": shares[0], encoder: shares[1], "e5": shares[2],
                                                               "dev_mean_ndcg": means}
-            stages[name] = fuse_results([sci_first[n] for n in parts], list(shares))
-            stages[f"{name}_rrf"] = fuse_results([sci_first[n] for n in parts], fusion="rrf")
-            for f, d in zip(dev_first, dev_stages):
-                d[name] = fuse_results([f[n] for n in parts], list(shares))
+            stages[name] = fuse_results(sci_parts, list(shares))
+            stages[f"{name}_joint"] = fuse_results(sci_parts, list(_choose_shares(dev, dev_parts)[0]))
+            stages[f"{name}_equal"] = fuse_results(sci_parts, [1 / 3] * 3)
+            stages[f"{name}_rrf"] = fuse_results(sci_parts, fusion="rrf")
+            for ranks, d in zip(dev_parts, dev_stages):
+                d[name] = fuse_results(ranks, list(shares))
         for rname, reranker in (rerankers.items() if column in rerank_columns else ()):
             for first in [s for s in args.rerank_first.split(",") if s in stages and s in dev_stages[0]]:
                 name = f"{first}+{rname}"

@@ -252,10 +252,12 @@ def _report_weights(specs: list[str], tasks, choice, out: Optional[Path], settin
         table.add_row(*(f"{w:g}" for w in weights), *(f"{choice.per_task[weights][t.name]:.1f}" for t in tasks),
                       f"{choice.mean_ndcg[weights]:.2f}{mark}")
     Console().print(table)
-    shares = ",".join(f"{w:g}" for w in choice.weights)
-    console.print(f"use: --retriever 'hybrid:{'+'.join(specs)}?fusion=convex&weights={shares}'")
+
+    def key(weights) -> str:  # the shares as the spec writes them
+        return ",".join(f"{w:g}" for w in weights)
+
+    console.print(f"use: --retriever 'hybrid:{'+'.join(specs)}?fusion=convex&weights={key(choice.weights)}'")
     if out is not None:
-        key = lambda weights: ",".join(f"{w:g}" for w in weights)  # noqa: E731
         write_json(out, {"weights": list(choice.weights), "specs": specs, **settings, "tasks": [t.name for t in tasks],
                          "mean_ndcg": {key(w): round(v, 2) for w, v in choice.mean_ndcg.items()},
                          "per_task": {key(w): {t: round(v, 2) for t, v in per.items()}
