@@ -486,13 +486,16 @@ def headline_table() -> list[str]:
             distilled += f"; its query encoder alone distilled (documents keep MiniLM's vectors) {both('tart_distil_query')}"
         three_way = (f"; BM25 + MiniLM + e5 {both('hybrid+minilm+e5')}, + UPR rerank {both('hybrid+minilm+e5+upr')}"
                      if "hybrid+minilm+e5+upr" in sci else "")
+        tuned = "hybrid+minilm+e5+yesno_tuned"  # SmolLM2 fine-tuned as TART-full on the CPU budget
+        trained_full = f"; SmolLM2 fine-tuned as TART-full (54 CPU min) over BM25 + MiniLM + e5 {both(tuned)}" \
+            if tuned in sci else ""
         ref = cite(*berri["commands"])
         side = "above" if sci["tart_dual"].get("no_instruction", 0) > sci["minilm"].get("no_instruction", 0) else "below"
         rows.append("| SciFact zero-shot (no SciFact data in any training), NDCG@10, 300 claims; with the instruction in "
                     f"brackets | {both('bm25')}; untrained MiniLM {both('minilm')}; hybrid BM25 + MiniLM "
                     f"{both('hybrid')}, + UPR rerank {both('hybrid+upr')}{three_way} | TART-dual {both('tart_dual')}, trained on "
                     f"berri-lite + MTOP + Break ({side} untrained MiniLM){distilled}; best pipeline with a trained TART-dual: {best} "
-                    f"{both(best)} | {ref} |")
+                    f"{both(best)}{trained_full} | {ref} |")
         zero = None
     if zero:
         r = zero["scifact_test"]["results"]
@@ -581,10 +584,15 @@ def tart_berri_table() -> list[str]:
         first, _, reranker = name.rpartition("+")
         raw = reranker.endswith("_raw")
         reranker = reranker[:-len("_raw")] if raw else reranker
-        if first and reranker in rerankers:
-            return (f"{labels.get(first, first)}, {rerankers[reranker]} reranking alone" if raw else
-                    f"{labels.get(first, first)}, reranked by {rerankers[reranker]} and interpolated")
-        return labels.get(name, name)
+        stem, _, other = first.rpartition("+")
+        if stem and other in rerankers and reranker in rerankers:  # two rerankings averaged (tart_berri's FIRST+NAME+upr)
+            first, what = stem, f"{rerankers[other]} and {rerankers[reranker]} averaged"
+        elif first and reranker in rerankers:
+            what = rerankers[reranker]
+        else:
+            return labels.get(name, name)
+        return (f"{labels.get(first, first)}, {what} reranking alone" if raw else
+                f"{labels.get(first, first)}, reranked by {what} and interpolated")
 
     def shares(v: dict) -> str:  # one weight (the first component's share), or every component's share
         named = {k: w for k, w in v.items() if k != "dev_mean_ndcg"}

@@ -15,7 +15,8 @@ Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tar
   ``_equal``: a third each, no tuning; ``_rrf``: the three by reciprocal rank); likewise
   ``hybrid+NAME+e5`` for each trained TART-dual ``NAME`` (with ``e5`` in ``--systems``);
 - ``FIRST+upr`` (SmolLM2-135M query likelihood, zero-shot; ``FIRST+upr_gemma3`` with gemma-3-270m, and
-  ``FIRST+upr_ensemble`` the LMs' rerankings averaged, with ``--upr-lm smollm2-135m,gemma3-270m``),
+  ``FIRST+upr_ensemble`` the LMs' rerankings averaged, with ``--upr-lm smollm2-135m,gemma3-270m``;
+  ``FIRST+NAME+upr`` any other reranker's reranking, e.g. a trained TART-full's, averaged with the first LM's),
   ``FIRST+tart_full`` and ``FIRST+NAME`` for ``--reranker NAME=SPEC`` (e.g. ``yesno=smollm2-135m``, the LM's
   zero-shot yes/no cross-encoder): the reranker reorders the
   first stage's top ``--rerank-depth`` and is interpolated with it, the reranker's weight again chosen on
@@ -332,13 +333,16 @@ def main() -> None:
                 for d, rr in zip(dev_stages, dev_reranked):
                     d[f"{name}_raw"] = rr
         upr_names = [n for n in rerankers if n.startswith("upr")] if column in rerank_columns else []
-        if len(upr_names) > 1:  # the LMs' rerankings averaged (min-max, equal shares), then interpolated
-            for first in [s for s in args.rerank_first.split(",") if f"{s}+{upr_names[0]}_raw" in stages]:
-                name = f"{first}+upr_ensemble"
-                dev_ensembles = [_average([d[f"{first}+{n}_raw"] for n in upr_names]) for d in dev_stages]
+        ensembles = {"upr_ensemble": upr_names} if len(upr_names) > 1 else {}
+        for other in (n for n in rerankers if upr_names and not n.startswith("upr")):
+            ensembles[f"{other}+{upr_names[0]}"] = [other, upr_names[0]]  # e.g. a trained TART-full + zero-shot UPR
+        for label, members in ensembles.items():  # rerankings averaged (min-max, equal shares), then interpolated
+            for first in [s for s in args.rerank_first.split(",") if f"{s}+{members[0]}_raw" in stages]:
+                name = f"{first}+{label}"
+                dev_ensembles = [_average([d[f"{first}+{n}_raw"] for n in members]) for d in dev_stages]
                 weight, means = _choose(dev, [(d[first], e) for d, e in zip(dev_stages, dev_ensembles)])
                 result["weights"].setdefault(name, {})[column] = {first: weight, "dev_mean_ndcg": means}
-                stages[f"{name}_raw"] = _average([stages[f"{first}+{n}_raw"] for n in upr_names])
+                stages[f"{name}_raw"] = _average([stages[f"{first}+{n}_raw"] for n in members])
                 stages[name] = fuse_results([stages[first], stages[f"{name}_raw"]], [weight, 1 - weight])
                 for d, e in zip(dev_stages, dev_ensembles):
                     d[f"{name}_raw"] = e
