@@ -487,8 +487,9 @@ def headline_table() -> list[str]:
         three_way = (f"; BM25 + MiniLM + e5 {both('hybrid+minilm+e5')}, + UPR rerank {both('hybrid+minilm+e5+upr')}"
                      if "hybrid+minilm+e5+upr" in sci else "")
         tuned = "hybrid+minilm+e5+yesno_tuned"  # SmolLM2 fine-tuned as TART-full on the CPU budget
-        trained_full = f"; SmolLM2 fine-tuned as TART-full (54 CPU min) over BM25 + MiniLM + e5 {both(tuned)}" \
-            if tuned in sci else ""
+        run = _load("tart_berri_logs/tart_full_smollm2_cpu.tart_full_config.json")  # its training run's summary
+        trained_full = (f"; SmolLM2 fine-tuned as TART-full ({run['wall_time_s'] / 60:.0f} CPU min) over BM25 + MiniLM "
+                        f"+ e5 {both(tuned)}" if tuned in sci and run else "")
         ref = cite(*berri["commands"])
         side = "above" if sci["tart_dual"].get("no_instruction", 0) > sci["minilm"].get("no_instruction", 0) else "below"
         rows.append("| SciFact zero-shot (no SciFact data in any training), NDCG@10, 300 claims; with the instruction in "
@@ -584,9 +585,9 @@ def tart_berri_table() -> list[str]:
         first, _, reranker = name.rpartition("+")
         raw = reranker.endswith("_raw")
         reranker = reranker[:-len("_raw")] if raw else reranker
-        stem, _, other = first.rpartition("+")
-        if stem and other in rerankers and reranker in rerankers:  # two rerankings averaged (tart_berri's FIRST+NAME+upr)
-            first, what = stem, f"{rerankers[other]} and {rerankers[reranker]} averaged"
+        base, _, other = first.rpartition("+")
+        if base and other in rerankers and reranker in rerankers:  # two rerankings averaged (tart_berri's FIRST+NAME+upr)
+            first, what = base, f"{rerankers[other]} and {rerankers[reranker]} averaged"
         elif first and reranker in rerankers:
             what = rerankers[reranker]
         else:
