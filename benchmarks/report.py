@@ -585,6 +585,8 @@ def tart_berri_table() -> list[str]:
         first, _, reranker = name.rpartition("+")
         raw = reranker.endswith("_raw")
         reranker = reranker[:-len("_raw")] if raw else reranker
+        reranker, top, depth = reranker.rpartition("_top")  # FIRST+NAME_topN: reranked N deep, not 10
+        reranker, depth = (reranker, f" (top {depth})") if top and depth.isdigit() else (reranker + top + depth, "")
         base, _, other = first.rpartition("+")
         if base and other in rerankers and reranker in rerankers:  # two rerankings averaged (tart_berri's FIRST+NAME+upr)
             first, what = base, f"{rerankers[other]} and {rerankers[reranker]} averaged"
@@ -592,20 +594,30 @@ def tart_berri_table() -> list[str]:
             what = rerankers[reranker]
         else:
             return labels.get(name, name)
-        return (f"{labels.get(first, first)}, {what} reranking alone" if raw else
-                f"{labels.get(first, first)}, reranked by {what} and interpolated")
+        return (f"{labels.get(first, first)}, {what} reranking alone{depth}" if raw else
+                f"{labels.get(first, first)}, reranked by {what}{depth} and interpolated")
 
-    def shares(v: dict) -> str:  # one weight (the first component's share), or every component's share
-        named = {k: w for k, w in v.items() if k != "dev_mean_ndcg"}
-        return " ".join(f"{w}" for w in named.values()) if len(named) == 1 else "/".join(
+    def shares(name: str, v: dict) -> str:  # one weight (the first component's share), or every component's share
+        named = {k: w for k, w in v.items() if k not in ("dev_mean_ndcg", "best", "confidence")}
+        text = " ".join(f"{w}" for w in named.values()) if len(named) == 1 else "/".join(
             f"{k} {w}" for k, w in named.items())
+        if "confidence" in v:  # a reranker's guarded weight (taskret.tart.fusion.choose_weight)
+            if v["best"] != next(iter(named.values())):
+                return text + f" (best {v['best']} held in {v['confidence']:.0%}: first stage kept)"
+            return text + (f" (held in {v['confidence']:.0%})" if v["best"] != 1.0 else "")
+        return text + (" (unguarded)" if label(name).endswith("and interpolated") else "")
 
-    weights = "; ".join(f"{name} {', '.join(f'{c}: {shares(v)}' for c, v in cols.items())}"
+    weights = "; ".join(f"{name} {', '.join(f'{c}: {shares(name, v)}' for c, v in cols.items())}"
                         for name, cols in d["weights"].items())
     out = [f"TART zero-shot on SciFact test ({d['n_scifact_queries']} claims), NDCG@10 ({' then '.join(f'`{c}`' for c in d['commands'])}; "
            f"{describe_machine(d['machine'])}{'; ' + d['compute_note'] if d.get('compute_note') else ''}). Fusion weights chosen on the dev "
            f"queries of {', '.join(d['dev_tasks'])} ({d['dev_limit']} each), never on SciFact: {weights}. "
-           f"Rerankers reorder the first stage's top {d['rerank_depth']}.", "",
+           f"Rerankers reorder the first stage's top {d['rerank_depth']} unless a row says otherwise. A reranker's "
+           "weight is its first stage's share, chosen as `taskret tart tune-weight --rerank` chooses it: over 0.1-1, "
+           "and kept only if the best weight beats the first stage alone in at least 95% of 2,000 paired bootstrap "
+           "resamples of the dev queries (the share shown), else 1. Weights marked unguarded were chosen before "
+           "that guard (grid 0-1, best dev mean) and not rerun: a guard could only keep such a weight or return "
+           "the first stage's order, except for a weight of 0.", "",
            "| system | no instruction | instruction |", "|---|---|---|"]
     for name, cols in d["scifact"].items():
         shown = [f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction")]
@@ -631,9 +643,23 @@ def tart_held_out_table() -> list[str]:
 
     rerank = ""
     if "rerank_weights" in setup:
-        chosen = ", ".join(f"{t} {w['first_stage']}" for t, w in setup["rerank_weights"].items())
+        chosen = ", ".join(f"{t} {w['first_stage']}" + (f" ({w['confidence']:.0%})" if "confidence" in w else "")
+                           for t, w in setup["rerank_weights"].items())
+        if not all("confidence" in w for w in setup["rerank_weights"].values()):
+            chosen += " (chosen before the guard of `tune-weight --rerank`, on the grid 0-1)"
         rerank = (f" The reranker reorders the top {setup['rerank_depth']}; its first stage's share is chosen on "
                   f"the SciFact benchmark's dev tasks other than the held-out one: {chosen}.")
+        now = setup.get("rerank_weights_now")
+        if now:  # the same weights chosen again under the current rule (tart_held_out.py --weights-only)
+            first_stage = "tart_dual_held_out"
+            kept = [t for t, w in now["rerank_weights"].items() if w["first_stage"] == 1.0]
+            rerank += (" Chosen again with the guard (`" + now["command"] + "`): " + ", ".join(
+                f"{t} {w['first_stage']} (best {w['best']}, held in {w['confidence']:.0%})"
+                for t, w in now["rerank_weights"].items()) + ". The table's reranked rows were computed with the "
+                "weights before the guard (retraining the four held-out models to recompute them costs about an hour "
+                "here)" + ("; with weight 1 a reranked row is its first stage's order, so under the guard "
+                           + ", ".join(f"{t}'s would read {pair(d['held_out'][t][first_stage])}" for t in kept)
+                           if kept else "") + ".")
     out = [f"TART-dual on tasks it never saw: leave-one-task-out over {len(tasks)} berri-lite tasks, NDCG@10 on "
            f"{setup['dev_queries_per_task']} dev queries each, closed corpus, `no instruction / instruction` "
            f"(`{setup['command']}`; recipe `{setup['recipe']}` at {setup['cap_per_task']} training queries per task; "

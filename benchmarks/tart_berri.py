@@ -20,7 +20,9 @@ Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tar
   ``FIRST+tart_full`` and ``FIRST+NAME`` for ``--reranker NAME=SPEC`` (e.g. ``yesno=smollm2-135m``, the LM's
   zero-shot yes/no cross-encoder): the reranker reorders the
   first stage's top ``--rerank-depth`` and is interpolated with it, the reranker's weight again chosen on
-  the dev tasks; ``FIRST+RERANKER_raw`` is the reranking alone.
+  the dev tasks as the library chooses it (:func:`taskret.tart.fusion.tune_weight`: the first stage keeps at
+  least 0.1, and the reranker gets a share only if its dev gain holds in 95% of bootstrap resamples of the dev
+  queries); ``FIRST+RERANKER_raw`` is the reranking alone.
 
 Instructions: in the ``instruction`` column the instructed query ``"{instruction} [SEP] {claim}"`` goes to
 every model that reads text (encoders, rerankers) and to BM25 when BM25 is the whole system; inside a hybrid
@@ -53,7 +55,7 @@ from taskret.retrieval.hybrid import fuse_results
 from taskret.tart.distil import CONFIG_FILE as DISTIL_CONFIG
 from taskret.tart.dual import CONFIG_FILE as DUAL_CONFIG
 from taskret.tart.evaluation import compute_metrics
-from taskret.tart.fusion import DEFAULT_GRID, choose_weight, choose_weights
+from taskret.tart.fusion import DEFAULT_CONFIDENCE, DEFAULT_GRID, RERANK_GRID, choose_weight, choose_weights
 from taskret.tart.tasks import RetrievalTask, load_retrieval_task
 
 ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base", "e5": "dense:e5-small"}
@@ -65,6 +67,7 @@ THREE_WAY = "hybrid+minilm+e5"
 # kept in the result's "timings" with the earlier runs' (a ranking read from the cache is not timed again)
 TIMINGS: dict[str, float] = {}
 DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", "berri-lite/liar_plus")
+RERANK_DEPTH = 10  # first-stage documents a reranker reorders by default; other depths name their rows FIRST+NAME_topN
 
 
 class PairCache(Reranker):
@@ -146,22 +149,41 @@ class Rankings:
 
         return self._cached(name, instructed, compute)
 
-    def reranked(self, name: str, reranker, first: RetrievalResult, instructed: bool, top: int) -> RetrievalResult:
-        """``first``'s top ``top`` reranked; pair scores are shared through ``{reranker}.pairs.jsonl``, seeded from
-        any cached ranking by the same reranker (its first ``top`` scores are the reranker's own)."""
-        kind = name.rpartition("+")[2]  # the reranker's name in the rankings' file names: upr, tart_full
+    def reranked(self, name: str, reranker, first: RetrievalResult, instructed: bool, top: int,
+                 kind: str) -> RetrievalResult:
+        """``first``'s top ``top`` reranked; pair scores are shared through ``{kind}.pairs.jsonl`` (``kind`` the
+        reranker's name: upr, tart_full), seeded from any cached ranking by the same reranker (the scores of its
+        first ``min(top, that ranking's depth)`` documents are the reranker's own)."""
         cache = PairCache(reranker, self.work / f"{kind}.pairs.jsonl")
-        for path in self.work.glob(f"*+{kind}.*.jsonl"):
-            queries = dict(zip(self.qids, self.queries(path.name.endswith(".instruction.jsonl"))))
+        for path in self.work.glob(f"*+{kind}*.jsonl"):
+            instructed_file = path.name.endswith(".instruction.jsonl")
+            depth = _reranked_depth(path.name.rsplit(".", 2)[0], kind)
+            if depth is None:  # another reranker whose name starts alike (upr_gemma3 for upr)
+                continue
+            queries = dict(zip(self.qids, self.queries(instructed_file)))
             rows = [r for r in read_jsonl(path) if r["qid"] in queries]
-            cache.add([(queries[r["qid"]], self._doc_texts[d]) for r in rows for d in r["ids"][:top]],
-                      [s for r in rows for s in r["scores"][:top]])
+            cache.add([(queries[r["qid"]], self._doc_texts[d]) for r in rows for d in r["ids"][:depth]],
+                      [s for r in rows for s in r["scores"][:depth]])
         return self._cached(name, instructed, lambda: cache.rerank(self.queries(instructed), first,
                                                                    self._doc_texts.__getitem__, top_k=top))
 
     def ndcg(self, result: RetrievalResult) -> float:
         run = {q: {d: float(s) for d, s in zip(ids, row)} for q, ids, row in zip(self.qids, result.ids, result.scores)}
         return round(compute_metrics({q: self.task.qrels[q] for q in self.qids}, run)["ndcg@10"], 2)
+
+
+def reranked_name(first: str, reranker: str, depth: int) -> str:
+    """``FIRST+RERANKER`` for the default depth (the name earlier results use), ``FIRST+RERANKER_topN`` else."""
+    return f"{first}+{reranker}" + ("" if depth == RERANK_DEPTH else f"_top{depth}")
+
+
+def _reranked_depth(stem: str, kind: str) -> int | None:
+    """How deep the cached ranking ``stem`` was reranked by ``kind`` (None: not ``kind``'s reranking)."""
+    tail = stem.rpartition("+")[2]
+    if tail == kind:
+        return RERANK_DEPTH
+    depth = tail[len(kind) + len("_top"):]
+    return int(depth) if tail.startswith(f"{kind}_top") and depth.isdigit() else None
 
 
 def upr_name(lm: str) -> str:
@@ -175,12 +197,19 @@ def _average(rankings: list[RetrievalResult]) -> RetrievalResult:
     return fuse_results(rankings, [1 / len(rankings)] * len(rankings))
 
 
-def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalResult]]) -> tuple[float, dict]:
-    """The weight of the first ranking with the best mean dev NDCG@10 (:func:`taskret.tart.fusion.choose_weight`)."""
+def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalResult]],
+            rerank: bool = False) -> tuple[float, dict]:
+    """The weight of the first ranking with the best mean dev NDCG@10 (:func:`taskret.tart.fusion.choose_weight`)
+    and what to record of the choice. With ``rerank`` (the second ranking a reranking of the first) the choice is
+    the library's for a reranker: over :data:`RERANK_GRID`, guarded at :data:`DEFAULT_CONFIDENCE`."""
     first = {r.task.name: (r.qids, a) for r, (a, _) in zip(dev, pairs)}
     second = {r.task.name: (r.qids, b) for r, (_, b) in zip(dev, pairs)}
-    choice = choose_weight(first, second, [r.task for r in dev])
-    return choice.weight, {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}
+    if not rerank:
+        choice = choose_weight(first, second, [r.task for r in dev])
+        return choice.weight, {"dev_mean_ndcg": {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}}
+    choice = choose_weight(first, second, [r.task for r in dev], grid=RERANK_GRID, confidence=DEFAULT_CONFIDENCE)
+    return choice.weight, {"dev_mean_ndcg": {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()},
+                           "best": choice.best, "confidence": round(choice.confidence, 3)}
 
 
 def _choose_shares(dev: list[Rankings], rankings: list[list[RetrievalResult]],
@@ -270,7 +299,7 @@ def main() -> None:
     target = Rankings(scifact, work, args.depth)
     dev = [Rankings(t, work / "dev", args.depth) for t in dev_tasks]
     result: dict = {"scifact": {}, "weights": {}, "dev_tasks": [t.name for t in dev_tasks],
-                    "dev_limit": args.dev_limit, "rerank_depth": args.rerank_depth, "details": {}}
+                    "dev_limit": args.dev_limit, "rerank_depth": RERANK_DEPTH, "details": {}}  # other depths: FIRST+NAME_topN
     started = time.perf_counter()
 
     def first_stages(r: Rankings, instructed: bool) -> dict[str, RetrievalResult]:
@@ -292,8 +321,8 @@ def main() -> None:
         stages = {name: sci_first[name] for name in ["bm25", *encoders]}
         dev_stages = [{name: f[name] for name in ["bm25", *encoders]} for f in dev_first]
         for hybrid, encoder in hybrids.items():
-            weight, means = _choose(dev, [(f["bm25_bare"], f[encoder]) for f in dev_first])
-            result["weights"].setdefault(hybrid, {})[column] = {"bm25": weight, "dev_mean_ndcg": means}
+            weight, chosen = _choose(dev, [(f["bm25_bare"], f[encoder]) for f in dev_first])
+            result["weights"].setdefault(hybrid, {})[column] = {"bm25": weight, **chosen}
             stages[hybrid] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], [weight, 1 - weight])
             # the untuned alternative: reciprocal-rank fusion needs no weight, so no dev task can mislead it
             stages[f"{hybrid}_rrf"] = fuse_results([sci_first["bm25_bare"], sci_first[encoder]], fusion="rrf")
@@ -322,12 +351,12 @@ def main() -> None:
                 d[name] = fuse_results(ranks, list(shares))
         for rname, reranker in (rerankers.items() if column in rerank_columns else ()):
             for first in [s for s in args.rerank_first.split(",") if s in stages and s in dev_stages[0]]:
-                name = f"{first}+{rname}"
-                dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth)
+                name = reranked_name(first, rname, args.rerank_depth)
+                dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth, rname)
                                 for r, d in zip(dev, dev_stages)]
-                weight, means = _choose(dev, [(d[first], rr) for d, rr in zip(dev_stages, dev_reranked)])
-                result["weights"].setdefault(name, {})[column] = {first: weight, "dev_mean_ndcg": means}
-                reranked = target.reranked(name, reranker, stages[first], instructed, args.rerank_depth)
+                weight, chosen = _choose(dev, [(d[first], rr) for d, rr in zip(dev_stages, dev_reranked)], rerank=True)
+                result["weights"].setdefault(name, {})[column] = {first: weight, **chosen}
+                reranked = target.reranked(name, reranker, stages[first], instructed, args.rerank_depth, rname)
                 stages[f"{name}_raw"] = reranked
                 stages[name] = fuse_results([stages[first], reranked], [weight, 1 - weight])
                 for d, rr in zip(dev_stages, dev_reranked):
@@ -337,12 +366,14 @@ def main() -> None:
         for other in (n for n in rerankers if upr_names and not n.startswith("upr")):
             ensembles[f"{other}+{upr_names[0]}"] = [other, upr_names[0]]  # e.g. a trained TART-full + zero-shot UPR
         for label, members in ensembles.items():  # rerankings averaged (min-max, equal shares), then interpolated
-            for first in [s for s in args.rerank_first.split(",") if f"{s}+{members[0]}_raw" in stages]:
-                name = f"{first}+{label}"
-                dev_ensembles = [_average([d[f"{first}+{n}_raw"] for n in members]) for d in dev_stages]
-                weight, means = _choose(dev, [(d[first], e) for d, e in zip(dev_stages, dev_ensembles)])
-                result["weights"].setdefault(name, {})[column] = {first: weight, "dev_mean_ndcg": means}
-                stages[f"{name}_raw"] = _average([stages[f"{first}+{n}_raw"] for n in members])
+            raws = {first: [reranked_name(first, n, args.rerank_depth) + "_raw" for n in members]
+                    for first in args.rerank_first.split(",")}
+            for first in [s for s in args.rerank_first.split(",") if raws[s][0] in stages]:
+                name = reranked_name(first, label, args.rerank_depth)
+                dev_ensembles = [_average([d[raw] for raw in raws[first]]) for d in dev_stages]
+                weight, chosen = _choose(dev, [(d[first], e) for d, e in zip(dev_stages, dev_ensembles)], rerank=True)
+                result["weights"].setdefault(name, {})[column] = {first: weight, **chosen}
+                stages[f"{name}_raw"] = _average([stages[raw] for raw in raws[first]])
                 stages[name] = fuse_results([stages[first], stages[f"{name}_raw"]], [weight, 1 - weight])
                 for d, e in zip(dev_stages, dev_ensembles):
                     d[f"{name}_raw"] = e
@@ -396,7 +427,8 @@ def _parser():
     p.add_argument("--dev-limit", type=int, default=25, help="dev queries per task (seeded sample)")
     p.add_argument("--limit", type=int, default=None, help="SciFact test claims (default: all 300)")
     p.add_argument("--depth", type=int, default=100, help="first-stage depth fused")
-    p.add_argument("--rerank-depth", type=int, default=10, help="first-stage documents each reranker reorders")
+    p.add_argument("--rerank-depth", type=int, default=RERANK_DEPTH,
+                   help="first-stage documents each reranker reorders (other than 10: rows FIRST+NAME_topN)")
     p.add_argument("--columns", default="no_instruction,instruction",
                    help="which settings to run: no_instruction (the claim alone) and/or instruction")
     p.add_argument("--rerank-columns", default=None,

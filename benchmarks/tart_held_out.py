@@ -20,6 +20,9 @@ left as it is. Trainings resume (their stages are skipped when done) and ranking
 
 ``--name NAME --merge`` adds another recipe's held-out model (e.g. one whose ``dual`` block sets
 ``exclude_instruction_from_pooling``) beside the existing systems, its setup under ``held_out_setup.more.NAME``.
+``--weights-only`` (with ``--rerank``) trains and ranks nothing: it chooses each held-out task's reranker weight
+again from the dev cache, as the current rule chooses it, into ``held_out_setup.rerank_weights_now`` (with its
+command), so weights chosen under an older rule can be checked without retraining four models.
 """
 
 from __future__ import annotations
@@ -66,9 +69,9 @@ def rerank_weight(reranker, held_out: str, args) -> dict:
     # weight may differ from the one tart_berri.py cached its reranking for. Shared pair scores are reused.
     reranked = [PairCache(reranker, r.work / f"{args.rerank}.pairs.jsonl").rerank(
         r.queries(False), h, r._doc_texts.__getitem__, top_k=args.rerank_depth) for r, h in zip(dev, hybrids)]
-    weight, means = _choose(dev, list(zip(hybrids, reranked)))
+    weight, chosen = _choose(dev, list(zip(hybrids, reranked)), rerank=True)
     return {"first_stage": weight, "dev_tasks": [r.task.name for r in dev], "hybrid_bm25_weight": hybrid_weight,
-            "dev_mean_ndcg": means}
+            **chosen}
 
 
 def main() -> None:
@@ -87,6 +90,17 @@ def main() -> None:
         reranker = load_reranker(f"upr:{args.upr_lm}" if args.rerank == "upr" else args.rerank)
     rerank_columns = [c.strip() for c in args.rerank_columns.split(",") if c.strip()]
     held_out_system = args.name
+    if args.weights_only:
+        if reranker is None:
+            raise SystemExit("--weights-only chooses the reranker's weights: give --rerank")
+        result = read_json(Path(args.out))
+        result["held_out_setup"]["rerank_weights_now"] = {
+            "rerank_weights": {name.split("/")[-1]: rerank_weight(reranker, name, args) for name in held_out},
+            "rerank_depth": args.rerank_depth, "machine": machine(), "command": command_line(args, arg_parser)}
+        write_result(Path(args.out), result)
+        for task, chosen in result["held_out_setup"]["rerank_weights_now"]["rerank_weights"].items():
+            print(f"{task}: first stage {chosen['first_stage']} (best {chosen['best']}, {chosen['confidence']:.0%})")
+        return
     # Another recipe trains into its own folders, so the default recipe's trainings stay resumable beside it.
     loo_dir = work / ("loo" if held_out_system == HELD_OUT_SYSTEM else f"loo_{held_out_system}")
     for name in held_out:
@@ -112,7 +126,8 @@ def main() -> None:
             for column in rerank_columns:
                 first = rankings.first_stage(held_out_system, systems[held_out_system], column == "instruction")
                 system = f"{held_out_system}+{args.rerank}"
-                reranked = rankings.reranked(system, reranker, first, column == "instruction", args.rerank_depth)
+                reranked = rankings.reranked(system, reranker, first, column == "instruction", args.rerank_depth,
+                                             args.rerank)
                 fused = fuse_results([first, reranked], [weights[task.name]["first_stage"],
                                                          1 - weights[task.name]["first_stage"]])
                 scores.setdefault(f"{system}_raw", {})[column] = rankings.ndcg(reranked)
@@ -167,6 +182,8 @@ def _parser():
     p.add_argument("--name", default=HELD_OUT_SYSTEM, help="the held-out model's system name (another recipe, another name)")
     p.add_argument("--merge", action="store_true",
                    help="add this run's systems to the existing held_out block (same tasks) instead of replacing it")
+    p.add_argument("--weights-only", action="store_true",
+                   help="with --rerank: only choose each task's reranker weight again (no training, no ranking)")
     return p
 
 

@@ -174,3 +174,18 @@ def test_tune_weight_refuses_two_partners_or_none(tmp_path):
     for extra in ([], ["--second", "random", "--rerank", "upr:smollm2-135m"]):
         result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", *extra)
         assert result.exit_code == 2 and "exactly one" in result.output, result.output
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--confidence", "0.9")
+    assert result.exit_code == 2 and "--confidence guards a reranker" in result.output, result.output
+
+
+def test_tune_weight_of_a_reranker_records_its_guard(tmp_path, tiny_model_dir):
+    folder = write_beir(tmp_path / "facts")
+    out = tmp_path / "weight.json"
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--rerank", f"upr:{tiny_model_dir}",
+                    "--rerank-depth", "3", "--out", out)
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert "0" not in saved["mean_ndcg"] and saved["confidence_required"] == 0.95  # the first stage keeps a share
+    # a random tiny LM: its weight stands only if its dev gain passed the guard, else the first stage's order
+    assert saved["weight"] == (saved["best"] if saved["confidence"] >= 0.95 else 1.0)
+    assert f"--rerank-weight {saved['weight']:g}" in result.output

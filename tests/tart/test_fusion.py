@@ -8,10 +8,13 @@ import pytest
 
 from taskret.rerank import Reranker
 from taskret.retrieval import BM25Retriever, RandomRetriever
+from taskret.retrieval.base import RetrievalResult
 from taskret.tart.fusion import (
+    RERANK_GRID,
     choose_weight,
     choose_weights,
     fused_ndcg,
+    gain_confidence,
     rank_tasks,
     simplex_grid,
     tune_weight,
@@ -80,6 +83,54 @@ def test_tune_weight_against_a_reranker_gives_the_first_stage_a_small_share():
     # the reranker only reorders the top rerank_depth: at depth 1 it cannot fix a random order
     shallow = tune_weight("random", tasks, reranker=WordOverlap(), rerank_depth=1, depth=8, grid=[0.0])
     assert shallow.mean_ndcg[0.0] < 100.0
+    # by default the first stage keeps at least a tenth, and the (large) gain passes the guard
+    default = tune_weight("random", tasks, reranker=WordOverlap(), rerank_depth=8, depth=8)
+    assert min(default.mean_ndcg) == 0.1 and default.confidence >= 0.95 and default.weight == default.best < 1.0
+
+
+def _second_first(task: RetrievalTask, fixed: int) -> tuple:
+    """Rankings of ``task``'s queries putting each relevant document second, and a "reranking" that moves it
+    first for the first ``fixed`` queries only."""
+    qids = list(task.qrels)
+    docs = list(task.corpus)
+
+    def ranking(first_for: set[str]) -> RetrievalResult:
+        ids = []
+        for q in qids:
+            relevant = next(iter(task.qrels[q]))
+            others = [d for d in docs if d != relevant]
+            ids.append([relevant, *others] if q in first_for else [others[0], relevant, *others[1:]])
+        scores = np.tile(np.arange(len(docs), 0, -1, dtype=np.float32), (len(qids), 1))
+        return RetrievalResult(ids, scores)
+
+    return {task.name: (qids, ranking(set()))}, {task.name: (qids, ranking(set(qids[:fixed])))}
+
+
+def test_a_gain_on_one_query_in_eight_is_noise_the_guard_keeps_the_first_stage():
+    task = _task("a", 0)
+    first, lucky = _second_first(task, fixed=1)
+    plain = choose_weight(first, lucky, [task], grid=RERANK_GRID)
+    assert plain.weight < 1.0 and plain.mean_ndcg[plain.weight] > plain.mean_ndcg[1.0]  # the dev gain is real...
+    guarded = choose_weight(first, lucky, [task], grid=RERANK_GRID, confidence=0.95)
+    # ...but 7 of 8 queries gain nothing: a resample misses the one that does in (7/8)^8 = 34% of draws
+    assert guarded.best == plain.weight and 0.5 < guarded.confidence < 0.8
+    assert guarded.weight == 1.0 and guarded.mean_ndcg == plain.mean_ndcg
+    assert choose_weight(first, lucky, [task], grid=RERANK_GRID, confidence=0.0).weight == plain.weight
+    # a reranker that helps every query keeps its share
+    _, better = _second_first(task, fixed=8)
+    sure = choose_weight(first, better, [task], grid=RERANK_GRID, confidence=0.95)
+    assert sure.confidence == 1.0 and sure.weight == sure.best < 1.0
+    # the first stage against itself gains nothing: never confident
+    assert gain_confidence(first, first, [task], 0.5) == 0.0
+    with pytest.raises(ValueError, match="confidence"):
+        choose_weight(first, better, [task], confidence=1.5)
+
+
+def test_the_guard_scores_the_first_stage_alone_even_off_the_grid():
+    task = _task("a", 0)
+    first, better = _second_first(task, fixed=8)
+    choice = choose_weight(first, better, [task], grid=[0.2, 0.5], confidence=0.95)
+    assert 1.0 in choice.mean_ndcg and choice.weight in (0.2, 0.5)
 
 
 def test_tune_weight_needs_exactly_one_partner_and_plain_retrievers_to_fuse():

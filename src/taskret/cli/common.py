@@ -107,7 +107,7 @@ FormatName = Annotated[Optional[str], typer.Option(
 RerankWeight = Annotated[Optional[float], typer.Option(
     "--rerank-weight", min=0.0, max=1.0,
     help="with --rerank: interpolate the reranking with its first stage, this being the first stage's share of "
-    "min-max normalised scores (0-1; choose it on dev data, e.g. taskret.tart.fusion.choose_weight); default: the "
+    "min-max normalised scores (0-1; choose it on dev data with `taskret tart tune-weight --rerank`); default: the "
     "reranker's order alone")]
 
 DataDir = Annotated[Optional[Path], typer.Option(

@@ -185,6 +185,11 @@ def tune_weight(
     rerank: Optional[str] = typer.Option(None, help="a reranker reordering --first's top --rerank-depth (upr:LM, a "
                                          "TART-full or CrossEncoder folder): tunes --rerank-weight"),
     rerank_depth: int = typer.Option(10, "--rerank-depth", help="first-stage documents the reranker reorders"),
+    confidence: Optional[float] = typer.Option(
+        None, min=0.0, max=1.0,
+        help="with --rerank: the reranker gets a share only if its best weight beats the first stage alone in this "
+        "share of bootstrap resamples of the dev queries, else the weight is 1 (default 0.95; 0: take the best "
+        "weight however small its gain)"),
     instruction: bool = typer.Option(False, "--instruction/--no-instruction",
                                      help="tune on instructed queries ('{instruction} [SEP] {query}')"),
     instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
@@ -199,14 +204,17 @@ def tune_weight(
     from rich.table import Table
 
     from ..io import write_json
+    from ..tart.fusion import DEFAULT_CONFIDENCE, tune_weights
     from ..tart.fusion import tune_weight as tune
-    from ..tart.fusion import tune_weights
     from ..tart.tasks import load_retrieval_task
 
     if (not second) == (rerank is None):
         raise ValueError("give exactly one of --second (a retriever to fuse with --first) or --rerank")
     if limit is not None and limit < 1:
         raise ValueError("--limit must be at least 1")
+    if confidence is not None and not rerank:
+        raise ValueError("--confidence guards a reranker's weight: give it with --rerank")
+    confidence = DEFAULT_CONFIDENCE if confidence is None else confidence
     loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
               for name in _task_names(tasks)]
     if second and len(second) > 1:
@@ -218,18 +226,26 @@ def tune_weight(
     second = second[0] if second else None
     with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every weight"):
         choice = tune(first, loaded, second=second, reranker=rerank, rerank_depth=rerank_depth, depth=depth,
-                      use_instruction=instruction)
+                      use_instruction=instruction, confidence=confidence)
     table = Table("weight of --first", *(t.name for t in loaded), "mean NDCG@10",
                   title=f"{first} vs {second or 'its reranking by ' + str(rerank)}")
     for weight, mean in choice.mean_ndcg.items():
         mark = " <- chosen" if weight == choice.weight else ""
         table.add_row(f"{weight:g}", *(f"{choice.per_task[weight][t.name]:.1f}" for t in loaded), f"{mean:.2f}{mark}")
     Console().print(table)
+    if choice.confidence is not None and choice.weight != choice.best:
+        console.print(f"the best weight {choice.best:g} beat the first stage alone in {choice.confidence:.0%} of "
+                      f"bootstrap resamples of the dev queries, under --confidence {confidence:g}: the first stage "
+                      "keeps its order (weight 1)")
+    elif choice.confidence is not None and choice.best != 1.0:
+        console.print(f"the reranker's gain held in {choice.confidence:.0%} of bootstrap resamples of the dev queries")
     use = (f"--retriever 'hybrid:{first}+{second}?fusion=convex&weight={choice.weight:g}'" if second is not None else
            f"--retriever '{first}' --rerank {rerank} --rerank-depth {rerank_depth} --rerank-weight {choice.weight:g}")
     console.print(f"use: {use}")
     if out is not None:
-        write_json(out, {"weight": choice.weight, "first": first, "second": second, "rerank": rerank,
+        write_json(out, {"weight": choice.weight, "best": choice.best, "confidence": choice.confidence,
+                         "confidence_required": confidence if rerank else None,
+                         "first": first, "second": second, "rerank": rerank,
                          "rerank_depth": rerank_depth if rerank else None, "use_instruction": instruction,
                          "tasks": [t.name for t in loaded], "limit": limit, "seed": seed,
                          "mean_ndcg": {f"{w:g}": round(v, 2) for w, v in choice.mean_ndcg.items()},

@@ -56,8 +56,9 @@ class Reranker(ABC):
 
         ``first_stage_weight`` (0-1) interpolates the reranking with ``result``: min-max normalised scores, this
         share for the first stage and the rest for the reranker (:func:`~taskret.retrieval.hybrid.fuse_results`).
-        With the weight chosen on dev data (:func:`taskret.tart.fusion.choose_weight`) a weak reranker cannot
-        wreck a good first stage: at 1 the first stage's order comes back. None keeps the reranker's order.
+        With the weight chosen on dev data (:func:`taskret.tart.fusion.tune_weight`, which gives the reranker a
+        share only when its dev gain is more than noise) a weak reranker cannot wreck a good first stage: at 1 the
+        first stage's order comes back. None keeps the reranker's order.
         """
         if top_k < 1:
             raise ValueError("top_k must be at least 1")

@@ -8,6 +8,16 @@ rankings (:func:`taskret.retrieval.hybrid.fuse_convex`: min-max normalised score
 scores 0), and the weight with the best NDCG@10 averaged over tasks wins (ties: the weight nearest 0.5,
 then the smaller). The evaluation task never enters: a weight picked on it would be an upper bound.
 
+A reranker's weight is *guarded* (``confidence``, 0.95 by default in :func:`tune_weight`): a dev gain of a few
+tenths over a hundred queries is noise, and a weight picked for noise moved SciFact below its first stage (a
+fine-tuned SmolLM2 TART-full: +0.2 on dev, -0.2 on SciFact). So the reranker gets a share only when a paired
+bootstrap over the dev queries (resampled within each task, the statistic the mean over tasks, as the choice
+itself) finds the best weight above the first stage alone in at least ``confidence`` of the resamples
+(:func:`gain_confidence`); otherwise the weight is 1, the first stage's order. And the first stage always keeps
+a share (:data:`RERANK_GRID` starts at 0.1): a reranking alone, chosen on dev tasks, is the one choice that can
+throw a good first stage away entirely. The bootstrap is of the weight that won on the same queries, so it is
+optimistic; the guard removes noise-sized gains, it proves nothing about the evaluation task.
+
 :func:`tune_weight` does the whole job from specs (``taskret tart tune-weight`` on the command line): a first
 stage fused with a second retriever (the ``weight`` of ``hybrid:FIRST+SECOND?fusion=convex&weight=W``) or
 reranked (the ``--rerank-weight`` of ``taskret tart evaluate/search``).
@@ -26,9 +36,14 @@ from .evaluation import compute_metrics
 from .tasks import RetrievalTask, doc_text
 
 __all__ = ["WeightChoice", "WeightsChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight",
-           "choose_weights", "simplex_grid", "tune_weight", "tune_weights", "DEFAULT_GRID"]
+           "choose_weights", "gain_confidence", "simplex_grid", "tune_weight", "tune_weights", "DEFAULT_GRID",
+           "RERANK_GRID", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
+# the first stage's share against a reranker: never 0, so the first stage always informs the order
+RERANK_GRID = DEFAULT_GRID[1:]
+DEFAULT_CONFIDENCE = 0.95  # a reranker's share needs its dev gain in 95% of the bootstrap resamples
+BOOTSTRAP_RESAMPLES = 2000
 
 
 class WeightsChoice(NamedTuple):
@@ -42,11 +57,15 @@ class WeightsChoice(NamedTuple):
 
 class WeightChoice(NamedTuple):
     """The chosen weight of the FIRST ranking, and the mean NDCG@10 over tasks of every weight tried
-    (``per_task[weight][task]`` too)."""
+    (``per_task[weight][task]`` too). With a guard (``confidence``), ``best`` is the weight that scored best
+    and ``confidence`` the share of bootstrap resamples in which it beat the first ranking alone: ``weight`` is
+    ``best`` when that share reaches the guard's, else 1."""
 
     weight: float
     mean_ndcg: dict[float, float]
     per_task: dict[float, dict[str, float]]
+    best: float | None = None
+    confidence: float | None = None
 
 
 def rank_tasks(make: Callable[[], object], tasks: Sequence[RetrievalTask], depth: int = 100,
@@ -72,16 +91,24 @@ def _fused_run(rankings: Sequence[RetrievalResult], qids: Sequence[str],
             for q, qid in enumerate(qids)}
 
 
-def _fused_ndcgs(rankings: Sequence[Rankings], tasks: Sequence[RetrievalTask],
-                 weights: Sequence[float]) -> dict[str, float]:
+def _query_ndcgs(rankings: Sequence[Rankings], tasks: Sequence[RetrievalTask],
+                 weights: Sequence[float]) -> dict[str, np.ndarray]:
+    """NDCG@10 of each judged query of each task (in qrels order) under the convex fusion with ``weights``."""
     out = {}
     for task in tasks:
         qids = rankings[0][task.name][0]
         if any(r[task.name][0] != qids for r in rankings[1:]):
             raise ValueError(f"task '{task.name}': the rankings to fuse are of different queries")
         run = _fused_run([r[task.name][1] for r in rankings], qids, weights)
-        out[task.name] = compute_metrics({q: task.qrels[q] for q in qids}, run)["ndcg@10"]
+        rows = compute_metrics({q: task.qrels[q] for q in qids}, run, per_query=True)["per_query"]
+        out[task.name] = np.array([row["ndcg@10"] for row in rows.values()], dtype=np.float64)
     return out
+
+
+def _fused_ndcgs(rankings: Sequence[Rankings], tasks: Sequence[RetrievalTask],
+                 weights: Sequence[float]) -> dict[str, float]:
+    return {name: float(values.mean()) if len(values) else 0.0
+            for name, values in _query_ndcgs(rankings, tasks, weights).items()}
 
 
 def fused_ndcg(first: Rankings, second: Rankings, tasks: Sequence[RetrievalTask], weight: float) -> dict[str, float]:
@@ -122,15 +149,49 @@ def choose_weights(rankings: Sequence[Rankings], tasks: Sequence[RetrievalTask],
     return WeightsChoice(best, mean, per_task)
 
 
+def gain_confidence(first: Rankings, second: Rankings, tasks: Sequence[RetrievalTask], weight: float,
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> float:
+    """The share of paired bootstrap resamples of the dev queries in which the fusion ``weight * first +
+    (1 - weight) * second`` has a higher mean NDCG@10 over tasks than ``first`` alone. Queries are resampled
+    within each task, so every task keeps its weight in the mean, as in :func:`choose_weight`."""
+    if resamples < 1:
+        raise ValueError("resamples must be at least 1")
+    fused = _query_ndcgs([first, second], tasks, [weight, 1 - weight])
+    alone = _query_ndcgs([first, second], tasks, [1.0, 0.0])
+    rng = np.random.default_rng(seed)
+    total = np.zeros(resamples)
+    judged = [task.name for task in tasks if len(fused[task.name])]
+    if not judged:
+        return 0.0
+    for name in judged:
+        gains = fused[name] - alone[name]
+        total += gains[rng.integers(0, len(gains), size=(resamples, len(gains)))].mean(axis=1)
+    return float((total / len(judged) > 0).mean())
+
+
 def choose_weight(first: Rankings, second: Rankings, tasks: Sequence[RetrievalTask],
-                  grid: Sequence[float] = DEFAULT_GRID) -> WeightChoice:
+                  grid: Sequence[float] = DEFAULT_GRID, confidence: float | None = None,
+                  resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> WeightChoice:
     """The grid weight of ``first`` whose fusion with ``second`` has the best mean NDCG@10 over ``tasks``
-    (ties: the weight nearest 0.5, then the smaller)."""
+    (ties: the weight nearest 0.5, then the smaller).
+
+    With ``confidence`` (0-1; for a reranker's weight, ``second`` the reranking of ``first``), that weight is
+    kept only when it beats ``first`` alone in at least that share of bootstrap resamples of the dev queries
+    (:func:`gain_confidence`); otherwise the weight is 1: the first stage's own order."""
     if not grid or any(not 0.0 <= w <= 1.0 for w in grid):
         raise ValueError(f"fusion weights must lie in [0, 1], got {list(grid)}")
+    if confidence is not None and not 0.0 <= confidence <= 1.0:
+        raise ValueError(f"confidence must lie in [0, 1], got {confidence}")
+    if confidence is not None and 1.0 not in grid:  # the first stage alone is the guard's fallback: score it too
+        grid = [*grid, 1.0]
     choice = choose_weights([first, second], tasks, grid=[(float(w), 1 - float(w)) for w in grid])
-    return WeightChoice(choice.weights[0], {w[0]: m for w, m in choice.mean_ndcg.items()},
-                        {w[0]: t for w, t in choice.per_task.items()})
+    mean = {w[0]: m for w, m in choice.mean_ndcg.items()}
+    per_task = {w[0]: t for w, t in choice.per_task.items()}
+    best = choice.weights[0]
+    if confidence is None:
+        return WeightChoice(best, mean, per_task)
+    sure = 1.0 if best == 1.0 else gain_confidence(first, second, tasks, best, resamples=resamples, seed=seed)
+    return WeightChoice(best if sure >= confidence else 1.0, mean, per_task, best, sure)
 
 
 def rerank_tasks(reranker, first: dict[str, tuple[list[str], RetrievalResult]], tasks: Sequence[RetrievalTask],
@@ -149,11 +210,12 @@ def rerank_tasks(reranker, first: dict[str, tuple[list[str], RetrievalResult]], 
 
 def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None = None, reranker=None,
                 rerank_depth: int = 10, depth: int = 100, use_instruction: bool = False,
-                grid: Sequence[float] = DEFAULT_GRID) -> WeightChoice:
+                grid: Sequence[float] | None = None, confidence: float = DEFAULT_CONFIDENCE) -> WeightChoice:
     """The weight of the retriever spec ``first`` against ``second`` (another retriever spec: a hybrid's
-    ``weight``) or against ``reranker`` (a :class:`~taskret.rerank.Reranker` or a name
-    :func:`~taskret.rerank.load_reranker` takes, reordering ``first``'s top ``rerank_depth``: the first stage's
-    share, ``--rerank-weight``), chosen on ``tasks`` (dev tasks, never the one you will evaluate)."""
+    ``weight``; grid :data:`DEFAULT_GRID`) or against ``reranker`` (a :class:`~taskret.rerank.Reranker` or a
+    name :func:`~taskret.rerank.load_reranker` takes, reordering ``first``'s top ``rerank_depth``: the first
+    stage's share, ``--rerank-weight``; grid :data:`RERANK_GRID`, guarded by ``confidence``, 0 to take the best
+    weight however small its gain), chosen on ``tasks`` (dev tasks, never the one you will evaluate)."""
     from ..retrieval import make_retriever
 
     if (second is None) == (reranker is None):
@@ -168,12 +230,13 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
     first_rankings = rank_tasks(lambda: make_retriever(first), tasks, depth=depth, use_instruction=use_instruction)
     if second is not None:
         other = rank_tasks(lambda: make_retriever(second), tasks, depth=depth, use_instruction=use_instruction)
-    else:
-        from ..rerank import load_reranker
+        return choose_weight(first_rankings, other, tasks, grid=DEFAULT_GRID if grid is None else grid)
+    from ..rerank import load_reranker
 
-        other = rerank_tasks(load_reranker(reranker), first_rankings, tasks, top_k=rerank_depth,
-                             use_instruction=use_instruction)
-    return choose_weight(first_rankings, other, tasks, grid=grid)
+    other = rerank_tasks(load_reranker(reranker), first_rankings, tasks, top_k=rerank_depth,
+                         use_instruction=use_instruction)
+    return choose_weight(first_rankings, other, tasks, grid=RERANK_GRID if grid is None else grid,
+                         confidence=confidence)
 
 
 def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: int = 100, use_instruction: bool = False,
