@@ -58,8 +58,8 @@ class WeightsChoice(NamedTuple):
 class WeightChoice(NamedTuple):
     """The chosen weight of the FIRST ranking, and the mean NDCG@10 over tasks of every weight tried
     (``per_task[weight][task]`` too). With a guard (``confidence``), ``best`` is the weight that scored best
-    and ``confidence`` the share of bootstrap resamples in which it beat the first ranking alone: ``weight`` is
-    ``best`` when that share reaches the guard's, else 1."""
+    and ``confidence`` the share of bootstrap resamples in which it beat the first ranking alone (1 when ``best``
+    is 1 itself: nothing to guard): ``weight`` is ``best`` when that share reaches the guard's, else 1."""
 
     weight: float
     mean_ndcg: dict[float, float]
