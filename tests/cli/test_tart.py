@@ -188,4 +188,5 @@ def test_tune_weight_of_a_reranker_records_its_guard(tmp_path, tiny_model_dir):
     assert "0" not in saved["mean_ndcg"] and saved["confidence_required"] == 0.95  # the first stage keeps a share
     # a random tiny LM: its weight stands only if its dev gain passed the guard, else the first stage's order
     assert saved["weight"] == (saved["best"] if saved["confidence"] >= 0.95 else 1.0)
+    assert ("keeps its order" in result.output) == (saved["weight"] != saved["best"])
     assert f"--rerank-weight {saved['weight']:g}" in result.output
