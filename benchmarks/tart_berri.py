@@ -20,7 +20,7 @@ Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tar
   ``FIRST+tart_full`` and ``FIRST+NAME`` for ``--reranker NAME=SPEC`` (e.g. ``yesno=smollm2-135m``, the LM's
   zero-shot yes/no cross-encoder): the reranker reorders the
   first stage's top ``--rerank-depth`` and is interpolated with it, the reranker's weight again chosen on
-  the dev tasks as the library chooses it (:func:`taskret.tart.fusion.tune_weight`: the first stage keeps at
+  the dev tasks as the library chooses it (:func:`taskret.tart.fusion.choose_rerank_weight`: the first stage keeps at
   least 0.1, and the reranker gets a share only if its dev gain holds in 95% of bootstrap resamples of the dev
   queries); ``FIRST+RERANKER_raw`` is the reranking alone.
 
@@ -55,7 +55,7 @@ from taskret.retrieval.hybrid import fuse_results
 from taskret.tart.distil import CONFIG_FILE as DISTIL_CONFIG
 from taskret.tart.dual import CONFIG_FILE as DUAL_CONFIG
 from taskret.tart.evaluation import compute_metrics
-from taskret.tart.fusion import DEFAULT_CONFIDENCE, DEFAULT_GRID, RERANK_GRID, choose_weight, choose_weights
+from taskret.tart.fusion import DEFAULT_GRID, choose_rerank_weight, choose_weight, choose_weights
 from taskret.tart.tasks import RetrievalTask, load_retrieval_task
 
 ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base", "e5": "dense:e5-small"}
@@ -201,15 +201,14 @@ def _choose(dev: list[Rankings], pairs: list[tuple[RetrievalResult, RetrievalRes
             rerank: bool = False) -> tuple[float, dict]:
     """The weight of the first ranking with the best mean dev NDCG@10 (:func:`taskret.tart.fusion.choose_weight`)
     and what to record of the choice. With ``rerank`` (the second ranking a reranking of the first) the choice is
-    the library's for a reranker: over :data:`RERANK_GRID`, guarded at :data:`DEFAULT_CONFIDENCE`."""
+    the library's for a reranker (:func:`taskret.tart.fusion.choose_rerank_weight`: floor 0.1, guarded)."""
     first = {r.task.name: (r.qids, a) for r, (a, _) in zip(dev, pairs)}
     second = {r.task.name: (r.qids, b) for r, (_, b) in zip(dev, pairs)}
-    if not rerank:
-        choice = choose_weight(first, second, [r.task for r in dev])
-        return choice.weight, {"dev_mean_ndcg": {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}}
-    choice = choose_weight(first, second, [r.task for r in dev], grid=RERANK_GRID, confidence=DEFAULT_CONFIDENCE)
-    return choice.weight, {"dev_mean_ndcg": {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()},
-                           "best": choice.best, "confidence": round(choice.confidence, 3)}
+    choice = (choose_rerank_weight if rerank else choose_weight)(first, second, [r.task for r in dev])
+    record = {"dev_mean_ndcg": {str(w): round(v, 2) for w, v in choice.mean_ndcg.items()}}
+    if choice.confidence is not None:
+        record.update(best=choice.best, confidence=round(choice.confidence, 3))
+    return choice.weight, record
 
 
 def _choose_shares(dev: list[Rankings], rankings: list[list[RetrievalResult]],

@@ -11,6 +11,7 @@ from taskret.retrieval import BM25Retriever, RandomRetriever
 from taskret.retrieval.base import RetrievalResult
 from taskret.tart.fusion import (
     RERANK_GRID,
+    choose_rerank_weight,
     choose_weight,
     choose_weights,
     fused_ndcg,
@@ -116,6 +117,7 @@ def test_a_gain_on_one_query_in_eight_is_noise_the_guard_keeps_the_first_stage()
     assert guarded.best == plain.weight and 0.5 < guarded.confidence < 0.8
     assert guarded.weight == 1.0 and guarded.mean_ndcg == plain.mean_ndcg
     assert choose_weight(first, lucky, [task], grid=RERANK_GRID, confidence=0.0).weight == plain.weight
+    assert choose_rerank_weight(first, lucky, [task]) == guarded  # the reranker's defaults: RERANK_GRID, 0.95
     # a reranker that helps every query keeps its share
     _, better = _second_first(task, fixed=8)
     sure = choose_weight(first, better, [task], grid=RERANK_GRID, confidence=0.95)

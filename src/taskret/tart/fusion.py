@@ -8,9 +8,10 @@ rankings (:func:`taskret.retrieval.hybrid.fuse_convex`: min-max normalised score
 scores 0), and the weight with the best NDCG@10 averaged over tasks wins (ties: the weight nearest 0.5,
 then the smaller). The evaluation task never enters: a weight picked on it would be an upper bound.
 
-A reranker's weight is *guarded* (``confidence``, 0.95 by default in :func:`tune_weight`): a dev gain of a few
-tenths over a hundred queries is noise, and a weight picked for noise moved SciFact below its first stage (a
-fine-tuned SmolLM2 TART-full: +0.2 on dev, -0.2 on SciFact). So the reranker gets a share only when a paired
+A reranker's weight is *guarded* (:func:`choose_rerank_weight`, which :func:`tune_weight` uses; ``confidence``
+0.95 by default): a dev gain of a few tenths over a hundred queries is noise, and a weight picked for noise moved
+SciFact below its first stage (a fine-tuned SmolLM2 TART-full: +0.2 on dev, -0.2 on SciFact). So the reranker
+gets a share only when a paired
 bootstrap over the dev queries (resampled within each task, the statistic the mean over tasks, as the choice
 itself) finds the best weight above the first stage alone in at least ``confidence`` of the resamples
 (:func:`gain_confidence`); otherwise the weight is 1, the first stage's order. And the first stage always keeps
@@ -36,7 +37,7 @@ from .evaluation import compute_metrics
 from .tasks import RetrievalTask, doc_text
 
 __all__ = ["WeightChoice", "WeightsChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight",
-           "choose_weights", "gain_confidence", "simplex_grid", "tune_weight", "tune_weights", "DEFAULT_GRID",
+           "choose_rerank_weight", "choose_weights", "gain_confidence", "simplex_grid", "tune_weight", "tune_weights", "DEFAULT_GRID",
            "RERANK_GRID", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
@@ -194,6 +195,14 @@ def choose_weight(first: Rankings, second: Rankings, tasks: Sequence[RetrievalTa
     return WeightChoice(best if sure >= confidence else 1.0, mean, per_task, best, sure)
 
 
+def choose_rerank_weight(first: Rankings, reranked: Rankings, tasks: Sequence[RetrievalTask],
+                         grid: Sequence[float] = RERANK_GRID, confidence: float = DEFAULT_CONFIDENCE) -> WeightChoice:
+    """The first stage's share against its reranking ``reranked`` (``--rerank-weight``), chosen the way a
+    reranker's weight is: over :data:`RERANK_GRID` (the first stage keeps at least 0.1) and guarded at
+    ``confidence`` (:func:`choose_weight`; 0 takes the best weight however small its gain)."""
+    return choose_weight(first, reranked, tasks, grid=grid, confidence=confidence)
+
+
 def rerank_tasks(reranker, first: dict[str, tuple[list[str], RetrievalResult]], tasks: Sequence[RetrievalTask],
                  top_k: int = 10, use_instruction: bool = False) -> dict[str, tuple[list[str], RetrievalResult]]:
     """Each task's ranking in ``first`` with its top ``top_k`` reordered by ``reranker`` (the reranker's own
@@ -235,8 +244,8 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
 
     other = rerank_tasks(load_reranker(reranker), first_rankings, tasks, top_k=rerank_depth,
                          use_instruction=use_instruction)
-    return choose_weight(first_rankings, other, tasks, grid=RERANK_GRID if grid is None else grid,
-                         confidence=confidence)
+    return choose_rerank_weight(first_rankings, other, tasks, grid=RERANK_GRID if grid is None else grid,
+                                confidence=confidence)
 
 
 def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: int = 100, use_instruction: bool = False,
