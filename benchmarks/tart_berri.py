@@ -55,7 +55,7 @@ from taskret.retrieval.hybrid import fuse_results
 from taskret.tart.distil import CONFIG_FILE as DISTIL_CONFIG
 from taskret.tart.dual import CONFIG_FILE as DUAL_CONFIG
 from taskret.tart.evaluation import compute_metrics
-from taskret.tart.fusion import DEFAULT_GRID, choose_rerank_weight, choose_weight, choose_weights
+from taskret.tart.fusion import DEFAULT_GRID, choose_rerank_weight, choose_weight, choose_weights, dev_overlap
 from taskret.tart.tasks import RetrievalTask, load_retrieval_task
 
 ENCODERS = {"minilm": "dense:minilm-l6", "mpnet": "dense:mpnet-base", "e5": "dense:e5-small"}
@@ -299,6 +299,9 @@ def main() -> None:
     dev = [Rankings(t, work / "dev", args.depth) for t in dev_tasks]
     result: dict = {"scifact": {}, "weights": {}, "dev_tasks": [t.name for t in dev_tasks],
                     "dev_limit": args.dev_limit, "rerank_depth": RERANK_DEPTH, "details": {}}  # other depths: FIRST+NAME_topN
+    # a trained encoder whose training tasks include a dev task looks better on dev than it is: say so
+    result["dev_overlap"] = {name: tasks for name, spec in encoders.items()
+                             for tasks in dev_overlap([spec], dev_tasks).values()}
     started = time.perf_counter()
 
     def first_stages(r: Rankings, instructed: bool) -> dict[str, RetrievalResult]:
@@ -396,6 +399,7 @@ def main() -> None:
             for key in ("scifact", "weights", "details"):
                 for name, cols in earlier.get(key, {}).items():
                     result[key][name] = {**cols, **result[key].get(name, {})}
+            result["dev_overlap"] = {**earlier.get("dev_overlap", {}), **result["dev_overlap"]}
             result["commands"] = [*earlier.get("commands", []), *result["commands"]]
             result["wall_time_s"] += earlier.get("wall_time_s", 0.0)
     write_result(args.out, result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 from typer.testing import CliRunner
 
@@ -190,3 +191,16 @@ def test_tune_weight_of_a_reranker_records_its_guard(tmp_path, tiny_model_dir):
     assert saved["weight"] == (saved["best"] if saved["confidence"] >= 0.95 else 1.0)
     assert ("keeps its order" in result.output) == (saved["weight"] != saved["best"])
     assert f"--rerank-weight {saved['weight']:g}" in result.output
+
+
+def test_tune_weight_warns_when_a_dev_task_trained_the_model_it_weighs(tmp_path, tiny_model_dir):
+    folder = write_beir(tmp_path / "facts")
+    reranker = tmp_path / "run" / "model"
+    shutil.copytree(tiny_model_dir, reranker)
+    (tmp_path / "run" / "tart_full_config.json").write_text(json.dumps({"train_tasks": {"facts": 4}}))
+    out = tmp_path / "weight.json"
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--rerank", f"upr:{reranker}",
+                    "--rerank-depth", "3", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "was trained on facts" in result.output.replace("\n", " ")
+    assert json.loads(out.read_text())["dev_overlap"] == {str(reranker): ["facts"]}

@@ -4,6 +4,7 @@ that lowers the KL to the teacher, and `taskret tart distil` with a trained TART
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -114,6 +115,7 @@ def test_training_lowers_the_kl_to_the_teacher(tmp_path, rows, tiny_bert_dir):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([LOG_FILE, "model", CONFIG_FILE])
     summary = json.loads((tmp_path / "out" / CONFIG_FILE).read_text())
     assert TartDistilConfig.from_dict(summary) == config and summary["teacher"] == "overlap"
+    assert summary["train_tasks"] == dict(sorted(Counter(row["task"] for row in rows).items()))  # for dev_overlap
     assert summary["n_examples"] == len(rows) * config.epochs and summary["steps"] == config.epochs * -(-len(rows) // 4)
     log = [json.loads(line) for line in (tmp_path / "out" / LOG_FILE).read_text().splitlines()]
     assert log[-1]["epoch"] == config.epochs and all(np.isfinite(r["loss"]) for r in log)

@@ -3,6 +3,8 @@ weight from two retriever specs, a reranker's from a first stage and its reranki
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -14,10 +16,12 @@ from taskret.tart.fusion import (
     choose_rerank_weight,
     choose_weight,
     choose_weights,
+    dev_overlap,
     fused_ndcg,
     gain_confidence,
     rank_tasks,
     simplex_grid,
+    training_tasks,
     tune_weight,
     tune_weights,
 )
@@ -181,3 +185,24 @@ def test_tune_weights_ranks_each_spec_once_and_refuses_hybrids():
         tune_weights(["hybrid:bm25+random", "bm25"], tasks)
     with pytest.raises(ValueError, match="plain retrievers"):
         tune_weights(["bm25"], tasks)
+
+
+def test_dev_overlap_names_each_trained_model_whose_training_tasks_include_a_dev_task(tmp_path):
+    distilled = tmp_path / "distilled" / "distil"
+    (distilled / "model").mkdir(parents=True)
+    (distilled / "tart_distil_config.json").write_text(json.dumps({"train_tasks": {"a": 3, "z": 1}}))
+    piped = tmp_path / "piped"  # an older pipeline run: only its train_stats.json says what it trained on
+    (piped / "dual" / "model").mkdir(parents=True)
+    (piped / "dual" / "tart_dual_config.json").write_text(json.dumps({"steps": 2}))
+    (piped / "train_stats.json").write_text(json.dumps({"per_task": {"b": 2}}))
+    (tmp_path / "plain").mkdir()
+    assert training_tasks(distilled / "model") == {"a", "z"} and training_tasks(distilled) == {"a", "z"}
+    assert training_tasks(piped / "dual" / "model") == {"b"} and training_tasks(tmp_path / "plain") is None
+    assert training_tasks("minilm-l6") is None
+
+    tasks = [_task("a", 0), _task("b", 1), _task("c", 2)]
+    hybrid = f"hybrid:bm25+dense:{distilled / 'model'}+dense:{piped / 'dual' / 'model'}?fusion=convex&weights=.2,.4,.4"
+    assert dev_overlap([hybrid, None], tasks) == {str(distilled / "model"): ["a"], str(piped / "dual" / "model"): ["b"]}
+    assert dev_overlap([f"dense:minilm-l6?query_encoder={distilled}"], tasks) == {str(distilled): ["a"]}
+    assert dev_overlap(["bm25", f"dense:{tmp_path / 'plain'}"], tasks) == {}
+    assert dev_overlap([hybrid], [_task("c", 0)]) == {}  # held out of both trainings: nothing to say

@@ -201,10 +201,11 @@ def tune_weight(
     out: Optional[Path] = typer.Option(None, help="write the weight and every weight's NDCG@10 here (JSON)"),
 ):
     """Choose a fusion weight on dev tasks: a hybrid's weight (--second) or a reranker's --rerank-weight (--rerank)."""
+    from rich.markup import escape
     from rich.table import Table
 
     from ..io import write_json
-    from ..tart.fusion import DEFAULT_CONFIDENCE, tune_weights
+    from ..tart.fusion import DEFAULT_CONFIDENCE, dev_overlap, tune_weights
     from ..tart.fusion import tune_weight as tune
     from ..tart.tasks import load_retrieval_task
 
@@ -217,11 +218,16 @@ def tune_weight(
     confidence = DEFAULT_CONFIDENCE if confidence is None else confidence
     loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
               for name in _task_names(tasks)]
+    overlap = dev_overlap([first, *(second or []), rerank], loaded)
+    for folder, shared in overlap.items():
+        console.print(f"[yellow]warning:[/] {escape(folder)} was trained on {', '.join(shared)}: its scores on those "
+                      "dev tasks are in-domain, so the weights favour it; choose them on tasks held out of its training")
     if second and len(second) > 1:
         specs = [first, *second]
         with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every share"):
             choice = tune_weights(specs, loaded, depth=depth, use_instruction=instruction)
-        _report_weights(specs, loaded, choice, out, {"use_instruction": instruction, "limit": limit, "seed": seed})
+        _report_weights(specs, loaded, choice, out, {"use_instruction": instruction, "limit": limit, "seed": seed,
+                                                     "dev_overlap": overlap})
         return
     second = second[0] if second else None
     with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every weight"):
@@ -247,7 +253,7 @@ def tune_weight(
                          "confidence_required": confidence if rerank else None,
                          "first": first, "second": second, "rerank": rerank,
                          "rerank_depth": rerank_depth if rerank else None, "use_instruction": instruction,
-                         "tasks": [t.name for t in loaded], "limit": limit, "seed": seed,
+                         "tasks": [t.name for t in loaded], "limit": limit, "seed": seed, "dev_overlap": overlap,
                          "mean_ndcg": {f"{w:g}": round(v, 2) for w, v in choice.mean_ndcg.items()},
                          "per_task": {f"{w:g}": {t: round(v, 2) for t, v in per.items()}
                                       for w, per in choice.per_task.items()}})

@@ -53,7 +53,7 @@ __all__ = ["TartDualConfig", "build_triplets", "triplet_sampler", "train_tart_du
 CONFIG_FILE = "tart_dual_config.json"
 
 #: Keys of ``tart_dual_config.json`` that describe the run rather than configure it.
-RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "n_triplets", "negatives_used", *RUN_KEYS)
+RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "train_tasks", "n_triplets", "negatives_used", *RUN_KEYS)
 
 
 @dataclass

@@ -34,6 +34,7 @@ import logging
 import os
 import time
 import zlib
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -309,8 +310,10 @@ def train_on_rows(rows: Sequence[dict], config: Any, sampler: Any, recipe: Any, 
         usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
 
     def counts(epochs: list) -> dict:
+        # the tasks trained on, so that weight tuning can tell when its dev tasks were among them
+        tasks = Counter(row["task"] for row, _ in usable)
         out = {"n_rows": len(rows), "n_used": len(usable), "n_skipped": n_skipped,
-               count_name: sum(len(epoch) for epoch in epochs)}
+               count_name: sum(len(epoch) for epoch in epochs), "train_tasks": dict(sorted(tasks.items()))}
         out.update(extra_counts(epochs) if extra_counts is not None else {})
         return out
 
