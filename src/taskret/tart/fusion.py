@@ -287,8 +287,9 @@ def training_tasks(folder: str | os.PathLike) -> set[str] | None:
         return None
     for run in (path, path.parent):
         for name in (DUAL_FILE, FULL_FILE, DISTIL_FILE):
-            if (run / name).is_file() and read_json(run / name).get("train_tasks"):
-                return set(read_json(run / name)["train_tasks"])
+            tasks = read_json(run / name).get("train_tasks") if (run / name).is_file() else None
+            if tasks:
+                return set(tasks)
     for run in (path, path.parent, path.parent.parent):
         if (run / "train_stats.json").is_file():
             return set(read_json(run / "train_stats.json").get("per_task", {})) or None
