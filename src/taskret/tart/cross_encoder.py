@@ -52,7 +52,8 @@ __all__ = ["TartFullConfig", "build_pairs", "pair_sampler", "train_tart_full", "
 CONFIG_FILE = RUN_CONFIG_FILE
 
 #: Keys of ``tart_full_config.json`` that describe the run rather than configure it.
-RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "train_tasks", "n_pairs", "n_positive_pairs", "negatives_used", *RUN_KEYS)
+RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "train_tasks", "n_pairs", "n_positive_pairs", "negatives_used",
+               *RUN_KEYS)
 
 
 @dataclass

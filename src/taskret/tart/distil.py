@@ -51,8 +51,8 @@ __all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "dis
 CONFIG_FILE = "tart_distil_config.json"
 
 #: Keys of ``tart_distil_config.json`` that describe the run rather than configure it.
-RESULT_KEYS = ("teacher", "n_rows", "n_used", "n_skipped", "train_tasks", "n_examples", "n_teacher_pairs", "teacher_s",
-               "teacher_pairs_per_s", *RUN_KEYS)
+RESULT_KEYS = ("teacher", "n_rows", "n_used", "n_skipped", "train_tasks", "n_examples", "n_teacher_pairs",
+               "teacher_s", "teacher_pairs_per_s", *RUN_KEYS)
 
 
 @dataclass

@@ -45,8 +45,8 @@ from .evaluation import compute_metrics
 from .tasks import RetrievalTask, doc_text
 
 __all__ = ["WeightChoice", "WeightsChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight",
-           "choose_rerank_weight", "choose_weights", "gain_confidence", "simplex_grid", "training_tasks", "dev_overlap", "tune_weight", "tune_weights", "DEFAULT_GRID",
-           "RERANK_GRID", "DEFAULT_CONFIDENCE"]
+           "choose_rerank_weight", "choose_weights", "gain_confidence", "simplex_grid", "tune_weight", "tune_weights",
+           "training_tasks", "dev_overlap", "DEFAULT_GRID", "RERANK_GRID", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
 # the first stage's share against a reranker: never 0, so the first stage always informs the order
