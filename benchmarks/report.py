@@ -577,7 +577,14 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_distil_gpu_e2+e5": "hybrid: BM25 + TART-dual distilled at scale, 2 epochs (GPU) + e5",
               "tart_distil_dev_out": "TART-dual distilled without the four dev tasks (350 queries per task)",
               "hybrid+tart_distil_dev_out": "hybrid: BM25 + TART-dual distilled without the dev tasks",
-              "hybrid+tart_distil_dev_out+e5": "hybrid: BM25 + TART-dual distilled without the dev tasks + e5"}
+              "hybrid+tart_distil_dev_out+e5": "hybrid: BM25 + TART-dual distilled without the dev tasks + e5",
+              "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
+              "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
+              "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
+              "tart_distil_e5t": "TART-dual distilled from BM25 + MiniLM + e5 (three-way teacher, without the dev "
+                                 "tasks)",
+              "hybrid+tart_distil_e5t": "hybrid: BM25 + TART-dual distilled from the three-way teacher",
+              "hybrid+tart_distil_e5t+e5": "hybrid: BM25 + TART-dual distilled from the three-way teacher + e5"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",

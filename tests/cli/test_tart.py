@@ -204,3 +204,19 @@ def test_tune_weight_warns_when_a_dev_task_trained_the_model_it_weighs(tmp_path,
     assert result.exit_code == 0, result.output
     assert "was trained on facts" in result.output.replace("\n", " ")
     assert json.loads(out.read_text())["dev_overlap"] == {str(reranker): ["facts"]}
+
+
+def test_soup_averages_students_and_keeps_their_training_tasks(tmp_path, tiny_bert_dir):
+    from taskret.tart.fusion import training_tasks
+    from taskret.training.encoders import build_bi_encoder
+
+    for name, tasks in (("a", ["facts", "health"]), ("b", ["code"])):
+        build_bi_encoder(str(tiny_bert_dir), max_seq_length=24).save(str(tmp_path / name / "model"))
+        (tmp_path / name / "tart_distil_config.json").write_text(json.dumps({"train_tasks": tasks}))
+    out = tmp_path / "soup"
+    result = invoke("soup", tmp_path / "a" / "model", tmp_path / "b" / "model", "--out", out, "--weights", "3,1")
+    assert result.exit_code == 0, result.output
+    assert "weights 0.75, 0.25" in result.output and f"dense:{out}" in result.output
+    assert training_tasks(out) == {"facts", "health", "code"}
+    bad = invoke("soup", tmp_path / "a" / "model", tmp_path / "b" / "model", "--out", out, "--weights", "1,x")
+    assert bad.exit_code == 2 and "--weights must be comma-separated numbers" in bad.output

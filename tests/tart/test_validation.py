@@ -105,7 +105,7 @@ def test_search_and_the_cli_interpolate_too(tmp_path, rows, beir, tiny_bert_dir)
     result = CliRunner().invoke(app, ["tart", "search", "--index", str(index), "--rerank", str(full),
                                       "--rerank-depth", "3", "--rerank-weight", "0.5", "--json", *queries], env=env)
     assert result.exit_code == 0, result.output
-    assert len([line for line in result.output.splitlines() if line.startswith("{")]) == 2
+    assert len([line for line in result.stdout.splitlines() if line.startswith("{")]) == 2
     result = CliRunner().invoke(app, ["tart", "search", "--index", str(index), "--rerank", str(full),
                                       "--rerank-weight", "2", "aspirin"], env=env)
     assert result.exit_code == 2 and "rerank-weight" in result.output

@@ -436,7 +436,8 @@ def train_full(
 def distil(
     data: Path = DATA_OPT,
     teacher: str = typer.Option(..., help="a TART-full folder (`taskret tart train-full`), or a reranker spec: "
-                                "fusion:minilm-l6?weight=0.4 (BM25 + MiniLM over each row's candidates), upr:LM"),
+                                "fusion:minilm-l6?weight=0.4 (BM25 + MiniLM over each row's candidates; several encoders: "
+                                "fusion:minilm-l6+e5-small?weights=0.2,0.3,0.5), upr:LM"),
     out: Path = typer.Option(..., help="output folder: model/, tart_distil_config.json, training_log.jsonl"),
     base_model: str = typer.Option("minilm-l6", help="the student to start from: a TART-dual folder, or a "
                                    "sentence-transformers model (name or folder)"),
@@ -469,6 +470,36 @@ def distil(
         return train_tart_distil(rows, teacher, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")
+
+
+@app.command()
+def soup(
+    models: list[Path] = typer.Argument(..., help="model folders fine-tuned from the same base (2 or more): TART-dual "
+                                        "or distilled students (OUT/model), or TART-full cross-encoders"),
+    out: Path = typer.Option(..., help="the averaged model's folder (written whole or not at all), with soup.json"),
+    weights: Optional[str] = typer.Option(None, help="comma-separated weight per model (default: equal; "
+                                          "normalised to sum to 1)"),
+):
+    """Average models fine-tuned from one base into one (a model soup): as fast as each, often better than any;
+    soup.json records the sources, weights and the union of their training tasks."""
+    from ..tart.fusion import training_tasks
+    from ..training.soup import average_models
+
+    shares = None
+    if weights is not None:
+        try:
+            shares = [float(w) for w in weights.split(",")]
+        except ValueError:
+            raise ValueError(f"--weights must be comma-separated numbers, got '{weights}'") from None
+    tasks = {str(model): training_tasks(model) for model in models}
+    unknown = [name for name, found in tasks.items() if found is None]
+    union = sorted(set().union(*(found for found in tasks.values() if found)))
+    record = {"train_tasks": union, "train_tasks_unknown_for": unknown}
+    folder = average_models(models, out, weights=shares, record=record)
+    used = json.loads((folder / "soup.json").read_text(encoding="utf-8"))["weights"]
+    console.print(f"averaged {len(models)} models (weights {', '.join(f'{w:.3g}' for w in used)}) -> {folder}; "
+                  f"trained on {len(union)} tasks" + (f" ({len(unknown)} sources without records)" if unknown else "")
+                  + f"; use --retriever dense:{folder}")
 
 
 @app.command()

@@ -7,7 +7,7 @@ Public API::
     Reranker                            # abstract: score_pairs / score / rank / rerank
     CrossEncoderReranker(path)          # a TART-full run folder or any sentence-transformers CrossEncoder
     CausalLMReranker(lm)                # "upr:LM": zero-shot query likelihood with a causal LM (UPR)
-    FusionReranker(spec)                # "fusion:ENCODER?weight=W": BM25 + a dense encoder over the pairs given
+    FusionReranker(spec)                # "fusion:ENCODER?weight=W": BM25 + dense encoder(s) over the pairs given
     cross_encoder_folder(spec), make_denoiser(spec)
 
 Rankings are :class:`~taskret.retrieval.base.RetrievalResult` s (ids and scores, one row per query), as

@@ -12,14 +12,17 @@ For each query, over the documents it is scored against in one call:
   taken from the distinct documents of the call (for distillation: every candidate of every training row,
   a pool of tens of thousands of texts), and the cosine of the encoder's query and document vectors;
 - each min-max normalised to [0, 1] over the query's documents (a query scored against one document, or
-  a component constant over them, gets 1 there), then ``weight * bm25 + (1 - weight) * cosine``.
+  a component constant over them, gets 1 there), then ``weight * bm25 + (1 - weight) * cosine`` (with several
+  encoders, each cosine with its own share).
 
 Scores are therefore relative to the other documents scored for the same query in the same call, as a
 reranker's are used; they are no absolute relevance. ``weight`` (BM25's share) is the hybrid's, chosen on
 berri-lite dev tasks (``taskret tart tune-weight``; 0.4 for BM25 + MiniLM). The backend reads bare
 queries (``use_instruction = False``): the words of an instruction are noise to BM25.
 
-Spec: ``fusion:minilm-l6`` or ``fusion:minilm-l6?weight=0.4`` (any ``dense:`` encoder name or folder).
+Spec: ``fusion:minilm-l6`` or ``fusion:minilm-l6?weight=0.4`` (any ``dense:`` encoder name or folder), or
+several encoders with every share, BM25's first: ``fusion:minilm-l6+e5-small?weights=0.2,0.3,0.5`` (the
+three-way hybrid's shares, chosen on berri-lite dev tasks) for a teacher that knows more than one encoder.
 """
 
 from __future__ import annotations
@@ -36,49 +39,87 @@ PROGRESS_FROM = 2048  # texts in one encoding call from which a progress bar is 
 DEFAULT_WEIGHT = 0.4  # BM25's share in BM25 + MiniLM, chosen on berri-lite dev tasks (benchmarks/tart_berri.py)
 
 
-def parse_fusion_spec(spec: str) -> tuple[str, float]:
-    """``"minilm-l6?weight=0.4"`` -> (encoder, BM25's weight)."""
-    encoder, _, query = str(spec).partition("?")
-    weight = DEFAULT_WEIGHT
+def _number(spec: str, key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"fusion reranker '{spec}': {key} needs a number, got '{value}'") from None
+
+
+def parse_fusion_spec(spec: str) -> tuple[list[str], list[float]]:
+    """``"minilm-l6?weight=0.4"`` -> (["minilm-l6"], [0.4, 0.6]): the encoders and every component's share,
+    BM25's first. ``"minilm-l6+e5-small?weights=0.2,0.3,0.5"`` names several encoders and all shares;
+    ``weight=W`` gives BM25's share and splits the rest equally among the encoders (default W: 0.4)."""
+    names, _, query = str(spec).partition("?")
+    encoders = [name.strip() for name in names.split("+")]
+    if not all(encoders):
+        raise ValueError(f"fusion reranker '{spec}': name an encoder, e.g. fusion:minilm-l6 "
+                         "(several: fusion:minilm-l6+e5-small)")
+    bm25, shares = DEFAULT_WEIGHT, None
     for item in filter(None, query.split("&")):
         key, sep, value = item.partition("=")
-        if key != "weight" or not sep:
-            raise ValueError(f"fusion reranker '{spec}': unknown option '{item}'; expected weight=W (BM25's share)")
-        try:
-            weight = float(value)
-        except ValueError:
-            raise ValueError(f"fusion reranker '{spec}': weight needs a number, got '{value}'") from None
-    if not encoder:
-        raise ValueError(f"fusion reranker '{spec}': name an encoder, e.g. fusion:minilm-l6")
-    if not 0.0 <= weight <= 1.0:
-        raise ValueError(f"fusion reranker '{spec}': weight (BM25's share) must be in [0, 1], got {weight}")
-    return encoder, weight
+        if key == "weight" and sep:
+            bm25 = _number(spec, key, value)
+        elif key == "weights" and sep:
+            shares = [_number(spec, key, v) for v in value.split(",")]
+        else:
+            raise ValueError(f"fusion reranker '{spec}': unknown option '{item}'; expected weight=W (BM25's share) "
+                             "or weights=BM25,ENCODER,... (every share)")
+    if shares is None:
+        if not 0.0 <= bm25 <= 1.0:
+            raise ValueError(f"fusion reranker '{spec}': weight (BM25's share) must be in [0, 1], got {bm25}")
+        shares = [bm25] + [(1.0 - bm25) / len(encoders)] * len(encoders)
+    if len(shares) != len(encoders) + 1:
+        raise ValueError(f"fusion reranker '{spec}': weights needs {len(encoders) + 1} shares (BM25's, then each "
+                         f"encoder's), got {len(shares)}")
+    if any(w < 0 for w in shares) or abs(sum(shares) - 1.0) > 1e-6:
+        raise ValueError(f"fusion reranker '{spec}': shares must be >= 0 and sum to 1, got {shares}")
+    return encoders, shares
 
 
 class FusionReranker(Reranker):
-    """BM25 + a dense encoder over the pairs of one call, min-max normalised per query and mixed with ``weight``
-    (BM25's share). ``max_seq_length`` cuts the encoder's inputs (None: the encoder's own)."""
+    """BM25 + one or more dense encoders over the pairs of one call, each min-max normalised per query and
+    mixed with ``weights`` (BM25's share first). ``weight`` overrides BM25's share of a spec with one encoder.
+    ``max_seq_length`` cuts the encoders' inputs (None: each encoder's own)."""
 
     use_instruction = False
 
     def __init__(self, spec: str = "minilm-l6", weight: float | None = None, batch_size: int = 64,
                  device: str | None = None, max_seq_length: int | None = None):
-        self.encoder_name, spec_weight = parse_fusion_spec(spec)
-        self.weight = spec_weight if weight is None else float(weight)
-        if not 0.0 <= self.weight <= 1.0:
-            raise ValueError(f"weight (BM25's share) must be in [0, 1], got {self.weight}")
+        self.encoder_names, self.weights = parse_fusion_spec(spec)
+        if weight is not None:
+            if len(self.encoder_names) > 1:
+                raise ValueError(f"weight= is BM25's share beside one encoder; give '{spec}' its weights=...")
+            if not 0.0 <= float(weight) <= 1.0:
+                raise ValueError(f"weight (BM25's share) must be in [0, 1], got {weight}")
+            self.weights = [float(weight), 1.0 - float(weight)]
         self.batch_size, self.device, self.max_seq_length = batch_size, device, max_seq_length
-        self.name = f"fusion:{self.encoder_name}?weight={self.weight:g}"
-        self._encoder = None
+        if len(self.encoder_names) == 1:
+            self.name = f"fusion:{self.encoder_names[0]}?weight={self.weight:g}"
+        else:
+            self.name = f"fusion:{'+'.join(self.encoder_names)}?weights={','.join(f'{w:g}' for w in self.weights)}"
+        self._encoders: dict[str, object] = {}
 
-    def _encode(self, texts: list[str], queries: bool) -> np.ndarray:
-        if self._encoder is None:
+    @property
+    def weight(self) -> float:
+        """BM25's share."""
+        return self.weights[0]
+
+    @property
+    def encoder_name(self) -> str:
+        """The first (with one encoder, the only) encoder."""
+        return self.encoder_names[0]
+
+    def _encode(self, name: str, texts: list[str], queries: bool) -> np.ndarray:
+        if name not in self._encoders:
             from ..retrieval.dense import load_encoder
 
-            self._encoder = load_encoder(self.encoder_name, self.device)
-            if self.max_seq_length is not None and hasattr(self._encoder, "max_seq_length"):
-                self._encoder.max_seq_length = self.max_seq_length
-        encode = self._encoder.encode_query if queries else self._encoder.encode_document
+            encoder = load_encoder(name, self.device)
+            if self.max_seq_length is not None and hasattr(encoder, "max_seq_length"):
+                encoder.max_seq_length = self.max_seq_length
+            self._encoders[name] = encoder
+        encoder = self._encoders[name]
+        encode = encoder.encode_query if queries else encoder.encode_document
         # A distillation teacher encodes tens of thousands of texts in one call: show that it is moving.
         vectors = encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
                          show_progress_bar=len(texts) >= PROGRESS_FROM)
@@ -118,15 +159,16 @@ class FusionReranker(Reranker):
         groups: dict[int, list[int]] = {}
         for i, q in enumerate(query_of):
             groups.setdefault(q, []).append(i)
-        lexical = self._bm25(queries, docs, groups, doc_of) if self.weight > 0 else np.zeros(len(pairs))
-        if self.weight < 1:
-            q_vec, d_vec = self._encode(queries, True), self._encode(docs, False)
-            dense = np.einsum("ij,ij->i", q_vec[query_of], d_vec[doc_of]).astype(np.float64)
-        else:
-            dense = np.zeros(len(pairs))
+        components = [self._bm25(queries, docs, groups, doc_of) if self.weight > 0 else np.zeros(len(pairs))]
+        for name, share in zip(self.encoder_names, self.weights[1:]):
+            if share > 0:
+                q_vec, d_vec = self._encode(name, queries, True), self._encode(name, docs, False)
+                components.append(np.einsum("ij,ij->i", q_vec[query_of], d_vec[doc_of]).astype(np.float64))
+            else:
+                components.append(np.zeros(len(pairs)))
         fused = np.zeros(len(pairs), dtype=np.float32)
         for positions in groups.values():  # the hybrid's own per-query min-max convex combination
-            by_position = fuse_convex([positions, positions], [lexical[positions], dense[positions]],
-                                      [self.weight, 1.0 - self.weight])
+            by_position = fuse_convex([positions] * len(components), [c[positions] for c in components],
+                                      self.weights)
             fused[positions] = [by_position[i] for i in positions]
         return fused

@@ -274,10 +274,11 @@ def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: in
 
 def training_tasks(folder: str | os.PathLike) -> set[str] | None:
     """The tasks a model trained here was trained on, read from its run's records: the ``train_tasks`` of its
-    training summary (``tart_dual_config.json``, ``tart_full_config.json``, ``tart_distil_config.json``, in the
-    folder or, for a ``model/`` folder, beside it), else the ``per_task`` counts of ``train_stats.json`` that
-    ``taskret tart run`` writes in its work folder. None for anything else (a registered model, a folder with
-    no records)."""
+    training summary (``tart_dual_config.json``, ``tart_full_config.json``, ``tart_distil_config.json``, or a
+    soup's ``soup.json``, in the folder or, for a ``model/`` folder, beside it), else the ``per_task`` counts
+    of ``train_stats.json`` that ``taskret tart run`` writes in its work folder. None for anything else (a
+    registered model, a folder with no records)."""
+    from ..training.soup import SOUP_FILE
     from .cross_encoder import CONFIG_FILE as FULL_FILE
     from .distil import CONFIG_FILE as DISTIL_FILE
     from .dual import CONFIG_FILE as DUAL_FILE
@@ -286,7 +287,7 @@ def training_tasks(folder: str | os.PathLike) -> set[str] | None:
     if not path.is_dir():
         return None
     for run in (path, path.parent):
-        for name in (DUAL_FILE, FULL_FILE, DISTIL_FILE):
+        for name in (DUAL_FILE, FULL_FILE, DISTIL_FILE, SOUP_FILE):
             tasks = read_json(run / name).get("train_tasks") if (run / name).is_file() else None
             if tasks:
                 return set(tasks)
