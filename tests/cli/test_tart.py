@@ -203,6 +203,7 @@ def test_tune_weight_warns_when_a_dev_task_trained_the_model_it_weighs(tmp_path,
                     "--rerank-depth", "3", "--out", out)
     assert result.exit_code == 0, result.output
     assert "was trained on facts" in result.output.replace("\n", " ")
+    assert "DevOverlapWarning" not in result.output  # said once, in the console's words
     assert json.loads(out.read_text())["dev_overlap"] == {str(reranker): ["facts"]}
 
 

@@ -13,6 +13,7 @@ from taskret.retrieval import BM25Retriever, RandomRetriever
 from taskret.retrieval.base import RetrievalResult
 from taskret.tart.fusion import (
     RERANK_GRID,
+    DevOverlapWarning,
     choose_rerank_weight,
     choose_weight,
     choose_weights,
@@ -206,3 +207,19 @@ def test_dev_overlap_names_each_trained_model_whose_training_tasks_include_a_dev
     assert dev_overlap([f"dense:minilm-l6?query_encoder={distilled}"], tasks) == {str(distilled): ["a"]}
     assert dev_overlap(["bm25", f"dense:{tmp_path / 'plain'}"], tasks) == {}
     assert dev_overlap([hybrid], [_task("c", 0)]) == {}  # held out of both trainings: nothing to say
+
+
+def test_tuning_warns_when_a_model_it_weighs_trained_on_a_dev_task(tmp_path, tiny_bert_dir, recwarn):
+    from taskret.training.encoders import build_bi_encoder
+
+    run = tmp_path / "run"
+    build_bi_encoder(str(tiny_bert_dir), max_seq_length=24).save(str(run / "model"))
+    (run / "tart_distil_config.json").write_text(json.dumps({"train_tasks": ["a"]}))
+    tasks = [_task("a", 0), _task("b", 1)]
+    with pytest.warns(DevOverlapWarning, match=r"run/model was trained on a: .* held out of its training"):
+        tune_weights(["bm25", f"dense:{run / 'model'}"], tasks, depth=8)
+    with pytest.warns(DevOverlapWarning, match="trained on a"):
+        tune_weight("bm25", tasks, second=f"dense:{run / 'model'}", depth=8, grid=[0.0, 1.0])
+    recwarn.clear()
+    tune_weights(["bm25", f"dense:{run / 'model'}"], [_task("b", 1)], depth=8)  # held out: nothing to say
+    assert not [w for w in recwarn if issubclass(w.category, DevOverlapWarning)]

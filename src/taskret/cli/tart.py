@@ -201,11 +201,13 @@ def tune_weight(
     out: Optional[Path] = typer.Option(None, help="write the weight and every weight's NDCG@10 here (JSON)"),
 ):
     """Choose a fusion weight on dev tasks: a hybrid's weight (--second) or a reranker's --rerank-weight (--rerank)."""
+    import warnings
+
     from rich.markup import escape
     from rich.table import Table
 
     from ..io import write_json
-    from ..tart.fusion import DEFAULT_CONFIDENCE, dev_overlap, tune_weights
+    from ..tart.fusion import DEFAULT_CONFIDENCE, DevOverlapWarning, dev_overlap, tune_weights
     from ..tart.fusion import tune_weight as tune
     from ..tart.tasks import load_retrieval_task
 
@@ -224,13 +226,17 @@ def tune_weight(
                       "dev tasks are in-domain, so the weights favour it; choose them on tasks held out of its training")
     if second and len(second) > 1:
         specs = [first, *second]
-        with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every share"):
+        with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every share"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", DevOverlapWarning)  # said above, in the console's words
             choice = tune_weights(specs, loaded, depth=depth, use_instruction=instruction)
         _report_weights(specs, loaded, choice, out, {"use_instruction": instruction, "limit": limit, "seed": seed,
                                                      "dev_overlap": overlap})
         return
     second = second[0] if second else None
-    with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every weight"):
+    with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every weight"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", DevOverlapWarning)
         choice = tune(first, loaded, second=second, reranker=rerank, rerank_depth=rerank_depth, depth=depth,
                       use_instruction=instruction, confidence=confidence)
     table = Table("weight of --first", *(t.name for t in loaded), "mean NDCG@10",

@@ -46,7 +46,7 @@ from .tasks import RetrievalTask, doc_text
 
 __all__ = ["WeightChoice", "WeightsChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight",
            "choose_rerank_weight", "choose_weights", "gain_confidence", "simplex_grid", "tune_weight", "tune_weights",
-           "training_tasks", "dev_overlap", "DEFAULT_GRID", "RERANK_GRID", "DEFAULT_CONFIDENCE"]
+           "training_tasks", "dev_overlap", "DevOverlapWarning", "DEFAULT_GRID", "RERANK_GRID", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
 # the first stage's share against a reranker: never 0, so the first stage always informs the order
@@ -225,6 +225,19 @@ def rerank_tasks(reranker, first: dict[str, tuple[list[str], RetrievalResult]], 
     return out
 
 
+class DevOverlapWarning(UserWarning):
+    """A model whose weight is being chosen was trained on one of the dev tasks choosing it."""
+
+
+def _warn_dev_overlap(specs: Sequence[str | None], tasks: Sequence[RetrievalTask]) -> None:
+    import warnings
+
+    for folder, shared in dev_overlap(specs, tasks).items():
+        warnings.warn(f"{folder} was trained on {', '.join(shared)}: its scores on those dev tasks are in-domain, "
+                      "so the weights favour it; choose them on tasks held out of its training",
+                      DevOverlapWarning, stacklevel=3)
+
+
 def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None = None, reranker=None,
                 rerank_depth: int = 10, depth: int = 100, use_instruction: bool = False,
                 grid: Sequence[float] | None = None, confidence: float = DEFAULT_CONFIDENCE) -> WeightChoice:
@@ -232,7 +245,8 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
     ``weight``; grid :data:`DEFAULT_GRID`) or against ``reranker`` (a :class:`~taskret.rerank.Reranker` or a
     name :func:`~taskret.rerank.load_reranker` takes, reordering ``first``'s top ``rerank_depth``: the first
     stage's share, ``--rerank-weight``; grid :data:`RERANK_GRID`, guarded by ``confidence``, 0 to take the best
-    weight however small its gain), chosen on ``tasks`` (dev tasks, never the one you will evaluate)."""
+    weight however small its gain), chosen on ``tasks`` (dev tasks, never the one you will evaluate). Warns
+    (:class:`DevOverlapWarning`) when a trained model named here was trained on one of ``tasks``."""
     from ..retrieval import make_retriever
 
     if (second is None) == (reranker is None):
@@ -244,6 +258,7 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
         raise ValueError("depth and rerank_depth must be at least 1")
     if not tasks:
         raise ValueError("choosing a fusion weight needs at least one dev task")
+    _warn_dev_overlap([first, second, reranker if isinstance(reranker, str) else None], tasks)
     first_rankings = rank_tasks(lambda: make_retriever(first), tasks, depth=depth, use_instruction=use_instruction)
     if second is not None:
         other = rank_tasks(lambda: make_retriever(second), tasks, depth=depth, use_instruction=use_instruction)
@@ -259,7 +274,8 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
 def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: int = 100, use_instruction: bool = False,
                  grid: Sequence[Sequence[float]] | None = None) -> WeightsChoice:
     """The shares of two or more plain retriever specs in ``hybrid:A+B+C?fusion=convex&weights=...``, chosen on
-    ``tasks`` (dev tasks, never the one you will evaluate): each ranks each task once, then every grid point fuses."""
+    ``tasks`` (dev tasks, never the one you will evaluate): each ranks each task once, then every grid point fuses.
+    Warns (:class:`DevOverlapWarning`) when a trained model named here was trained on one of ``tasks``."""
     from ..retrieval import make_retriever
 
     if len(specs) < 2 or any(s.startswith("hybrid:") for s in specs):
@@ -267,6 +283,7 @@ def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: in
                          "dense:minilm-l6, dense:e5-small)")
     if depth < 1:
         raise ValueError("depth must be at least 1")
+    _warn_dev_overlap(specs, tasks)
     rankings = [rank_tasks(lambda spec=spec: make_retriever(spec), tasks, depth=depth, use_instruction=use_instruction)
                 for spec in specs]
     return choose_weights(rankings, tasks, grid=grid)
