@@ -41,35 +41,34 @@ PROGRESS_FROM = 2048  # texts in one encoding call from which a progress bar is 
 DEFAULT_WEIGHT = 0.4  # BM25's share in BM25 + MiniLM, chosen on berri-lite dev tasks (benchmarks/tart_berri.py)
 
 
-def _number(spec: str, key: str, value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"fusion reranker '{spec}': {key} needs a number, got '{value}'") from None
+def _number(value: str) -> float:
+    return float(value)
 
 
-def parse_fusion_spec(spec: str) -> tuple[list[str], list[float]]:
-    """``"minilm-l6?weight=0.4"`` -> (["minilm-l6"], [0.4, 0.6]): the encoders and every component's share,
-    BM25's first. ``"minilm-l6+e5-small?weights=0.2,0.3,0.5"`` names several encoders and all shares;
-    ``weight=W`` gives BM25's share and splits the rest equally among the encoders (default W: 0.4).
-    (``max_length=N``, the encoders' token cap, is read by :func:`fusion_max_length`.)"""
+def _token_count(value: str) -> int:
+    if not value.isdigit() or int(value) < 8:
+        raise ValueError(value)
+    return int(value)
+
+
+_number.__name__ = "number"
+_token_count.__name__ = "whole number of tokens >= 8"
+
+
+def _parse(spec: str) -> tuple[list[str], list[float], int | None]:
+    """(encoders, every share with BM25's first, max_length) of a fusion spec; see :func:`parse_fusion_spec`."""
+    from ..retrieval.hybrid import _numbers, parse_spec_options
+
     names, _, query = str(spec).partition("?")
-    query = "&".join(item for item in query.split("&") if not item.startswith("max_length="))
     encoders = [name.strip() for name in names.split("+")]
     if not all(encoders):
         raise ValueError(f"fusion reranker '{spec}': name an encoder, e.g. fusion:minilm-l6 "
                          "(several: fusion:minilm-l6+e5-small)")
-    bm25, shares = DEFAULT_WEIGHT, None
-    for item in filter(None, query.split("&")):
-        key, sep, value = item.partition("=")
-        if key == "weight" and sep:
-            bm25 = _number(spec, key, value)
-        elif key == "weights" and sep:
-            shares = [_number(spec, key, v) for v in value.split(",")]
-        else:
-            raise ValueError(f"fusion reranker '{spec}': unknown option '{item}'; expected weight=W (BM25's share) "
-                             "or weights=BM25,ENCODER,... (every share)")
+    options = parse_spec_options("fusion reranker", spec, query,
+                                 {"weight": _number, "weights": _numbers, "max_length": _token_count})
+    shares = options.get("weights")
     if shares is None:
+        bm25 = options.get("weight", DEFAULT_WEIGHT)
         if not 0.0 <= bm25 <= 1.0:
             raise ValueError(f"fusion reranker '{spec}': weight (BM25's share) must be in [0, 1], got {bm25}")
         shares = [bm25] + [(1.0 - bm25) / len(encoders)] * len(encoders)
@@ -78,20 +77,21 @@ def parse_fusion_spec(spec: str) -> tuple[list[str], list[float]]:
                          f"encoder's), got {len(shares)}")
     if any(w < 0 for w in shares) or abs(sum(shares) - 1.0) > 1e-6:
         raise ValueError(f"fusion reranker '{spec}': shares must be >= 0 and sum to 1, got {shares}")
+    return encoders, shares, options.get("max_length")
+
+
+def parse_fusion_spec(spec: str) -> tuple[list[str], list[float]]:
+    """``"minilm-l6?weight=0.4"`` -> (["minilm-l6"], [0.4, 0.6]): the encoders and every component's share,
+    BM25's first. ``"minilm-l6+e5-small?weights=0.2,0.3,0.5"`` names several encoders and all shares;
+    ``weight=W`` gives BM25's share and splits the rest equally among the encoders (default W: 0.4).
+    (``max_length=N``, the encoders' token cap, is read by :func:`fusion_max_length`.)"""
+    encoders, shares, _ = _parse(spec)
     return encoders, shares
 
 
 def fusion_max_length(spec: str) -> int | None:
     """The ``max_length=N`` of a fusion spec (tokens each encoder reads of a text), or None."""
-    _, _, query = str(spec).partition("?")
-    for item in query.split("&"):
-        if item.startswith("max_length="):
-            value = item.partition("=")[2]
-            if not value.isdigit() or int(value) < 8:
-                raise ValueError(f"fusion reranker '{spec}': max_length needs a whole number of tokens >= 8, "
-                                 f"got '{value}'")
-            return int(value)
-    return None
+    return _parse(spec)[2]
 
 
 class FusionReranker(Reranker):
@@ -103,8 +103,8 @@ class FusionReranker(Reranker):
 
     def __init__(self, spec: str = "minilm-l6", weight: float | None = None, batch_size: int = 64,
                  device: str | None = None, max_seq_length: int | None = None):
-        self.encoder_names, self.weights = parse_fusion_spec(spec)
-        max_seq_length = fusion_max_length(spec) if max_seq_length is None else max_seq_length
+        self.encoder_names, self.weights, spec_length = _parse(spec)
+        max_seq_length = spec_length if max_seq_length is None else max_seq_length
         if weight is not None:
             if len(self.encoder_names) > 1:
                 raise ValueError(f"weight= is BM25's share beside one encoder; give '{spec}' its weights=...")

@@ -19,14 +19,15 @@ Options follow the spec after ``?``: ``hybrid:bm25+dense:minilm-l6?fusion=convex
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..data import Example
 from .base import RetrievalResult, Retriever, example_text
 
-__all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "fuse_rrf", "fuse_convex", "fuse_results"]
+__all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "parse_spec_options", "fuse_rrf", "fuse_convex",
+           "fuse_results"]
 
 FUSIONS = ("rrf", "convex")
 
@@ -39,6 +40,23 @@ _numbers.__name__ = "comma-separated list of numbers"
 _OPTIONS = {"fusion": str, "weight": float, "weights": _numbers, "rrf_k": float, "depth": int}
 
 
+def parse_spec_options(owner: str, spec: str, query: str, table: dict[str, Callable[[str], Any]]) -> dict:
+    """The ``key=value&...`` options after a spec's ``?``, each converted by ``table[key]`` (its ``__name__``
+    says what a bad value should have been); ``owner`` names the spec's kind in errors (``hybrid retriever``)."""
+    options: dict = {}
+    for item in filter(None, query.split("&")):
+        key, sep, value = item.partition("=")
+        if not sep or key not in table:
+            raise ValueError(f"{owner} '{spec}': unknown option '{item}'; expected "
+                             f"{', '.join(k + '=...' for k in table)}")
+        try:
+            options[key] = table[key](value)
+        except ValueError:
+            raise ValueError(f"{owner} '{spec}': option {key} needs a {table[key].__name__}, "
+                             f"got '{value}'") from None
+    return options
+
+
 def parse_hybrid_spec(spec: str) -> tuple[list[str], dict]:
     """``"bm25+dense:minilm-l6?fusion=convex&weight=0.3"`` -> (component specs, options)."""
     body, _, query = spec.partition("?")
@@ -46,18 +64,7 @@ def parse_hybrid_spec(spec: str) -> tuple[list[str], dict]:
     if len(components) < 2 or not all(components):
         raise ValueError(f"hybrid retriever '{spec}': expected two or more retriever specs joined by '+', "
                          f"e.g. hybrid:bm25+dense:minilm-l6")
-    options: dict = {}
-    for item in filter(None, query.split("&")):
-        key, sep, value = item.partition("=")
-        if not sep or key not in _OPTIONS:
-            raise ValueError(f"hybrid retriever '{spec}': unknown option '{item}'; expected "
-                             f"{', '.join(k + '=...' for k in _OPTIONS)}")
-        try:
-            options[key] = _OPTIONS[key](value)
-        except ValueError:
-            raise ValueError(f"hybrid retriever '{spec}': option {key} needs a {_OPTIONS[key].__name__}, "
-                             f"got '{value}'") from None
-    return components, options
+    return components, parse_spec_options("hybrid retriever", spec, query, _OPTIONS)
 
 
 def fuse_rrf(rankings: Sequence[list[int]], rrf_k: float = 60.0) -> dict[int, float]:

@@ -37,9 +37,10 @@ def _normalised(weights: Sequence[float] | None, n: int) -> list[float]:
     weights = [float(w) for w in weights]
     if len(weights) != n:
         raise ValueError(f"{len(weights)} weights for {n} models")
-    if any(w < 0 for w in weights) or sum(weights) <= 0:
+    total = sum(weights)
+    if any(w < 0 for w in weights) or total <= 0:
         raise ValueError(f"weights must be >= 0 with a positive sum, got {weights}")
-    return [w / sum(weights) for w in weights]
+    return [w / total for w in weights]
 
 
 def average_models(folders: Sequence[str | os.PathLike], out: str | os.PathLike, *,
@@ -105,8 +106,7 @@ def average_models(folders: Sequence[str | os.PathLike], out: str | os.PathLike,
                             raise ValueError(f"{path / name}: integer tensor '{key}' differs from {paths[0] / name}'s")
             averaged = {key: value.to(dtypes[key]).contiguous() for key, value in sums.items()}
             save_file(averaged, str(tmp / name), metadata=metadata or {"format": "pt"})
-        for stale in (tmp / SOUP_FILE,):
-            stale.unlink(missing_ok=True)
+        # write_json replaces the record a soup of soups copied from its first source
         write_json(tmp / SOUP_FILE, {"sources": [str(p) for p in paths], "weights": shares, **(record or {})})
         replace_dir(tmp, out)
     except BaseException:
