@@ -584,7 +584,11 @@ def tart_berri_table() -> list[str]:
               "tart_distil_e5t": "TART-dual distilled from BM25 + MiniLM + e5 (three-way teacher, without the dev "
                                  "tasks)",
               "hybrid+tart_distil_e5t": "hybrid: BM25 + TART-dual distilled from the three-way teacher",
-              "hybrid+tart_distil_e5t+e5": "hybrid: BM25 + TART-dual distilled from the three-way teacher + e5"}
+              "hybrid+tart_distil_e5t+e5": "hybrid: BM25 + TART-dual distilled from the three-way teacher + e5",
+              "tart_distil_ict": "TART-dual distilled without the dev tasks, plus inverse-cloze tasks from scitldr and "
+                                 "medquad (300 queries per task)",
+              "hybrid+tart_distil_ict": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks",
+              "hybrid+tart_distil_ict+e5": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks + e5"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",

@@ -221,3 +221,26 @@ def test_soup_averages_students_and_keeps_their_training_tasks(tmp_path, tiny_be
     assert training_tasks(out) == {"facts", "health", "code"}
     bad = invoke("soup", tmp_path / "a" / "model", tmp_path / "b" / "model", "--out", out, "--weights", "1,x")
     assert bad.exit_code == 2 and "--weights must be comma-separated numbers" in bad.output
+
+
+def test_ict_writes_a_task_that_build_data_reads(tmp_path):
+    corpus = [{"_id": f"d{i}", "title": "", "text": f"Trial {i} gave compound {i} to adults with high pressure. "
+               f"Their pressure fell within six weeks of trial {i} starting. Side effects of compound {i} were mild."}
+              for i in range(8)]
+    write_jsonl_rows(tmp_path / "src" / "corpus.jsonl", corpus)
+    out = tmp_path / "ict"
+    result = invoke("ict", tmp_path / "src", "--out", out, "--dev-queries", 2, "--queries", 4, "--keep-sentence", 0,
+                    "--instruction-text", "Find the trial report", "--instruction-text", "Which trial says this?")
+    assert result.exit_code == 0, result.output
+    assert "8 documents -> 4 train and 2 dev queries" in result.output
+    assert json.loads((out / "instructions.json").read_text()) == ["Find the trial report", "Which trial says this?"]
+    rows_path = tmp_path / "rows.jsonl"
+    result = invoke("build-data", "--tasks", out, "--out", rows_path, "--n-unfollowing", 0, "--n-hard", 2)
+    assert result.exit_code == 0, result.output
+    rows = read_jsonl_rows(rows_path)
+    assert len(rows) == 4 and all(row["query"] not in row["positive"] and row["query"].startswith(("Trial", "Their",
+                                                                                                  "Side")) for row in rows)
+    again = invoke("ict", tmp_path / "src", "--out", out)
+    assert again.exit_code == 2 and "already exists" in again.output
+    bad = invoke("ict", tmp_path / "src", "--out", tmp_path / "bad", "--keep-sentence", 2)
+    assert bad.exit_code == 2 and "keep_sentence must be in [0, 1]" in bad.output and not (tmp_path / "bad").exists()

@@ -32,11 +32,12 @@ class MissingExtra(RuntimeError):
 
 
 #: The errors a user can cause and fix: bad input (``ValueError``, which includes ``DataError``, an invalid
-#: index and pydantic's ``ValidationError``), a missing or unreadable path, an unknown or uninstalled model,
-#: an LM backend that fails (server down, Ray cluster unreachable), a missing optional dependency.
+#: index and pydantic's ``ValidationError``), a missing or unreadable path, an output that exists and may not be
+#: overwritten, an unknown or uninstalled model, an LM backend that fails (server down, Ray cluster unreachable),
+#: a missing optional dependency.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ModelNotInstalled,
-    BackendError, MissingExtra,
+    ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
+    ModelNotInstalled, BackendError, MissingExtra,
 )
 
 Command = TypeVar("Command", bound=Callable[..., Any])

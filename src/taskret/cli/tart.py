@@ -14,8 +14,8 @@ from rich.console import Console
 
 from .common import App, DataDir, RerankWeight, console
 
-app = App(help="TART: instruction-following retrieval (evaluate, index, search, tune-weight, build-data, train-dual, "
-          "train-full, distil, run).")
+app = App(help="TART: instruction-following retrieval (evaluate, index, search, tune-weight, build-data, ict, "
+          "train-dual, train-full, distil, soup, run).")
 
 
 INSTRUCTION_TEXT_OPT = typer.Option(None, "--instruction-text",
@@ -379,6 +379,41 @@ def _train(data: Path, out: Path, config_file: str, train: Callable[[list[dict]]
     console.print(f"trained on {summary['n_used']} rows ({summary['n_skipped']} skipped), {summary['steps']} steps, "
                   f"mean loss {summary['mean_loss']:.4f}, {summary['wall_time_s']:.1f}s -> {folder} "
                   f"({use.format(folder=folder, out=out)})")
+
+
+@app.command()
+def ict(
+    source: str = typer.Argument(..., help="the corpus to draw from: berri-lite/TASK, a built-in task, a BEIR folder "
+                                 "or a corpus.jsonl"),
+    out: Path = typer.Option(..., help="new folder for the task (BEIR layout with instructions.json), written whole"),
+    queries: Optional[int] = typer.Option(None, help="training queries to keep (default: every usable document)"),
+    dev_queries: int = typer.Option(50, help="held-out queries (qrels/dev.tsv), drawn first"),
+    keep_sentence: float = typer.Option(0.1, help="chance that a query's sentence stays in its document"),
+    min_words: int = typer.Option(8, help="shortest sentence (words) that may be a query"),
+    max_words: int = typer.Option(60, help="longest sentence (words) that may be a query"),
+    seed: int = typer.Option(0, help="seed of the draw (one per document, so one document's query never "
+                             "depends on the others)"),
+    instruction_text: Optional[list[str]] = typer.Option(
+        None, "--instruction-text", help="the task's instructions (repeat for several; the first is the evaluation "
+        "one; default: generic 'sentence -> its source' instructions)"),
+    data_dir: DataDir = None,
+):
+    """Turn an unlabelled corpus into a retrieval task (inverse cloze task): each query is a sentence of a
+    document, whose relevant document is the rest of it. Train on it as a BEIR folder, or as ict:SOURCE in a
+    config."""
+    from ..tart.ict import ICT_INSTRUCTIONS, IctSettings, source_corpus, write_ict_folder
+
+    instructions = [t.strip() for t in instruction_text or ICT_INSTRUCTIONS]
+    if not all(instructions):
+        raise ValueError("--instruction-text is empty")
+    settings = IctSettings(n_train=queries, n_dev=dev_queries, keep_sentence=keep_sentence, min_words=min_words,
+                           max_words=max_words, seed=seed)
+    name, corpus = source_corpus(source, data_dir)
+    folder = write_ict_folder(corpus, out, settings=settings, instructions=instructions)
+    counts = {split: sum(1 for line in (folder / "qrels" / f"{split}.tsv").open(encoding="utf-8")) - 1
+              for split in ("train", "dev") if (folder / "qrels" / f"{split}.tsv").exists()}
+    console.print(f"{name}: {len(corpus)} documents -> {counts.get('train', 0)} train and {counts.get('dev', 0)} dev "
+                  f"queries in {folder}; train on it with --tasks {folder}")
 
 
 @app.command("train-dual")

@@ -1,7 +1,7 @@
 """TART: instruction-following retrieval (Asai et al., 2022, "Task-aware Retrieval with Instructions").
 
 ``tasks``: retrieval tasks (BEIR layout, and MTOP / Break / AmbigQA / SciFact cast as retrieval) with
-their instructions; ``evaluation``: NDCG@10 / Recall@100 / MRR@10 of any retriever, with or without
+their instructions; ``ict``: a task drawn from a corpus without queries (inverse cloze task); ``evaluation``: NDCG@10 / Recall@100 / MRR@10 of any retriever, with or without
 instructions, on each task's own corpus (closed) or on all corpora pooled, optionally reranked;
 ``training_data``: rows of (instruction, query, positive, negatives); ``dual``: TART-dual;
 ``cross_encoder``: TART-full (its reranking: :mod:`taskret.rerank`); ``distil``: TART-full distilled into a dual

@@ -557,6 +557,8 @@ def _data_root(data_dir: str | os.PathLike | None) -> Path:
 
 # berri-lite: a BERRI-style collection of BEIR folders with one instructions.json for all of them.
 BERRI_LITE = "berri-lite"
+# ict:SOURCE: the inverse cloze task drawn from SOURCE's corpus (taskret.tart.ict).
+ICT_PREFIX = "ict:"
 
 
 def berri_lite_tasks(data_dir: str | os.PathLike | None = None) -> list[str]:
@@ -590,6 +592,10 @@ def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, sp
     given by path (named after the folder, with the instructions of its ``instructions.json`` if any)."""
     if name.startswith(BERRI_LITE + "/"):
         return _berri_lite_task(name, data_dir, split)
+    if name.startswith(ICT_PREFIX):
+        from .ict import ict_task
+
+        return ict_task(name[len(ICT_PREFIX):], data_dir, split)
     if name not in RETRIEVAL_TASKS:
         if Path(name).is_dir():
             return read_beir(name, split)
@@ -609,7 +615,7 @@ def split_task_spec(spec: str, default_split: str) -> tuple[str, str]:
     """``"name"`` -> (name, default_split); ``"name:split"`` -> (name, split), e.g. ``"ambigqa:dev"``
     (only when ``name`` is a built-in task or an existing folder, so a path holding ``:`` still works)."""
     name, sep, split = spec.rpartition(":")
-    known = name in RETRIEVAL_TASKS or name.startswith(BERRI_LITE + "/") or Path(name).is_dir()
+    known = (name in RETRIEVAL_TASKS or name.startswith((BERRI_LITE + "/", ICT_PREFIX)) or Path(name).is_dir())
     if sep and split and known and not Path(spec).is_dir():
         return name, split
     return spec, default_split
@@ -626,6 +632,10 @@ def task_source(name: str, split: str, data_dir: str | os.PathLike | None = None
     elif name.startswith(BERRI_LITE + "/"):
         root = _data_root(data_dir) / BERRI_LITE
         return (str((root / name.split("/", 1)[1]).resolve()), "dev" if split == "test" else split)
+    elif name.startswith(ICT_PREFIX):
+        source = name[len(ICT_PREFIX):]
+        where = _data_root(data_dir) / source if source.startswith(BERRI_LITE + "/") else Path(source)
+        return (ICT_PREFIX, str(where.resolve()) if where.exists() else source, "dev" if split == "test" else split)
     else:
         path = Path(name)
     path = path.resolve()
