@@ -588,7 +588,13 @@ def tart_berri_table() -> list[str]:
               "tart_distil_ict": "TART-dual distilled without the dev tasks, plus inverse-cloze tasks from scitldr and "
                                  "medquad (300 queries per task)",
               "hybrid+tart_distil_ict": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks",
-              "hybrid+tart_distil_ict+e5": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks + e5"}
+              "hybrid+tart_distil_ict+e5": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks + e5",
+              # Not zero-shot: the one system trained on SciFact's own corpus (its abstracts, no claims, no labels).
+              "scifact_adapt_ict": "NOT zero-shot: the dev-out student adapted to SciFact's corpus by the inverse "
+                                   "cloze task (1,000 sentences of its abstracts; no claims, no labels)",
+              "hybrid+scifact_adapt_ict": "NOT zero-shot: hybrid: BM25 + the student adapted to SciFact's corpus",
+              "hybrid+scifact_adapt_ict+e5": "NOT zero-shot: hybrid: BM25 + the student adapted to SciFact's corpus "
+                                             "+ e5"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
