@@ -589,6 +589,9 @@ def tart_berri_table() -> list[str]:
                                  "medquad (300 queries per task)",
               "hybrid+tart_distil_ict": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks",
               "hybrid+tart_distil_ict+e5": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks + e5",
+              "tart_soup_ict": "TART-dual soup: the dev-out and inverse-cloze students averaged",
+              "hybrid+tart_soup_ict": "hybrid: BM25 + the dev-out / inverse-cloze soup",
+              "hybrid+tart_soup_ict+e5": "hybrid: BM25 + the dev-out / inverse-cloze soup + e5",
               # Not zero-shot: the one system trained on SciFact's own corpus (its abstracts, no claims, no labels).
               "scifact_adapt_ict": "NOT zero-shot: the dev-out student adapted to SciFact's corpus by the inverse "
                                    "cloze task (1,000 sentences of its abstracts; no claims, no labels)",
