@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskret.tart.ict import IctSettings, inverse_cloze_task, split_sentences, write_ict_folder
+from taskret.tart.ict import IctSettings, draw_ict, inverse_cloze_task, split_sentences, write_ict_folder
 from taskret.tart.tasks import (
     Document,
     load_retrieval_task,
@@ -82,16 +82,16 @@ def test_bad_settings_and_empty_splits_are_refused():
 def test_written_folder_reads_back_as_the_same_task(tmp_path):
     corpus = _corpus()
     settings = IctSettings(n_dev=2)
-    out = write_ict_folder(corpus, tmp_path / "ict", settings=settings, instructions=["Find the trial report"])
+    out = write_ict_folder(draw_ict(corpus, settings), tmp_path / "ict", instructions=["Find the trial report"])
     for split in ("train", "dev"):
         expected = inverse_cloze_task(corpus, split=split, settings=settings)
         read = read_beir(out, split)
         assert read.queries == expected.queries and read.qrels == expected.qrels and read.corpus == expected.corpus
         assert read.instructions == ["Find the trial report"]
     with pytest.raises(FileExistsError, match="already exists"):
-        write_ict_folder(corpus, out)
+        write_ict_folder(draw_ict(corpus), out)
     with pytest.raises(ValueError, match="no ICT queries"):
-        write_ict_folder(_corpus(2), tmp_path / "none", settings=IctSettings(n_dev=5))
+        write_ict_folder(draw_ict(_corpus(2), IctSettings(n_dev=5)), tmp_path / "none")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ict"]  # nothing half-written beside it
 
 

@@ -401,7 +401,7 @@ def ict(
     """Turn an unlabelled corpus into a retrieval task (inverse cloze task): each query is a sentence of a
     document, whose relevant document is the rest of it. Train on it as a BEIR folder, or as ict:SOURCE in a
     config."""
-    from ..tart.ict import ICT_INSTRUCTIONS, IctSettings, source_corpus, write_ict_folder
+    from ..tart.ict import ICT_INSTRUCTIONS, IctSettings, draw_ict, source_corpus, write_ict_folder
 
     instructions = [t.strip() for t in instruction_text or ICT_INSTRUCTIONS]
     if not all(instructions):
@@ -409,11 +409,10 @@ def ict(
     settings = IctSettings(n_train=queries, n_dev=dev_queries, keep_sentence=keep_sentence, min_words=min_words,
                            max_words=max_words, seed=seed)
     name, corpus = source_corpus(source, data_dir)
-    folder = write_ict_folder(corpus, out, settings=settings, instructions=instructions)
-    counts = {split: sum(1 for line in (folder / "qrels" / f"{split}.tsv").open(encoding="utf-8")) - 1
-              for split in ("train", "dev") if (folder / "qrels" / f"{split}.tsv").exists()}
-    console.print(f"{name}: {len(corpus)} documents -> {counts.get('train', 0)} train and {counts.get('dev', 0)} dev "
-                  f"queries in {folder}; train on it with --tasks {folder}")
+    draw = draw_ict(corpus, settings)
+    folder = write_ict_folder(draw, out, instructions=instructions)
+    console.print(f"{name}: {len(corpus)} documents -> {len(draw.splits['train'])} train and "
+                  f"{len(draw.splits['dev'])} dev queries in {folder}; train on it with --tasks {folder}")
 
 
 @app.command("train-dual")

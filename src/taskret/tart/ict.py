@@ -17,9 +17,10 @@ Two ways to use it:
 Public API::
 
     split_sentences(text)                        # -> list of sentences (a rule, no model)
+    draw_ict(corpus, settings)                   # -> IctDraw: both splits' queries, drawn once
     inverse_cloze_task(corpus, split=..., ...)   # -> RetrievalTask
     ict_task(source, data_dir, split)            # the ict:SOURCE spec
-    write_ict_folder(corpus, out, ...)           # -> out (BEIR layout, written whole or not at all)
+    write_ict_folder(draw, out, ...)             # -> out (BEIR layout, written whole or not at all)
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from ..io import write_json, write_jsonl
 from .tasks import BERRI_LITE, ICT_PREFIX, RETRIEVAL_TASKS, Document, RetrievalTask, _data_root, read_corpus
 
-__all__ = ["ICT_PREFIX", "ICT_INSTRUCTIONS", "IctSettings", "split_sentences", "inverse_cloze_task", "ict_task",
-           "source_corpus", "write_ict_folder"]
+__all__ = ["ICT_PREFIX", "ICT_INSTRUCTIONS", "IctSettings", "IctDraw", "split_sentences", "draw_ict",
+           "inverse_cloze_task", "ict_task", "source_corpus", "write_ict_folder"]
 
 #: Instructions of an ICT task (the first is the evaluation one), phrased for any kind of text.
 ICT_INSTRUCTIONS = [
@@ -84,8 +85,23 @@ class IctSettings:
             raise ValueError("n_dev must be >= 0 and n_train >= 1 (or None for all)")
 
 
-def _draw(corpus: Mapping[str, Document], settings: IctSettings) -> tuple[dict[str, Document], dict[str, str], list[str]]:
-    """(corpus with the drawn sentences taken out, {query id: sentence}, query ids in drawing order)."""
+class IctDraw(NamedTuple):
+    """One draw of the inverse cloze task over a corpus: the corpus with the drawn sentences taken out,
+    ``{query id: sentence}``, ``{query id: the document it came from}`` and the query ids of each split
+    (``train``, ``dev``), in drawing order."""
+
+    corpus: dict[str, Document]
+    queries: dict[str, str]
+    sources: dict[str, str]
+    splits: dict[str, list[str]]
+
+    def qrels(self, split: str) -> dict[str, dict[str, int]]:
+        return {q: {self.sources[q]: 1} for q in self.splits[split]}
+
+
+def draw_ict(corpus: Mapping[str, Document], settings: IctSettings | None = None) -> IctDraw:
+    """Draw one query from each usable document of ``corpus`` and split the queries (see :class:`IctSettings`)."""
+    settings = settings or IctSettings()
     split = {doc_id: split_sentences(doc.text) for doc_id, doc in corpus.items()}
     # Boilerplate (a sentence found in several documents) has no one source to retrieve: never a query.
     seen = Counter(s for sentences in split.values() for s in set(sentences))
@@ -105,15 +121,13 @@ def _draw(corpus: Mapping[str, Document], settings: IctSettings) -> tuple[dict[s
         drawn[doc_id] = (sentences[pick], Document(doc.id, doc.title, " ".join(kept)))
     order = sorted(drawn)
     random.Random(settings.seed).shuffle(order)
-    new_corpus = {doc_id: drawn[doc_id][1] if doc_id in drawn else doc for doc_id, doc in corpus.items()}
-    return new_corpus, {f"ict-{d}": drawn[d][0] for d in order}, [f"ict-{d}" for d in order]
-
-
-def _split_ids(order: Sequence[str], settings: IctSettings) -> dict[str, list[str]]:
-    dev = list(order[:settings.n_dev])
-    rest = order[settings.n_dev:]
-    train = list(rest if settings.n_train is None else rest[:settings.n_train])
-    return {"train": train, "dev": dev}
+    query_ids = [f"ict-{d}" for d in order]
+    rest = query_ids[settings.n_dev:]
+    return IctDraw(corpus={doc_id: drawn[doc_id][1] if doc_id in drawn else doc for doc_id, doc in corpus.items()},
+                   queries={q: drawn[d][0] for q, d in zip(query_ids, order)},
+                   sources=dict(zip(query_ids, order)),
+                   splits={"train": rest if settings.n_train is None else rest[:settings.n_train],
+                           "dev": query_ids[:settings.n_dev]})
 
 
 def inverse_cloze_task(corpus: Mapping[str, Document], *, name: str = "ict", split: str = "train",
@@ -127,14 +141,13 @@ def inverse_cloze_task(corpus: Mapping[str, Document], *, name: str = "ict", spl
         split = "dev"
     if split not in ("train", "dev"):
         raise ValueError(f"an ICT task has splits train and dev (test reads dev), not '{split}'")
-    new_corpus, queries, order = _draw(corpus, settings)
-    ids = _split_ids(order, settings)[split]
+    draw = draw_ict(corpus, settings)
+    ids = draw.splits[split]
     if not ids:
-        raise ValueError(f"ICT task '{name}': no {split} queries (of {len(corpus)} documents, {len(order)} have "
-                         f">= {settings.min_sentences} sentences and one of {settings.min_words}-{settings.max_words} "
-                         f"words; {settings.n_dev} go to dev)")
-    return RetrievalTask(name, new_corpus, {q: queries[q] for q in ids}, {q: {q[len("ict-"):]: 1} for q in ids},
-                         list(instructions))
+        raise ValueError(f"ICT task '{name}': no {split} queries (of {len(corpus)} documents, {len(draw.queries)} "
+                         f"have >= {settings.min_sentences} sentences and one of {settings.min_words}-"
+                         f"{settings.max_words} words; {settings.n_dev} go to dev)")
+    return RetrievalTask(name, draw.corpus, {q: draw.queries[q] for q in ids}, draw.qrels(split), list(instructions))
 
 
 def source_corpus(source: str, data_dir: str | os.PathLike | None = None) -> tuple[str, dict[str, Document]]:
@@ -164,28 +177,25 @@ def ict_task(source: str, data_dir: str | os.PathLike | None = None, split: str 
     return inverse_cloze_task(corpus, name=f"{name}-ict", split=split, settings=settings)
 
 
-def write_ict_folder(corpus: Mapping[str, Document], out: str | os.PathLike, *, settings: IctSettings | None = None,
+def write_ict_folder(draw: IctDraw, out: str | os.PathLike, *,
                      instructions: Sequence[str] = tuple(ICT_INSTRUCTIONS)) -> Path:
-    """Write the ICT task of ``corpus`` to ``out`` in the BEIR layout (``corpus.jsonl``, ``queries.jsonl``,
-    ``qrels/train.tsv``, ``qrels/dev.tsv``, ``instructions.json``), all of it or nothing."""
-    settings = settings or IctSettings()
+    """Write a draw (:func:`draw_ict`) to ``out`` in the BEIR layout (``corpus.jsonl``, ``queries.jsonl``,
+    ``qrels/train.tsv``, ``qrels/dev.tsv`` when it has dev queries, ``instructions.json``), all of it or nothing."""
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out}: already exists; choose a new folder")
-    new_corpus, queries, order = _draw(corpus, settings)
-    splits = _split_ids(order, settings)
-    if not splits["train"]:
-        raise ValueError(f"no ICT queries drawn from {len(corpus)} documents (see IctSettings)")
+    if not draw.splits["train"]:
+        raise ValueError(f"no ICT queries drawn from {len(draw.corpus)} documents (see IctSettings)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        write_jsonl(tmp / "corpus.jsonl", ({"_id": d.id, "title": d.title, "text": d.text} for d in new_corpus.values()))
-        kept = set(splits["train"]) | set(splits["dev"])
-        write_jsonl(tmp / "queries.jsonl", ({"_id": q, "text": queries[q]} for q in order if q in kept))
-        for split, ids in splits.items():
+        write_jsonl(tmp / "corpus.jsonl", ({"_id": d.id, "title": d.title, "text": d.text} for d in draw.corpus.values()))
+        kept = set(draw.splits["train"]) | set(draw.splits["dev"])
+        write_jsonl(tmp / "queries.jsonl", ({"_id": q, "text": text} for q, text in draw.queries.items() if q in kept))
+        (tmp / "qrels").mkdir()
+        for split, ids in draw.splits.items():
             if ids:
-                lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{q[len('ict-'):]}\t1" for q in ids]
-                (tmp / "qrels").mkdir(exist_ok=True)
+                lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{draw.sources[q]}\t1" for q in ids]
                 (tmp / "qrels" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
         write_json(tmp / "instructions.json", list(instructions))
         os.chmod(tmp, 0o755)
