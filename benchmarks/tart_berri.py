@@ -104,6 +104,19 @@ class PairCache(Reranker):
         return np.array([self.scores[self.key(*p)] for p in pairs], dtype=np.float32)
 
 
+class ScoredElsewhere(Reranker):
+    """A reranker known only by the pair scores it left in each task's ``NAME.pairs.jsonl``, scored on another
+    machine (a GPU: ``benchmarks/device/``), so its model need not be here. A pair without a score stops the run:
+    never a silent zero."""
+
+    def __init__(self, name: str):
+        self.name = f"scored:{name}"
+
+    def score_pairs(self, pairs):
+        raise SystemExit(f"{self.name}: {len(pairs)} pairs have no score in the work folder; export them with "
+                         f"benchmarks/device/export_pairs.py (a larger --top) and score them again")
+
+
 class Rankings:
     """Rankings of one task's queries by each component, cached as JSONL under ``work/{task}/``."""
 
@@ -291,6 +304,8 @@ def main() -> None:
         if not sep or not name or not spec:
             raise SystemExit(f"--reranker: expected NAME=SPEC, got {entry!r}")
         rerankers[name] = load_reranker(spec)
+    for name in (args.scored or []):
+        rerankers[name] = ScoredElsewhere(name)
 
     scifact = load_retrieval_task("scifact", args.data_dir, "test").sample(args.limit, seed=0)
     dev_tasks = [load_retrieval_task(name, args.data_dir, "test").sample(args.dev_limit, seed=0)
@@ -420,6 +435,9 @@ def _parser():
     p.add_argument("--reranker", action="append", default=None,
                    help="NAME=SPEC: another reranker of FIRST+NAME, e.g. yesno=smollm2-135m (a causal LM's zero-shot "
                         "yes/no cross-encoder) or a TART-full run folder (repeatable)")
+    p.add_argument("--scored", action="append", default=None,
+                   help="NAME: a reranker whose pair scores are already in WORK/{task}/NAME.pairs.jsonl, scored on "
+                        "another machine (benchmarks/device/unpack_scores.py); adds FIRST+NAME (repeatable)")
     p.add_argument("--wise-ft", type=float, default=None,
                    help="also score each TART-dual with its weights this far back to its base's (0-1, WiSE-FT)")
     p.add_argument("--upr-lm", default="smollm2-135m",

@@ -42,6 +42,10 @@ def test_an_existing_local_folder_is_returned(tmp_path):
 def test_registered_models_resolve_to_loadable_folders(smollm2_folder):
     assert (smollm2_folder / "config.json").exists()
     assert (smollm2_folder / "tokenizer.json").exists() or (smollm2_folder / "tokenizer_config.json").exists()
+    from transformers import AutoTokenizer
+
+    # batches of (query, document) pairs are padded: a GGUF's tokenizer may come without a pad token
+    assert AutoTokenizer.from_pretrained(smollm2_folder).pad_token is not None
     minilm = resolve_model("minilm-l6")
     assert minilm.is_dir() and any(minilm.iterdir())
     assert models.is_installed("minilm-l6") and models.is_installed("smollm2-135m")

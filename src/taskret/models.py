@@ -60,6 +60,8 @@ def _convert_gguf(name: str, gguf_folder: Path, gguf_file: str) -> Path:
 
     logger.warning("converting %s from GGUF into %s (once)", name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf_folder, gguf_file=gguf_file)
+    if tokenizer.pad_token is None:  # some transformers versions leave it unset; batches of pairs need one
+        tokenizer.pad_token = tokenizer.eos_token
     quantised = AutoModelForCausalLM.from_pretrained(gguf_folder, gguf_file=gguf_file, dtype=torch.float32)
     config = quantised.config
     # A GGUF-loaded model refuses save_pretrained; a plain model with its weights does not.

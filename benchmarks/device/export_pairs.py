@@ -1,0 +1,77 @@
+"""Here, before a device run: the (query, document) pairs a reranker scored elsewhere must cover.
+
+For SciFact and the dev tasks of ``benchmarks/tart_berri.py``, in both columns, each query is paired with the
+union of the top ``--top`` documents of each cached component ranking (BM25, and the dense ones named), which
+holds the top 20 of any convex fusion of them in practice (the script reports the coverage of the cached
+fused rankings it finds). Writes one ``pairs.json.xz``: ``{task folder: {"queries": [...], "docs": [...],
+"pairs": [[query index, doc index], ...]}}``, read on the device by ``score_pairs.py``::
+
+    python benchmarks/device/export_pairs.py --work runs/bench/tart_berri --components minilm,e5,tart_distil_ict \
+        --out .gpu/b/pairs.json.xz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tart_berri import DEV_TASKS, Rankings  # noqa: E402
+
+from taskret.io import read_jsonl  # noqa: E402
+from taskret.tart.tasks import load_retrieval_task  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=os.environ.get("TASKRET_DATA_DIR"))
+    p.add_argument("--work", default="runs/bench/tart_berri")
+    p.add_argument("--components", default="minilm,e5,tart_distil_ict")
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--dev-limit", type=int, default=25)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    work = Path(args.work)
+    tasks = [(work, load_retrieval_task("scifact", args.data_dir, "test"))]
+    tasks += [(work / "dev", load_retrieval_task(n, args.data_dir, "test").sample(args.dev_limit, seed=0))
+              for n in DEV_TASKS]
+    out: dict = {}
+    for folder, task in tasks:
+        r = Rankings(task, folder, 100)
+        queries, docs, pairs, doc_index = [], [], set(), {}
+        for instructed in (False, True):
+            texts = r.queries(instructed)
+            rankings = [r._path("bm25", False)] + [r._path(c, instructed) for c in args.components.split(",")]
+            tops: dict[str, set] = {q: set() for q in r.qids}
+            for path in rankings:
+                for row in read_jsonl(path):
+                    tops[row["qid"]].update(row["ids"][: args.top])
+            # coverage check against any cached reranked ranking of this column (its top 20 is its first stage's)
+            for path in r.work.glob(f"hybrid+*_top20.{'instruction' if instructed else 'no_instruction'}.jsonl"):
+                rows = read_jsonl(path)
+                missing = sum(d not in tops[row["qid"]] for row in rows for d in row["ids"][:20])
+                print(f"{task.name} {path.name}: {missing} of {20 * len(rows)} top-20 documents not covered")
+            base = len(queries)
+            queries.extend(texts)
+            for i, q in enumerate(r.qids):
+                for d in sorted(tops[q]):
+                    if d not in doc_index:
+                        doc_index[d] = len(docs)
+                        docs.append(r._doc_texts[d])
+                    pairs.add((base + i, doc_index[d]))
+        out[str(r.work.relative_to(work))] = {"queries": queries, "docs": docs, "pairs": sorted(pairs)}
+        print(f"{task.name}: {len(queries)} queries, {len(docs)} documents, {len(pairs)} pairs")
+    tmp = Path(args.out + ".tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    with lzma.open(tmp, "wt", encoding="utf-8") as f:
+        json.dump(out, f)
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()

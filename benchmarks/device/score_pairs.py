@@ -1,0 +1,43 @@
+"""On the device: score the pairs of ``export_pairs.py`` with a trained reranker; write ``{task: [score, ...]}``
+(raw logits, in the file's pair order) as JSON, and the scoring time of each task::
+
+    python benchmarks/device/score_pairs.py RUN_DIR pairs.json.xz OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import sys
+import time
+from pathlib import Path
+
+from taskret.rerank.cross_encoder import CrossEncoderReranker
+
+
+def main(run_dir: str, pairs_file: str, out_dir: str, batch_size: int = 128, chunk: int = 4096) -> None:
+    reranker = CrossEncoderReranker(run_dir, batch_size=batch_size)
+    with lzma.open(pairs_file, "rt", encoding="utf-8") as f:
+        tasks = json.load(f)
+    scores, timings = {}, {}
+    # the dev tasks first (they choose the fusion weights), and the file rewritten after each task, so a run
+    # stopped at its time limit still sends back what it scored
+    for task, d in sorted(tasks.items(), key=lambda item: item[0] == "scifact"):
+        pairs = [(d["queries"][q], d["docs"][i]) for q, i in d["pairs"]]
+        # shortest first: a batch of like lengths pads little
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        out = [0.0] * len(pairs)
+        start = time.perf_counter()
+        for s in range(0, len(order), chunk):
+            part = order[s:s + chunk]
+            for i, score in zip(part, reranker.score_pairs([pairs[i] for i in part])):
+                out[i] = round(float(score), 6)
+            print(f"{task}: {min(s + chunk, len(order))}/{len(order)} pairs", flush=True)
+        timings[task] = {"pairs": len(pairs), "seconds": round(time.perf_counter() - start, 1)}
+        scores[task] = out
+        Path(out_dir, "scores.json").write_text(json.dumps({"scores": scores, "timings": timings}))
+    print(json.dumps(timings))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
