@@ -39,6 +39,18 @@ def test_scores_are_the_lms_query_log_likelihoods(upr, tiny_lm):
     assert upr.score_pairs([]).shape == (0,)
 
 
+def test_a_spec_loads_with_the_reranker_batch_size(upr, tiny_lm, tmp_path):
+    # as a distillation teacher loads it: load_reranker("upr:...", batch_size=...)
+    from taskret.rerank import load_reranker
+
+    tiny_lm.model.save_pretrained(tmp_path)
+    tiny_lm.tokenizer.save_pretrained(tmp_path)
+    loaded = load_reranker(f"upr:{tmp_path}", batch_size=2, max_doc_tokens=8)
+    assert isinstance(loaded, CausalLMReranker) and loaded.lm.max_batch_size == 2
+    pairs = [("list files", "ls -la"), ("remove a file", "rm x"), ("list files", "rm x")]
+    assert np.allclose(loaded.score_pairs(pairs), upr.score_pairs(pairs), atol=1e-4)
+
+
 def test_bad_settings_are_refused(tiny_lm):
     with pytest.raises(ValueError, match="max_doc_tokens"):
         CausalLMReranker(tiny_lm, max_doc_tokens=0)

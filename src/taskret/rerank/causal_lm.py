@@ -37,7 +37,10 @@ class CausalLMReranker(Reranker):
     name = "upr"
 
     def __init__(self, lm: str = "smollm2-135m", max_doc_tokens: int = 200, prompt: str = UPR_PROMPT,
-                 instructed_prompt: str = UPR_INSTRUCTED_PROMPT, device: str | None = None):
+                 instructed_prompt: str = UPR_INSTRUCTED_PROMPT, device: str | None = None,
+                 batch_size: int | None = None):
+        """``batch_size``: the most pairs per LM forward pass, for an LM loaded here from a spec (the reranker
+        interface's batch size, as a distillation teacher gets it); the LM's own default when None."""
         if max_doc_tokens < 1:
             raise ValueError(f"max_doc_tokens must be positive, got {max_doc_tokens}")
         for template, fields in ((prompt, ("{document}",)), (instructed_prompt, ("{document}", "{instruction}"))):
@@ -48,7 +51,7 @@ class CausalLMReranker(Reranker):
             from ..backends.base import load_lm
 
             self.lm_name = lm
-            lm = load_lm(lm, device=device)
+            lm = load_lm(lm, device=device, max_batch_size=batch_size)
         else:
             self.lm_name = getattr(lm, "name", "lm")
         self.lm = lm
