@@ -100,6 +100,46 @@ def test_bad_rows_name_the_source_line_and_field(rows):
         teacher_scores(bad, Overlap(), source="rows.jsonl")
 
 
+class StopsAfter(Overlap):
+    """The overlap teacher, killed after ``calls`` calls (as a long teacher pass is, by a user or a machine)."""
+
+    def __init__(self, calls: int):
+        super().__init__()
+        self.calls = calls
+
+    def score_pairs(self, pairs):
+        if self.calls == 0:
+            raise KeyboardInterrupt
+        self.calls -= 1
+        return super().score_pairs(pairs)
+
+
+def test_a_stopped_teacher_pass_resumes_from_its_cache(rows, tmp_path):
+    cache = tmp_path / "teacher_scores.jsonl"
+    expected = teacher_scores(rows, Overlap())
+    with pytest.raises(KeyboardInterrupt):
+        teacher_scores(rows, StopsAfter(calls=2), cache=cache, chunk_size=3)
+    assert len(cache.read_text().splitlines()) == 6  # two chunks kept
+    teacher = Overlap()
+    assert teacher_scores(rows, teacher, cache=cache, chunk_size=3) == expected
+    assert teacher.n_pairs == len(expected) - 6  # only what the stopped pass had not scored
+    again = Overlap()
+    assert teacher_scores(rows, again, cache=cache) == expected and again.n_pairs == 0
+
+
+def test_a_teacher_cache_cut_mid_line_is_mended_and_a_bad_line_named(rows, tmp_path):
+    cache = tmp_path / "teacher_scores.jsonl"
+    expected = teacher_scores(rows, Overlap(), cache=cache, chunk_size=4)
+    lines = cache.read_text().splitlines()
+    cache.write_text("\n".join(lines[:5]) + "\n" + lines[5][:9])  # killed while writing the sixth line
+    teacher = Overlap()
+    assert teacher_scores(rows, teacher, cache=cache) == expected and teacher.n_pairs == len(expected) - 5
+    assert all(json.loads(line) for line in cache.read_text().splitlines())
+    cache.write_text(lines[0] + "\n" + "not json\n")
+    with pytest.raises(DataError, match="line 2"):
+        teacher_scores(rows, Overlap(), cache=cache)
+
+
 def test_training_lowers_the_kl_to_the_teacher(tmp_path, rows, tiny_bert_dir):
     from sentence_transformers import SentenceTransformer
 
@@ -112,7 +152,10 @@ def test_training_lowers_the_kl_to_the_teacher(tmp_path, rows, tiny_bert_dir):
     folder = train_tart_distil(rows, teacher, tmp_path / "out", config, progress=False)
     after = distillation_kl(SentenceTransformer(str(folder)), columns, config)
     assert after < 0.8 * before
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([LOG_FILE, "model", CONFIG_FILE])
+    cache = [p.name for p in (tmp_path / "out").glob("teacher_scores.*.jsonl")]  # the teacher pass, resumable
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([LOG_FILE, "model", CONFIG_FILE, *cache])
+    assert len(cache) == 1
+    assert len((tmp_path / "out" / cache[0]).read_text().splitlines()) == len(teacher_scores(rows, Overlap(), config))
     summary = json.loads((tmp_path / "out" / CONFIG_FILE).read_text())
     assert TartDistilConfig.from_dict(summary) == config and summary["teacher"] == "overlap"
     assert summary["train_tasks"] == dict(sorted(Counter(row["task"] for row in rows).items()))  # for dev_overlap

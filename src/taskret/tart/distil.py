@@ -23,6 +23,9 @@ Design notes
   draws ``n_negatives`` of a row's negatives (seeded by ``(seed, epoch)``). A row with fewer negatives
   repeats some of them to fill its ``1 + n_negatives`` columns: the loss needs a fixed number, and a
   repeated candidate weighs twice in both distributions alike.
+* The teacher pass shows progress and appends each chunk of scores to ``out_dir/teacher_scores.{hash of the
+  teacher's name}.jsonl`` (:func:`teacher_cache_path`): an LM teacher on a CPU can take hours, and a stopped run
+  resumes where its teacher pass was. Scores made elsewhere (a GPU) can be put there before the run.
 * Output: ``out_dir/model`` (a SentenceTransformer, use it as ``dense:OUT/model``),
   ``out_dir/training_log.jsonl`` and, last, ``out_dir/tart_distil_config.json``, which marks a finished run.
 """
@@ -30,6 +33,8 @@ Design notes
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -39,13 +44,14 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from ..formats import format_query
+from ..io import DataError
 from ..training.encoders import trained_at_length
 from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow
 from .config import TartSettings
 from .training_data import anchor_text, draw_negatives, train_on_rows, usable_rows
 
-__all__ = ["TartDistilConfig", "teacher_scores", "build_distillation_rows", "distillation_sampler",
+__all__ = ["TartDistilConfig", "teacher_cache_path", "teacher_scores", "build_distillation_rows", "distillation_sampler",
            "train_tart_distil", "distillation_kl", "scaled_cos_sim", "student_model_folder", "CONFIG_FILE", "LOG_FILE"]
 
 CONFIG_FILE = "tart_distil_config.json"
@@ -112,17 +118,74 @@ def _teacher_query(row: dict, teacher) -> str:
     return format_query(row["instruction"] if teacher.use_instruction else None, row["query"])
 
 
+def _pair_key(query: str, document: str) -> str:
+    return hashlib.sha1(f"{query}\0{document}".encode()).hexdigest()[:20]
+
+
+def _read_score_cache(path: Path) -> dict[str, float]:
+    """The scores a teacher pass appended to ``path``. A last line cut short (the pass was killed mid-write) is
+    dropped and cut from the file, so its chunk is scored again and the next append starts on a fresh line."""
+    if not path.exists():
+        return {}
+    text = path.read_text(encoding="utf-8")
+    complete = text[: text.rfind("\n") + 1]
+    if len(complete) < len(text):
+        with open(path, "r+", encoding="utf-8") as f:
+            f.truncate(len(complete.encode("utf-8")))
+    known = {}
+    for number, line in enumerate(complete.splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(path, number, None, f"not JSON ({err.msg}); delete the file to score every pair "
+                                                "again") from None
+        for field in ("key", "score"):
+            if not isinstance(row, dict) or field not in row:
+                raise DataError(path, number, field, "missing; delete the file to score every pair again")
+        known[row["key"]] = float(row["score"])
+    return known
+
+
 def teacher_scores(rows: Sequence[dict], teacher, config: TartDistilConfig | None = None, *,
-                   source: str = "rows") -> dict[tuple[str, str], float]:
-    """The teacher's logit for every (its query text, document text) pair of the usable rows."""
+                   source: str = "rows", cache: str | os.PathLike | None = None, progress: bool = False,
+                   chunk_size: int = 512) -> dict[tuple[str, str], float]:
+    """The teacher's logit for every (its query text, document text) pair of the usable rows.
+
+    With ``cache`` (a JSONL file) each chunk of ``chunk_size`` scored pairs is appended as it is done (``{"key":
+    hash of query and document, "score"}``), and the pairs already there are not scored again: a teacher pass
+    that is stopped (an LM teacher on a CPU can take hours) resumes where it was. A cache written for another
+    teacher must not be reused: :func:`train_tart_distil` names it after the teacher."""
     config = config or TartDistilConfig()
     usable, _ = usable_rows(rows, config.negative_kinds, source)
     pairs = list(dict.fromkeys((_teacher_query(row, teacher), text) for row, negatives in usable
                                for text in [row["positive_text"], *(n["text"] for n in negatives)]))
-    scores = np.asarray(teacher.score_pairs(pairs), dtype=np.float64).reshape(-1)
-    if len(scores) != len(pairs):
-        raise ValueError(f"the teacher returned {len(scores)} scores for {len(pairs)} pairs")
-    return {pair: float(s) for pair, s in zip(pairs, scores)}
+    keys = [_pair_key(q, d) for q, d in pairs]
+    wanted = set(keys)
+    known = {k: v for k, v in _read_score_cache(Path(cache)).items() if k in wanted} if cache is not None else {}
+    todo = [i for i, key in enumerate(keys) if key not in known]
+    from ..progress import progress_bar, report_resumed
+
+    with progress_bar(len(pairs), "teacher", unit="pairs", enabled=progress) as advance:
+        report_resumed(advance, len(pairs) - len(todo))
+        if cache is not None:
+            Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        out = open(cache, "a", encoding="utf-8") if cache is not None else None
+        try:
+            for start in range(0, len(todo), chunk_size):
+                chunk = todo[start:start + chunk_size]
+                scores = np.asarray(teacher.score_pairs([pairs[i] for i in chunk]), dtype=np.float64).reshape(-1)
+                if len(scores) != len(chunk):
+                    raise ValueError(f"the teacher returned {len(scores)} scores for {len(chunk)} pairs")
+                for i, score in zip(chunk, scores):
+                    known[keys[i]] = float(score)
+                if out is not None:
+                    out.writelines(json.dumps({"key": keys[i], "score": float(s)}) + "\n" for i, s in zip(chunk, scores))
+                    out.flush()
+                advance(len(chunk))
+        finally:
+            if out is not None:
+                out.close()
+    return {pair: known[key] for pair, key in zip(pairs, keys)}
 
 
 def _column_names(config: TartDistilConfig) -> tuple[str, ...]:
@@ -181,6 +244,12 @@ def distillation_kl(model, columns: dict[str, list], config: TartDistilConfig, b
     return total / len(labels)
 
 
+def teacher_cache_path(out_dir: str | os.PathLike, teacher) -> Path:
+    """Where :func:`train_tart_distil` keeps ``teacher``'s scores: beside the run, named after the teacher, so a
+    stopped run resumes its teacher pass and another teacher starts anew."""
+    return Path(out_dir) / f"teacher_scores.{hashlib.sha1(teacher.name.encode()).hexdigest()[:10]}.jsonl"
+
+
 def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
                       config: TartDistilConfig | None = None, progress: bool = True, source: str = "rows") -> Path:
     """Distil ``teacher`` (a TART-full folder or a :class:`~taskret.rerank.Reranker`) into a dual
@@ -196,7 +265,9 @@ def train_tart_distil(rows: Sequence[dict], teacher, out_dir: str | os.PathLike,
     teacher = load_reranker(teacher, batch_size=config.teacher_batch_size)
     usable, n_skipped = usable_rows(rows, config.negative_kinds, source)
     teacher_start = time.perf_counter()
-    scores = teacher_scores([row for row, _ in usable], teacher, config, source=source)
+    cache = teacher_cache_path(out_dir, teacher)
+    scores = teacher_scores([row for row, _ in usable], teacher, config, source=source, cache=cache,
+                            progress=progress)
     teacher_s = time.perf_counter() - teacher_start
     student = student_model_folder(config.base_model)
     build, restore_length = trained_at_length(student, config.max_seq_length,
