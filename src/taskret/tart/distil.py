@@ -167,9 +167,10 @@ def teacher_scores(rows: Sequence[dict], teacher, config: TartDistilConfig | Non
 
     with progress_bar(len(pairs), "teacher", unit="pairs", enabled=progress) as advance:
         report_resumed(advance, len(pairs) - len(todo))
+        out = None
         if cache is not None:
             Path(cache).parent.mkdir(parents=True, exist_ok=True)
-        out = open(cache, "a", encoding="utf-8") if cache is not None else None
+            out = open(cache, "a", encoding="utf-8")
         try:
             for start in range(0, len(todo), chunk_size):
                 chunk = todo[start:start + chunk_size]
