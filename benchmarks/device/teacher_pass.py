@@ -15,7 +15,7 @@ import time
 from taskret.backends.transformers import CausalLM
 from taskret.rerank.causal_lm import CausalLMReranker
 from taskret.tart.distil import TartDistilConfig, teacher_cache_path, teacher_scores
-from taskret.tart.training_data import read_training_examples, usable_rows
+from taskret.tart.training_data import read_training_examples
 
 
 def main(pipeline_config: str, train_jsonl: str, out_dir: str) -> None:
@@ -27,10 +27,10 @@ def main(pipeline_config: str, train_jsonl: str, out_dir: str) -> None:
     lm = CausalLM.load(spec[len("upr:"):], dtype="float32", max_batch_size=config.teacher_batch_size)
     teacher = CausalLMReranker(lm)
     rows = read_training_examples(train_jsonl)
-    usable, _ = usable_rows(rows, config.negative_kinds, train_jsonl)
     cache = teacher_cache_path(out_dir, teacher)
     start = time.perf_counter()
-    scores = teacher_scores([row for row, _ in usable], teacher, config, source=train_jsonl, cache=cache, progress=True)
+    # teacher_scores keeps the usable rows itself: the same pairs train_tart_distil asks for
+    scores = teacher_scores(rows, teacher, config, source=train_jsonl, cache=cache, progress=True)
     print(f"{teacher.name}: {len(scores)} pairs in {time.perf_counter() - start:.1f} s -> {cache}")
 
 

@@ -14,11 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tart_berri import PairCache  # noqa: E402
-
-
-class _Unused:
-    name = "unused"
+from tart_berri import PairCache, ScoredElsewhere  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +30,7 @@ def main() -> None:
     for task, d in tasks.items():
         if len(scores[task]) != len(d["pairs"]):
             raise SystemExit(f"{args.scores}: {task} has {len(scores[task])} scores for {len(d['pairs'])} pairs")
-        cache = PairCache(_Unused(), Path(args.work) / task / f"{args.name}.pairs.jsonl")
+        cache = PairCache(ScoredElsewhere(args.name), Path(args.work) / task / f"{args.name}.pairs.jsonl")
         cache.add([(d["queries"][q], d["docs"][i]) for q, i in d["pairs"]], scores[task])
         print(f"{task}: {len(scores[task])} scores -> {cache.path}")
 
