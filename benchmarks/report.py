@@ -472,7 +472,10 @@ def headline_table() -> list[str]:
         def both(name: str) -> str:
             cols = sci.get(name, {})
             text = f"{cols['no_instruction']:.1f}" if "no_instruction" in cols else "-"
-            return text + (f" ({cols['instruction']:.1f})" if "instruction" in cols else "")
+            text += f" ({cols['instruction']:.1f})" if "instruction" in cols else ""
+            if "rerank_instruction" in cols and cols["rerank_instruction"] != cols.get("no_instruction"):
+                text = (text + "; " if text != "-" else "") + f"{cols['rerank_instruction']:.1f} with the instruction at the reranker only"
+            return text
 
         best = max((n for n in sci if ("tart_dual" in n or "tart_distil" in n) and not n.endswith("_raw")),
                    key=lambda n: max(sci[n].values(), default=0.0))  # with or without the instruction
@@ -496,14 +499,16 @@ def headline_table() -> list[str]:
         trained_full = ""
         # SmolLM2 fine-tuned as TART-full: on the CPU budget, and on a GPU (scored there: tart_berri.py --scored)
         for tuned, log, where in ((f"{three_stage}+yesno_tuned", "tart_full_smollm2_cpu", "CPU"),
-                                  (f"{three_stage}+yesno_gpu_top20", "tart_full_smollm2_gpu", "H100")):
+                                  (f"{three_stage}+yesno_gpu_top20", "tart_full_smollm2_gpu", "H100"),
+                                  (f"{three_stage}+tart_ql_gpu_top20", "tart_full_ql_smollm2_gpu", "H100")):
             run = _load(f"tart_berri_logs/{log}.tart_full_config.json")  # its training run's summary
             if tuned not in sci or not run:
                 continue
             weights = berri["weights"].get(tuned, {})
             kept = [c for c, w in weights.items() if w.get(three_stage) == 1.0]  # the guard said noise
             minutes = run["wall_time_s"] / 60
-            trained_full += (f"; SmolLM2 fine-tuned as TART-full ({minutes:.0f} {where} min, {run['n_pairs']:,} pairs) "
+            objective = " by query likelihood" if run.get("objective") == "query_likelihood" else ""
+            trained_full += (f"; SmolLM2 fine-tuned{objective} as TART-full ({minutes:.0f} {where} min, {run['n_pairs']:,} pairs) "
                              f"over BM25 + MiniLM + e5 {both(tuned)}")
             if len(kept) == len(weights):
                 trained_full += " (its dev gain is noise: the first stage's order kept)"
@@ -621,6 +626,8 @@ def tart_berri_table() -> list[str]:
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
                  "yesno_tuned": "yes/no SmolLM2 fine-tuned as TART-full (560 berri-lite rows)",
                  "yesno_gpu": "yes/no SmolLM2 fine-tuned as TART-full on an H100 (8,095 berri-lite rows)",
+                 "tart_ql_gpu": "SmolLM2 fine-tuned by query likelihood as TART-full on an H100 (8,095 berri-lite rows)",
+                 "tart_ql_gpu_b": "the query-likelihood TART-full trained again (same recipe, second H100 run)",
                  "tart_full": "TART-full"}
 
     def label(name: str) -> str:
@@ -676,8 +683,25 @@ def tart_berri_table() -> list[str]:
            "the first stage's order, except for a weight of 0." + overlap, "",
            "| system | no instruction | instruction |", "|---|---|---|"]
     for name, cols in d["scifact"].items():
+        if not {"no_instruction", "instruction"} & set(cols):
+            continue  # run only with the instruction at the reranker: the next table
         shown = [f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction")]
         out.append(f"| {label(name)} | {shown[0]} | {shown[1]} |")
+    # tart_berri.py --columns rerank_instruction: the first stage reads the claim alone, the reranker the instructed
+    # claim (`taskret tart evaluate --no-first-stage-instruction`)
+    reranked = [name for name, cols in d["scifact"].items() if "rerank_instruction" in cols and "+" in name
+                and label(name) != name and ("reranked by" in label(name) or "reranking alone" in label(name))]
+    if reranked:
+        out += ["", "The instruction at the reranker only (`--columns rerank_instruction`): the first stage reads the "
+                "claim alone, the reranker reads `\"{instruction} [SEP] {claim}\"` (`taskret tart evaluate "
+                "--no-first-stage-instruction`); weights chosen on the dev tasks in the same setting.", "",
+                "| system | no instruction | instruction | instruction to the reranker only |", "|---|---|---|---|"]
+        firsts = list(dict.fromkeys(name.rpartition("+")[0] for name in reranked))  # their first stages
+        for name in [f for f in firsts if f in d["scifact"]] + reranked:
+            cols = d["scifact"][name]
+            shown = [f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction",
+                                                                              "rerank_instruction")]
+            out.append(f"| {label(name)} | {' | '.join(shown)} |")
     return out
 
 

@@ -26,7 +26,9 @@ Systems (``--systems``; a trained model joins with ``--tart-dual DIR`` / ``--tar
 
 Instructions: in the ``instruction`` column the instructed query ``"{instruction} [SEP] {claim}"`` goes to
 every model that reads text (encoders, rerankers) and to BM25 when BM25 is the whole system; inside a hybrid
-BM25 always reads the bare claim (words of the instruction only add noise to a lexical match).
+BM25 always reads the bare claim (words of the instruction only add noise to a lexical match). In the
+``rerank_instruction`` column the first stage reads the bare claim and only the rerankers read the instructed
+one (``taskret tart evaluate --no-first-stage-instruction``): the instruction goes where it was trained to help.
 
 Every ranking is cached under ``--work`` (JSONL, written atomically), so an interrupted run resumes and a
 rerun recomputes only the rows it lacks. Writes ``{"scifact": {SYSTEM: {"instruction", "no_instruction"}},
@@ -67,6 +69,9 @@ THREE_WAY = "hybrid+minilm+e5"
 # kept in the result's "timings" with the earlier runs' (a ranking read from the cache is not timed again)
 TIMINGS: dict[str, float] = {}
 DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", "berri-lite/liar_plus")
+#: no_instruction: every model reads the claim alone; instruction: the instructed claim goes to every model that reads
+#: text; rerank_instruction: the first stage reads the claim alone and the reranker the instructed claim.
+COLUMNS = ("no_instruction", "instruction", "rerank_instruction")
 RERANK_DEPTH = 10  # first-stage documents a reranker reorders by default; other depths name their rows FIRST+NAME_topN
 
 
@@ -126,15 +131,17 @@ class Rankings:
         self._doc_texts = dict(zip(*task.doc_ids_and_texts()))
         self._retrievers: dict = {}  # spec -> indexed retriever: the corpus is encoded once for both columns
 
-    def _path(self, name: str, instructed: bool) -> Path:
-        return self.work / f"{name}.{'instruction' if instructed else 'no_instruction'}.jsonl"
+    def _path(self, name: str, instructed: bool, column: str | None = None) -> Path:
+        return self.work / f"{name}.{column or ('instruction' if instructed else 'no_instruction')}.jsonl"
 
     def queries(self, instructed: bool) -> list[str]:
         instruction = self.task.instruction if instructed else None
         return [format_query(instruction, self.task.queries[q]) for q in self.qids]
 
-    def _cached(self, name: str, instructed: bool, compute: Callable[[], RetrievalResult]) -> RetrievalResult:
-        path = self._path(name, instructed)
+    def _cached(self, name: str, instructed: bool, compute: Callable[[], RetrievalResult],
+                column: str | None = None) -> RetrievalResult:
+        """``column`` names the cache file's setting when it is not the queries' (``rerank_instruction``)."""
+        path = self._path(name, instructed, column)
         if path.exists():
             rows = read_jsonl(path)
             if [r["qid"] for r in rows] == self.qids:
@@ -146,9 +153,9 @@ class Rankings:
         start = time.perf_counter()
         result = compute()
         seconds = time.perf_counter() - start
-        TIMINGS[f"{self.task.name}: {name}.{'instruction' if instructed else 'no_instruction'}"] = round(seconds, 1)
-        print(f"  {self.task.name}: {name} ({'instruction' if instructed else 'no instruction'}) "
-              f"in {seconds:.0f}s", flush=True)
+        setting = column or ('instruction' if instructed else 'no_instruction')
+        TIMINGS[f"{self.task.name}: {name}.{setting}"] = round(seconds, 1)
+        print(f"  {self.task.name}: {name} ({setting.replace('_', ' ')}) in {seconds:.0f}s", flush=True)
         write_jsonl(path, ({"qid": q, "ids": ids, "scores": [round(float(s), 6) for s in row[: len(ids)]]}
                            for q, ids, row in zip(self.qids, result.ids, result.scores)))
         return result
@@ -163,13 +170,14 @@ class Rankings:
         return self._cached(name, instructed, compute)
 
     def reranked(self, name: str, reranker, first: RetrievalResult, instructed: bool, top: int,
-                 kind: str) -> RetrievalResult:
-        """``first``'s top ``top`` reranked; pair scores are shared through ``{kind}.pairs.jsonl`` (``kind`` the
+                 kind: str, column: str | None = None) -> RetrievalResult:
+        """``first``'s top ``top`` reranked (the reranker reads the instructed queries if ``instructed``; ``column``
+        names the setting in the cache file when it differs from the queries'); pair scores are shared through ``{kind}.pairs.jsonl`` (``kind`` the
         reranker's name: upr, tart_full), seeded from any cached ranking by the same reranker (the scores of its
         first ``min(top, that ranking's depth)`` documents are the reranker's own)."""
         cache = PairCache(reranker, self.work / f"{kind}.pairs.jsonl")
         for path in self.work.glob(f"*+{kind}*.jsonl"):
-            instructed_file = path.name.endswith(".instruction.jsonl")
+            instructed_file = not path.name.endswith(".no_instruction.jsonl")  # instruction, rerank_instruction
             depth = _reranked_depth(path.name.rsplit(".", 2)[0], kind)
             if depth is None:  # another reranker whose name starts alike (upr_gemma3 for upr)
                 continue
@@ -178,7 +186,7 @@ class Rankings:
             cache.add([(queries[r["qid"]], self._doc_texts[d]) for r in rows for d in r["ids"][:depth]],
                       [s for r in rows for s in r["scores"][:depth]])
         return self._cached(name, instructed, lambda: cache.rerank(self.queries(instructed), first,
-                                                                   self._doc_texts.__getitem__, top_k=top))
+                                                                   self._doc_texts.__getitem__, top_k=top), column)
 
     def ndcg(self, result: RetrievalResult) -> float:
         run = {q: {d: float(s) for d, s in zip(ids, row)} for q, ids, row in zip(self.qids, result.ids, result.scores)}
@@ -327,11 +335,14 @@ def main() -> None:
         return out
 
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
-    if not columns or any(c not in ("no_instruction", "instruction") for c in columns):
-        raise SystemExit(f"--columns: expected no_instruction and/or instruction, got {args.columns!r}")
+    if not columns or any(c not in COLUMNS for c in columns):
+        raise SystemExit(f"--columns: expected some of {', '.join(COLUMNS)}, got {args.columns!r}")
     rerank_columns = [c.strip() for c in args.rerank_columns.split(",")] if args.rerank_columns else columns
     for column in columns:
-        instructed = column == "instruction"
+        instructed = column == "instruction"  # the first stage's queries
+        # rerank_instruction: the first stage reads the claim alone, the reranker the instructed claim
+        # (`taskret tart evaluate --no-first-stage-instruction`)
+        rerank_instructed = column != "no_instruction"
         print(f"{column}: first stages on the dev tasks, then SciFact", flush=True)
         dev_first = [first_stages(r, instructed) for r in dev]
         sci_first = first_stages(target, instructed)
@@ -369,11 +380,12 @@ def main() -> None:
         for rname, reranker in (rerankers.items() if column in rerank_columns else ()):
             for first in [s for s in args.rerank_first.split(",") if s in stages and s in dev_stages[0]]:
                 name = reranked_name(first, rname, args.rerank_depth)
-                dev_reranked = [r.reranked(name, reranker, d[first], instructed, args.rerank_depth, rname)
-                                for r, d in zip(dev, dev_stages)]
+                dev_reranked = [r.reranked(name, reranker, d[first], rerank_instructed, args.rerank_depth, rname,
+                                           column) for r, d in zip(dev, dev_stages)]
                 weight, chosen = _choose(dev, [(d[first], rr) for d, rr in zip(dev_stages, dev_reranked)], rerank=True)
                 result["weights"].setdefault(name, {})[column] = {first: weight, **chosen}
-                reranked = target.reranked(name, reranker, stages[first], instructed, args.rerank_depth, rname)
+                reranked = target.reranked(name, reranker, stages[first], rerank_instructed, args.rerank_depth, rname,
+                                           column)
                 stages[f"{name}_raw"] = reranked
                 stages[name] = fuse_results([stages[first], reranked], [weight, 1 - weight])
                 for d, rr in zip(dev_stages, dev_reranked):
@@ -451,7 +463,8 @@ def _parser():
     p.add_argument("--rerank-depth", type=int, default=RERANK_DEPTH,
                    help="first-stage documents each reranker reorders (other than 10: rows FIRST+NAME_topN)")
     p.add_argument("--columns", default="no_instruction,instruction",
-                   help="which settings to run: no_instruction (the claim alone) and/or instruction")
+                   help="which settings to run: no_instruction (the claim alone), instruction, rerank_instruction "
+                        "(the first stage reads the claim alone, the rerankers the instructed claim)")
     p.add_argument("--rerank-columns", default=None,
                    help="the columns the rerankers run in (default: every column; each costs an LM pass per pair)")
     p.add_argument("--rerank-first", default="hybrid,hybrid+mpnet,hybrid+e5,hybrid+minilm+e5,hybrid+tart_dual",

@@ -1,7 +1,7 @@
 """Here, before a device run: the (query, document) pairs a reranker scored elsewhere must cover.
 
-For SciFact and the dev tasks of ``benchmarks/tart_berri.py``, in both columns, each query is paired with the
-union of the top ``--top`` documents of each cached component ranking (BM25, and the dense ones named), which
+For SciFact and the dev tasks of ``benchmarks/tart_berri.py``, in each of ``--columns``, each query is paired with
+the union of the top ``--top`` documents of each cached component ranking (BM25, and the dense ones named), which
 holds the top 20 of any convex fusion of them in practice (the script reports the coverage of the cached
 fused rankings it finds). Writes one ``pairs.json.xz``: ``{task folder: {"queries": [...], "docs": [...],
 "pairs": [[query index, doc index], ...]}}``, read on the device by ``score_pairs.py``::
@@ -33,8 +33,16 @@ def main() -> None:
     p.add_argument("--components", default="minilm,e5,tart_distil_ict")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--dev-limit", type=int, default=25)
+    p.add_argument("--columns", default="no_instruction,instruction",
+                   help="settings of tart_berri.py to cover; rerank_instruction pairs the instructed queries with the "
+                        "documents the claim alone retrieves")
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    # setting -> (the reranker reads the instructed query, the first stage's rankings are the instructed ones)
+    settings = {"no_instruction": (False, False), "instruction": (True, True), "rerank_instruction": (True, False)}
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    if not columns or any(c not in settings for c in columns):
+        raise SystemExit(f"--columns: expected some of {', '.join(settings)}, got {args.columns!r}")
     work = Path(args.work)
     tasks = [(work, load_retrieval_task("scifact", args.data_dir, "test"))]
     tasks += [(work / "dev", load_retrieval_task(n, args.data_dir, "test").sample(args.dev_limit, seed=0))
@@ -43,15 +51,16 @@ def main() -> None:
     for folder, task in tasks:
         r = Rankings(task, folder, 100)
         queries, docs, pairs, doc_index = [], [], set(), {}
-        for instructed in (False, True):
+        for column in columns:
+            instructed, first_instructed = settings[column]
             texts = r.queries(instructed)
-            rankings = [r._path("bm25", False)] + [r._path(c, instructed) for c in args.components.split(",")]
+            rankings = [r._path("bm25", False)] + [r._path(c, first_instructed) for c in args.components.split(",")]
             tops: dict[str, set] = {q: set() for q in r.qids}
             for path in rankings:
                 for row in read_jsonl(path):
                     tops[row["qid"]].update(row["ids"][: args.top])
             # coverage check against any cached reranked ranking of this column (its top 20 is its first stage's)
-            for path in r.work.glob(f"hybrid+*_top20.{'instruction' if instructed else 'no_instruction'}.jsonl"):
+            for path in r.work.glob(f"hybrid+*_top20.{column}.jsonl"):
                 rows = read_jsonl(path)
                 missing = sum(d not in tops[row["qid"]] for row in rows for d in row["ids"][:20])
                 print(f"{task.name} {path.name}: {missing} of {20 * len(rows)} top-20 documents not covered")

@@ -12,10 +12,16 @@ export PYTHONPATH=/tmp/site:$PWD/src HF_HUB_OFFLINE=1 TASKRET_DATA_DIR=/tmp/data
 export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1  # TF32 matrix products: float32 training at tensor-core speed
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $OUT/gpu.txt
 WORK=$(python3 -c "import json;print(json.load(open('$CONFIG'))['work_dir'])")
+# training rows built on another machine (train.jsonl and its pipeline_config.json): the run skips build-data
+if [ -f .gpu2/b/work.tar.xz ]; then mkdir -p "$WORK" && tar xJf .gpu2/b/work.tar.xz -C "$WORK"; fi
 start=$(date +%s)
 python3 -m taskret tart run "$CONFIG" 2>&1 | grep -v "it/s]$" | tee $OUT/log.txt
 echo "tart run wall: $(( $(date +%s) - start )) s" | tee -a $OUT/gpu.txt
 cp "$WORK/full/training_log.jsonl" "$WORK/full/tart_full_config.json" "$WORK/train_stats.json" $OUT/
 start=$(date +%s)
-python3 benchmarks/device/score_pairs.py "$WORK/full" .gpu2/b/pairs.json.xz $OUT 2>&1 | tee -a $OUT/log.txt
+# PAIRS: the exported pair files to score (default the first run's); each one's scores go to $OUT/NAME/scores.json
+for pairs in ${PAIRS:-.gpu2/b/pairs.json.xz}; do
+  name=$(basename "$pairs" .json.xz) && mkdir -p "$OUT/$name"
+  python3 benchmarks/device/score_pairs.py "$WORK/full" "$pairs" "$OUT/$name" 2>&1 | tee -a $OUT/log.txt
+done
 echo "scoring wall: $(( $(date +%s) - start )) s" | tee -a $OUT/gpu.txt

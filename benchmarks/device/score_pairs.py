@@ -1,5 +1,6 @@
-"""On the device: score the pairs of ``export_pairs.py`` with a trained reranker; write ``{task: [score, ...]}``
-(raw logits, in the file's pair order) as JSON, and the scoring time of each task::
+"""On the device: score the pairs of ``export_pairs.py`` with a trained reranker (a TART-full run folder, whichever
+its objective: ``load_reranker`` picks the backend); write ``{task: [score, ...]}`` (raw logits, or log-likelihoods
+for a query-likelihood TART-full, in the file's pair order) as JSON, and the scoring time of each task::
 
     python benchmarks/device/score_pairs.py RUN_DIR pairs.json.xz OUT_DIR
 """
@@ -12,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from taskret.rerank.cross_encoder import CrossEncoderReranker
+from taskret.rerank import load_reranker
 
 
 def main(run_dir: str, pairs_file: str, out_dir: str, batch_size: int = 128, chunk: int = 4096) -> None:
-    reranker = CrossEncoderReranker(run_dir, batch_size=batch_size)
+    reranker = load_reranker(run_dir, batch_size=batch_size)
     with lzma.open(pairs_file, "rt", encoding="utf-8") as f:
         tasks = json.load(f)
     scores, timings = {}, {}

@@ -19,7 +19,7 @@ from .base import DEFAULT_STOP, LMBackend, ProgressFn, TargetScore, cut_at_stop
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CausalLM", "TransformersBackend", "TargetScore", "ProgressFn"]
+__all__ = ["CausalLM", "TransformersBackend", "TargetScore", "ProgressFn", "pad_for_scoring"]
 
 
 def _token_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
@@ -36,6 +36,25 @@ def _token_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size
     if current:
         batches.append(current)
     return batches
+
+
+def pad_for_scoring(sequences: Sequence[Sequence[int]], starts: Sequence[int], pad: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int], list[int]]:
+    """Right-padded ``input_ids`` and ``attention_mask`` for token sequences, and for every token at or after its
+    sequence's start: its row, the position whose state predicts it (the one before) and the token itself, row by
+    row. What scoring a target given its prompt needs (training a query-likelihood reranker included)."""
+    longest = max(len(seq) for seq in sequences)
+    input_ids = torch.full((len(sequences), longest), pad, dtype=torch.long)
+    attention = torch.zeros((len(sequences), longest), dtype=torch.long)
+    rows, positions, labels = [], [], []
+    for row, (seq, start) in enumerate(zip(sequences, starts)):
+        input_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attention[row, : len(seq)] = 1
+        for pos in range(start, len(seq)):
+            rows.append(row)
+            positions.append(pos - 1)  # the state before a token predicts it
+            labels.append(seq[pos])
+    return input_ids, attention, rows, positions, labels
 
 
 class CausalLM(LMBackend):
@@ -330,18 +349,8 @@ class CausalLM(LMBackend):
         head = self.model.get_output_embeddings()
         softcap = getattr(self.model.config, "final_logit_softcapping", None)
         for batch in _token_batches([len(s) for s in sequences], self.max_batch_tokens, self.max_batch_size):
-            longest = max(len(sequences[i]) for i in batch)
-            input_ids = torch.full((len(batch), longest), pad, dtype=torch.long)
-            attention = torch.zeros((len(batch), longest), dtype=torch.long)
-            rows, positions, labels = [], [], []
-            for row, i in enumerate(batch):
-                seq = sequences[i]
-                input_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-                attention[row, : len(seq)] = 1
-                for pos in range(starts[i], len(seq)):
-                    rows.append(row)
-                    positions.append(pos - 1)  # the state before a token predicts it
-                    labels.append(seq[pos])
+            input_ids, attention, rows, positions, labels = pad_for_scoring(
+                [sequences[i] for i in batch], [starts[i] for i in batch], pad)
             hidden = backbone(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device)).last_hidden_state
             # dtype=long: a batch of empty targets has no positions, and an empty tensor defaults to float.
             rows_t = torch.tensor(rows, dtype=torch.long)

@@ -455,18 +455,26 @@ def train_full(
     batch_size: int = typer.Option(32, help="(query, document) pairs per optimiser step"),
     n_negatives: int = typer.Option(4, help="negatives per positive (binary cross-entropy, 1:4 as in the paper)"),
     max_length: int = typer.Option(256, help="tokens of query and document together"),
+    objective: str = typer.Option("relevance", help="relevance (binary cross-entropy on a relevance logit) or "
+                                  "query_likelihood (a causal LM fine-tuned to write the query from its instruction and "
+                                  "document, scored as upr:LM is; --batch-size then counts rows)"),
+    ranking_weight: float = typer.Option(1.0, help="query_likelihood: weight of the listwise term over each row's "
+                                         "positive and negatives (0: the LM objective alone)"),
+    instruction_dropout: float = typer.Option(0.0, help="query_likelihood: share of rows read without instruction"),
     learning_rate: float = LR_OPT,
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,
     progress: bool = PROGRESS_OPT,
 ):
-    """Train TART-full: a cross-encoder over '{instruction} [SEP] {query}' and a document; rerank with --rerank OUT."""
+    """Train TART-full: a cross-encoder over '{instruction} [SEP] {query}' and a document (or a causal LM's query
+    likelihood, --objective query_likelihood); rerank with --rerank OUT."""
     from ..tart.cross_encoder import CONFIG_FILE, TartFullConfig, train_tart_full
 
     def train(rows):
         config = TartFullConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
                                 max_length=max_length, learning_rate=learning_rate, seed=seed,
-                                use_instruction=instruction, negative_kinds=_kinds(negatives))
+                                use_instruction=instruction, negative_kinds=_kinds(negatives), objective=objective,
+                                ranking_weight=ranking_weight, instruction_dropout=instruction_dropout)
         return train_tart_full(rows, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --rerank {out}")

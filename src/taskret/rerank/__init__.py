@@ -3,7 +3,8 @@
 
 Public API::
 
-    load_reranker(spec)                 # "cross-encoder:PATH", or a PATH / model name (the cross-encoder)
+    load_reranker(spec)                 # "cross-encoder:PATH", or a PATH / model name (the cross-encoder; a
+                                        # TART-full run trained by query likelihood loads as CausalLMReranker)
     Reranker                            # abstract: score_pairs / score / rank / rerank
     CrossEncoderReranker(path)          # a TART-full run folder or any sentence-transformers CrossEncoder
     CausalLMReranker(lm)                # "upr:LM": zero-shot query likelihood with a causal LM (UPR)
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from .base import Reranker, RetrievalResult
 from .causal_lm import CausalLMReranker
-from .cross_encoder import CrossEncoderReranker, cross_encoder_folder, make_denoiser
+from .cross_encoder import RUN_CONFIG_FILE, CrossEncoderReranker, cross_encoder_folder, make_denoiser
 from .fusion import FusionReranker
 
 __all__ = ["BACKENDS", "CausalLMReranker", "CrossEncoderReranker", "FusionReranker", "Reranker", "RetrievalResult", "cross_encoder_folder",
@@ -46,4 +47,19 @@ def load_reranker(spec: str | os.PathLike | Reranker, **kwargs) -> Reranker:
         if "/" not in name and os.sep not in name:
             raise ValueError(f"unknown reranker backend '{name}' in '{text}'; expected one of "
                              f"{', '.join(BACKENDS)} (NAME:PATH), or a folder or model name")
+    run = _query_likelihood_run(Path(text))
+    if run is not None:  # a TART-full fine-tuned by query likelihood: a causal LM scored as UPR is
+        return CausalLMReranker(str(Path(text) / "model"), max_doc_tokens=int(run.get("max_doc_tokens", 200)),
+                                **kwargs)
     return next(iter(BACKENDS.values()))(spec, **kwargs)
+
+
+def _query_likelihood_run(path: Path) -> dict | None:
+    """The summary of a TART-full run folder trained with ``objective="query_likelihood"``, else None."""
+    from ..io import read_json
+
+    summary = path / RUN_CONFIG_FILE
+    if not (summary.is_file() and (path / "model").is_dir()):
+        return None
+    config = read_json(summary)
+    return config if config.get("objective") == "query_likelihood" else None

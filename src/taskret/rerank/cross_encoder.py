@@ -149,5 +149,9 @@ def make_denoiser(spec: str | os.PathLike, batch_size: int = 64) -> tuple[Callab
     """A denoiser for :func:`~taskret.tart.training_data.build_training_examples` from a TART-full folder
     or any CrossEncoder: (pairs -> the model's own activation, e.g. a probability; whether the pairs'
     queries should carry the instruction, True for a TART-full model trained with instructions)."""
+    summary = Path(spec) / RUN_CONFIG_FILE
+    if summary.is_file() and read_json(summary).get("objective") == "query_likelihood":
+        raise ValueError(f"{spec}: a TART-full trained by query likelihood scores log-probabilities, not a relevance "
+                         f"probability to threshold; denoise with a relevance TART-full (objective 'relevance')")
     reranker = CrossEncoderReranker(spec, batch_size=batch_size)
     return reranker.predict, reranker.config is not None and reranker.use_instruction

@@ -59,14 +59,42 @@ RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "train_tasks", "n_pairs", "n_pos
 @dataclass
 class TartFullConfig(TartSettings):
     """Hyperparameters of TART-full training: ``batch_size`` (query, document) pairs per optimiser step,
-    ``n_negatives`` negatives per positive, texts cut to ``max_length`` tokens (query and document together)."""
+    ``n_negatives`` negatives per positive, texts cut to ``max_length`` tokens (query and document together).
+
+    ``objective``: ``"relevance"`` (binary cross-entropy on a relevance logit: a MiniLM head, or a causal LM's
+    yes/no) or ``"query_likelihood"`` (a causal LM fine-tuned to write the query from its instruction and document,
+    scored as the UPR reranker is: :mod:`taskret.tart.query_likelihood`). With the latter, ``batch_size`` counts
+    training rows (each with its positive and ``n_negatives`` negatives), ``ranking_weight`` weighs the listwise
+    term over them against the positive's likelihood, documents are cut to ``max_doc_tokens`` LM tokens, and
+    ``instruction_dropout`` rows read the bare query with UPR's instruction-free prompt."""
 
     batch_size: int = 32
     n_negatives: int = 4
     max_length: int = 256
+    objective: str = "relevance"
+    ranking_weight: float = 1.0
+    max_doc_tokens: int = 200
+    instruction_dropout: float = 0.0
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS  # from_dict reads a tart_full_config.json, ignoring these
-    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "n_negatives", "max_length", "logging_steps")
+    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "max_length", "max_doc_tokens", "logging_steps")
+    OBJECTIVES: ClassVar[tuple[str, ...]] = ("relevance", "query_likelihood")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.objective not in self.OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(self.OBJECTIVES)}, got {self.objective!r}")
+        # a relevance model learns from its negatives; query likelihood may do without (the LM objective alone)
+        lowest = 1 if self.objective == "relevance" else 0
+        if isinstance(self.n_negatives, bool) or not isinstance(self.n_negatives, int) or self.n_negatives < lowest:
+            raise ValueError(f"n_negatives must be an integer >= {lowest} for objective {self.objective}, "
+                             f"got {self.n_negatives!r}")
+        if not self.ranking_weight >= 0:
+            raise ValueError(f"ranking_weight must be non-negative, got {self.ranking_weight}")
+        if not 0.0 <= self.instruction_dropout <= 1.0:
+            raise ValueError(f"instruction_dropout must be in [0, 1], got {self.instruction_dropout}")
+        if self.objective == "relevance" and self.instruction_dropout:
+            raise ValueError("instruction_dropout applies to objective query_likelihood only")
 
 
 # -- pairs ---------------------------------------------------------------------------------------
@@ -102,7 +130,8 @@ def build_pairs(rows: Sequence[dict], config: TartFullConfig, epoch: int = 0, *,
 def train_tart_full(rows: Sequence[dict], out_dir: str | os.PathLike, config: TartFullConfig | None = None,
                     progress: bool = True, source: str = "rows", validate: Callable[[Any], float] | None = None,
                     validate_steps: int = 0) -> Path:
-    """Train TART-full, a binary relevance head over (instructed query, document) pairs, on the accelerator if
+    """Train TART-full, a binary relevance head over (instructed query, document) pairs (or, with
+    ``objective="query_likelihood"``, a causal LM's query likelihood), on the accelerator if
     there is one; return ``out_dir / "model"`` (:func:`~taskret.tart.training_data.train_on_rows`).
     ``validate`` (:func:`~taskret.tart.validation.full_validator`) every ``validate_steps`` keeps the best step."""
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
@@ -111,6 +140,11 @@ def train_tart_full(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
     from ..rerank.cross_encoder import load_cross_encoder
 
     config = config or TartFullConfig()
+    if config.objective == "query_likelihood":
+        from .query_likelihood import train_tart_full_lm
+
+        return train_tart_full_lm(rows, out_dir, config, progress=progress, source=source, validate=validate,
+                                  validate_steps=validate_steps, marker=CONFIG_FILE)
     base = str(resolve_model(config.base_model))
     recipe = ModelRecipe(lambda: load_cross_encoder(base, max_length=config.max_length, device="cpu", num_labels=1),
                          BinaryCrossEntropyLoss, cross_encoder=True)

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .batching import fractional_epochs, make_block_sampler
 
-__all__ = ["FitResult", "fit", "fit_and_record", "quiet", "replace_dir", "LOG_FILE", "RUN_KEYS"]
+__all__ = ["FitResult", "Validation", "fit", "fit_and_record", "quiet", "replace_dir", "LOG_FILE", "RUN_KEYS"]
 
 LOG_FILE = "training_log.jsonl"
 
@@ -108,7 +108,7 @@ class FitResult:
         return losses[-1] if losses else None
 
 
-class _Validation:
+class Validation:
     """Dev scores during training: each one logged, the best step's weights kept (on the CPU) to be restored."""
 
     def __init__(self, validate: Callable[[Any], float], every: int, log_file, log_rows: list):
@@ -233,7 +233,7 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
             log_rows: list[dict] = []
             epoch_end_times: dict[int, float] = {}
 
-            checks = _Validation(validate, validate_steps, log_file, log_rows) if validate is not None else None
+            checks = Validation(validate, validate_steps, log_file, log_rows) if validate is not None else None
 
             class _Log(TrainerCallback):
                 fractions: list[float] | None = None
