@@ -83,7 +83,7 @@ def test_training_writes_a_causal_lm_folder_log_and_summary(trained, rows):
 def test_the_trained_folder_reranks_by_query_likelihood_and_learned(trained, rows, tiny_model_dir):
     out, _ = trained
     reranker = load_reranker(out)
-    assert isinstance(reranker, CausalLMReranker) and reranker.max_doc_tokens == 48
+    assert isinstance(reranker, CausalLMReranker) and reranker.max_doc_tokens == 48 and reranker.use_instruction
     base = CausalLMReranker(str(tiny_model_dir), max_doc_tokens=48)
     pairs = [(format_query(r["instruction"], r["query"]), r["positive_text"]) for r in rows]
     negatives = [(format_query(r["instruction"], r["query"]), r["negatives"][0]["text"]) for r in rows]
@@ -96,12 +96,16 @@ def test_the_trained_folder_reranks_by_query_likelihood_and_learned(trained, row
 
 def test_the_lm_objective_alone_raises_the_positives_likelihood(tmp_path, rows, tiny_model_dir):
     out = tmp_path / "plain"
-    train_tart_full(rows, out, ql_config(tiny_model_dir, n_negatives=0, epochs=3), progress=False)
+    config = ql_config(tiny_model_dir, n_negatives=0, epochs=3, use_instruction=False)
+    train_tart_full(rows, out, config, progress=False)
     summary = json.loads((out / CONFIG_FILE).read_text())
     assert summary["n_pairs"] == summary["n_positive_pairs"] == 3 * len(rows)
-    pairs = [(format_query(r["instruction"], r["query"]), r["positive_text"]) for r in rows]
+    assert summary["n_skipped"] == 0  # no negatives needed: every row trains
+    trained = load_reranker(out)
+    assert trained.use_instruction is False  # a distillation teacher then reads the bare queries, as it trained
+    pairs = [(r["query"], r["positive_text"]) for r in rows]
     before = CausalLMReranker(str(tiny_model_dir), max_doc_tokens=48).score_pairs(pairs)
-    assert np.mean(load_reranker(out).score_pairs(pairs)) > np.mean(before) + 1.0
+    assert np.mean(trained.score_pairs(pairs)) > np.mean(before) + 1.0
 
 
 def test_a_base_that_is_not_a_causal_lm_is_named(tmp_path, rows, tiny_bert_dir):

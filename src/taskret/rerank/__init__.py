@@ -49,8 +49,10 @@ def load_reranker(spec: str | os.PathLike | Reranker, **kwargs) -> Reranker:
                              f"{', '.join(BACKENDS)} (NAME:PATH), or a folder or model name")
     run = _query_likelihood_run(Path(text))
     if run is not None:  # a TART-full fine-tuned by query likelihood: a causal LM scored as UPR is
-        return CausalLMReranker(str(Path(text) / "model"), max_doc_tokens=int(run.get("max_doc_tokens", 200)),
-                                **kwargs)
+        reranker = CausalLMReranker(str(Path(text) / "model"), max_doc_tokens=int(run.get("max_doc_tokens", 200)),
+                                    **kwargs)
+        reranker.use_instruction = bool(run.get("use_instruction", True))  # as a distillation teacher reads queries
+        return reranker
     return next(iter(BACKENDS.values()))(spec, **kwargs)
 
 
