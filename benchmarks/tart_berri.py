@@ -69,9 +69,10 @@ THREE_WAY = "hybrid+minilm+e5"
 # kept in the result's "timings" with the earlier runs' (a ranking read from the cache is not timed again)
 TIMINGS: dict[str, float] = {}
 DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", "berri-lite/liar_plus")
-#: no_instruction: every model reads the claim alone; instruction: the instructed claim goes to every model that reads
-#: text; rerank_instruction: the first stage reads the claim alone and the reranker the instructed claim.
-COLUMNS = ("no_instruction", "instruction", "rerank_instruction")
+#: setting -> (the reranker reads the instructed claim, the first stage does). no_instruction: every model reads the
+#: claim alone; instruction: the instructed claim goes to every model that reads text; rerank_instruction: the first
+#: stage reads the claim alone and the reranker the instructed claim.
+COLUMNS = {"no_instruction": (False, False), "instruction": (True, True), "rerank_instruction": (True, False)}
 RERANK_DEPTH = 10  # first-stage documents a reranker reorders by default; other depths name their rows FIRST+NAME_topN
 
 
@@ -339,10 +340,9 @@ def main() -> None:
         raise SystemExit(f"--columns: expected some of {', '.join(COLUMNS)}, got {args.columns!r}")
     rerank_columns = [c.strip() for c in args.rerank_columns.split(",")] if args.rerank_columns else columns
     for column in columns:
-        instructed = column == "instruction"  # the first stage's queries
         # rerank_instruction: the first stage reads the claim alone, the reranker the instructed claim
         # (`taskret tart evaluate --no-first-stage-instruction`)
-        rerank_instructed = column != "no_instruction"
+        rerank_instructed, instructed = COLUMNS[column]
         print(f"{column}: first stages on the dev tasks, then SciFact", flush=True)
         dev_first = [first_stages(r, instructed) for r in dev]
         sci_first = first_stages(target, instructed)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tart_berri import DEV_TASKS, Rankings  # noqa: E402
+from tart_berri import COLUMNS, DEV_TASKS, Rankings  # noqa: E402
 
 from taskret.io import read_jsonl  # noqa: E402
 from taskret.tart.tasks import load_retrieval_task  # noqa: E402
@@ -38,11 +38,9 @@ def main() -> None:
                         "documents the claim alone retrieves")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    # setting -> (the reranker reads the instructed query, the first stage's rankings are the instructed ones)
-    settings = {"no_instruction": (False, False), "instruction": (True, True), "rerank_instruction": (True, False)}
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
-    if not columns or any(c not in settings for c in columns):
-        raise SystemExit(f"--columns: expected some of {', '.join(settings)}, got {args.columns!r}")
+    if not columns or any(c not in COLUMNS for c in columns):
+        raise SystemExit(f"--columns: expected some of {', '.join(COLUMNS)}, got {args.columns!r}")
     work = Path(args.work)
     tasks = [(work, load_retrieval_task("scifact", args.data_dir, "test"))]
     tasks += [(work / "dev", load_retrieval_task(n, args.data_dir, "test").sample(args.dev_limit, seed=0))
@@ -52,7 +50,7 @@ def main() -> None:
         r = Rankings(task, folder, 100)
         queries, docs, pairs, doc_index = [], [], set(), {}
         for column in columns:
-            instructed, first_instructed = settings[column]
+            instructed, first_instructed = COLUMNS[column]
             texts = r.queries(instructed)
             rankings = [r._path("bm25", False)] + [r._path(c, first_instructed) for c in args.components.split(",")]
             tops: dict[str, set] = {q: set() for q in r.qids}

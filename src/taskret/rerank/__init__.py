@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .base import Reranker, RetrievalResult
 from .causal_lm import CausalLMReranker
-from .cross_encoder import RUN_CONFIG_FILE, CrossEncoderReranker, cross_encoder_folder, make_denoiser
+from .cross_encoder import CrossEncoderReranker, cross_encoder_folder, make_denoiser, query_likelihood_run
 from .fusion import FusionReranker
 
 __all__ = ["BACKENDS", "CausalLMReranker", "CrossEncoderReranker", "FusionReranker", "Reranker", "RetrievalResult", "cross_encoder_folder",
@@ -47,21 +47,10 @@ def load_reranker(spec: str | os.PathLike | Reranker, **kwargs) -> Reranker:
         if "/" not in name and os.sep not in name:
             raise ValueError(f"unknown reranker backend '{name}' in '{text}'; expected one of "
                              f"{', '.join(BACKENDS)} (NAME:PATH), or a folder or model name")
-    run = _query_likelihood_run(Path(text))
+    run = query_likelihood_run(text)
     if run is not None:  # a TART-full fine-tuned by query likelihood: a causal LM scored as UPR is
         reranker = CausalLMReranker(str(Path(text) / "model"), max_doc_tokens=int(run.get("max_doc_tokens", 200)),
                                     **kwargs)
         reranker.use_instruction = bool(run.get("use_instruction", True))  # as a distillation teacher reads queries
         return reranker
     return next(iter(BACKENDS.values()))(spec, **kwargs)
-
-
-def _query_likelihood_run(path: Path) -> dict | None:
-    """The summary of a TART-full run folder trained with ``objective="query_likelihood"``, else None."""
-    from ..io import read_json
-
-    summary = path / RUN_CONFIG_FILE
-    if not (summary.is_file() and (path / "model").is_dir()):
-        return None
-    config = read_json(summary)
-    return config if config.get("objective") == "query_likelihood" else None

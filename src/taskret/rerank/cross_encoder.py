@@ -24,7 +24,8 @@ import numpy as np
 from ..io import read_json
 from .base import Reranker
 
-__all__ = ["CrossEncoderReranker", "cross_encoder_folder", "load_cross_encoder", "make_denoiser", "relevance_chat_template",
+__all__ = ["CrossEncoderReranker", "cross_encoder_folder", "is_causal_lm", "load_cross_encoder", "make_denoiser",
+           "query_likelihood_run", "relevance_chat_template",
            "LM_MAX_LENGTH", "RELEVANCE_PROMPT", "RUN_CONFIG_FILE"]
 
 #: The summary a TART-full run folder holds beside its ``model/`` (written last by
@@ -77,8 +78,9 @@ def relevance_chat_template(tokenizer) -> str:
                      f"for a yes/no relevance answer; pass a CrossEncoder folder with its own chat template instead")
 
 
-def _is_causal_lm(folder: Path) -> bool:
-    config = folder / "config.json"
+def is_causal_lm(folder: str | os.PathLike) -> bool:
+    """Whether the Hugging Face model in ``folder`` is a causal LM (its first architecture ``...ForCausalLM``)."""
+    config = Path(folder) / "config.json"
     architectures = read_json(config).get("architectures") or [] if config.exists() else []
     return bool(architectures) and architectures[0].endswith("ForCausalLM")
 
@@ -97,7 +99,7 @@ def load_cross_encoder(spec: str | os.PathLike, max_length: int | None = None, d
         raise FileNotFoundError(f"{folder}: not a cross-encoder folder (no config.json); expected a TART-full "
                                 f"run folder (written by `taskret tart train-full`) or a CrossEncoder")
     device = device or pick_device()
-    if not _is_causal_lm(folder):
+    if not is_causal_lm(folder):
         return CrossEncoder(str(folder), max_length=max_length, device=device,
                             **({"num_labels": num_labels} if num_labels else {}))
     template = folder / "chat_template.jinja"
@@ -145,12 +147,22 @@ class CrossEncoderReranker(Reranker):
         return self._predict(pairs)
 
 
+def query_likelihood_run(spec: str | os.PathLike) -> dict | None:
+    """The summary of a TART-full run folder trained with ``objective="query_likelihood"`` (a causal LM scored as
+    UPR is, :mod:`taskret.tart.query_likelihood`), else None."""
+    path = Path(spec)
+    summary = path / RUN_CONFIG_FILE
+    if not (summary.is_file() and (path / "model").is_dir()):
+        return None
+    config = read_json(summary)
+    return config if config.get("objective") == "query_likelihood" else None
+
+
 def make_denoiser(spec: str | os.PathLike, batch_size: int = 64) -> tuple[Callable, bool]:
     """A denoiser for :func:`~taskret.tart.training_data.build_training_examples` from a TART-full folder
     or any CrossEncoder: (pairs -> the model's own activation, e.g. a probability; whether the pairs'
     queries should carry the instruction, True for a TART-full model trained with instructions)."""
-    summary = Path(spec) / RUN_CONFIG_FILE
-    if summary.is_file() and read_json(summary).get("objective") == "query_likelihood":
+    if query_likelihood_run(spec) is not None:
         raise ValueError(f"{spec}: a TART-full trained by query likelihood scores log-probabilities, not a relevance "
                          f"probability to threshold; denoise with a relevance TART-full (objective 'relevance')")
     reranker = CrossEncoderReranker(spec, batch_size=batch_size)

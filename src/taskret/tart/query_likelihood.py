@@ -75,10 +75,10 @@ class _Scorer:
     def __call__(self, prompts: Sequence[str], targets: Sequence[str]):
         import torch
 
-        prompt_ids = [self.tokenizer(p).input_ids for p in prompts]
-        target_ids = [self.tokenizer(t, add_special_tokens=False).input_ids for t in targets]
         from ..backends.transformers import pad_for_scoring
 
+        prompt_ids = [self.tokenizer(p).input_ids for p in prompts]
+        target_ids = [self.tokenizer(t, add_special_tokens=False).input_ids for t in targets]
         sequences, starts = [], []
         for p, t in zip(prompt_ids, target_ids):
             t = t[: max(1, self.max_length - len(p))]  # the document was already cut: keep some of a long query
@@ -127,6 +127,7 @@ def train_tart_full_lm(rows: Sequence[dict], out_dir: str | os.PathLike, config,
     from ..models import pick_device, resolve_model
     from ..progress import progress_bar
     from ..rerank.causal_lm import CausalLMReranker
+    from ..rerank.cross_encoder import is_causal_lm
 
     started = time.perf_counter()
     if config.n_negatives:
@@ -141,10 +142,9 @@ def train_tart_full_lm(rows: Sequence[dict], out_dir: str | os.PathLike, config,
     epochs = [sampler.epoch(usable, config.seed, epoch) for epoch in range(config.epochs)]
 
     folder = resolve_model(config.base_model)
-    architectures = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("architectures") or [""]
-    if not architectures[0].endswith("ForCausalLM"):
+    if not is_causal_lm(folder):
         raise ValueError(f"objective '{QUERY_LIKELIHOOD}' needs a causal LM as base_model (smollm2-135m, gemma3-270m, "
-                         f"or a ...ForCausalLM folder); {config.base_model} is a {architectures[0] or 'model'}")
+                         f"or a ...ForCausalLM folder); {config.base_model} is not one")
     set_seed(config.seed)
     device = torch.device(pick_device())
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
