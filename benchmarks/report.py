@@ -406,12 +406,17 @@ X2_NAMES = {
     "dense:runs/bench/tart_trained/dual_no_instruction/model": "same, trained without instructions",
     "dense:runs/bench/tart_x2/dual/model": "TART-dual (trained: + mtop-similar)",
     "dense:runs/bench/tart_x2/dual_no_instruction/model": "same, trained without instructions",
+    "dense:runs/tart_dual_berri/dual/model": "TART-dual, berri-lite mixture (`tart_dual_berri.json`)",
+    "dense:runs/tart_dual_berri_pooled/dual/model": "same, unfollowing negatives from the pooled corpora",
+    "dense:runs/tart_dual_berri_pooled_instructed/dual/model": "same, and only for instructed anchors",
+    "dense:runs/tart_dual_berri_pooled_mtop/dual/model": "same, and MTOP, MTOP-similar at 500 queries",
 }
 
 
 def tart_x2_table() -> list[str]:
     """MTOP and its X^2 twin pooled: one set of commands, two intents (parse vs similar commands)."""
-    files = [d for d in (_load("tart_x2_mtop.json"), _load("tart_x2_mtop_trained.json")) if d]
+    files = [d for d in (_load("tart_x2_mtop.json"), _load("tart_x2_mtop_trained.json"),
+                         _load("tart_x2_mtop_berri.json"), _load("tart_x2_mtop_berri_negatives.json")) if d]
     if not files:
         return []
     ct = files[0]["cross_task"]
@@ -543,8 +548,14 @@ def headline_table() -> list[str]:
             gaps = next(iter(x2_berri["cross_task"]["results"].values()))
             berri_gap = (f"; the berri-lite mixture's TART-dual {gaps['instruction']['gap_ndcg@10']['mean']:+.2f} "
                          f"with the instruction, {gaps['no_instruction']['gap_ndcg@10']['mean']:+.2f} without")
+        x2_negatives = _load("tart_x2_mtop_berri_negatives.json")
+        if x2_negatives:
+            name, best = max(x2_negatives["cross_task"]["results"].items(),
+                             key=lambda item: item[1]["instruction"]["gap_ndcg@10"]["mean"])
+            berri_gap += (f", {best['instruction']['gap_ndcg@10']['mean']:+.2f} with the instruction "
+                          f"({X2_NAMES.get(name, name).removeprefix('same, ')})")
         ref = cite(*([x2_sci["command"]] if x2_sci else []), x2["command"], x2_trained["command"],
-                   *([x2_berri["command"]] if x2_berri else []))
+                   *(d["command"] for d in (x2_berri, x2_negatives) if d))
         rows.append("| MTOP pooled with its X^2 twin (same queries, two intents), mean pooled - closed NDCG@10 | "
                     f"{base['no_instruction']['gap_ndcg@10']['mean']:+.2f} "
                     f"(instruction {base['instruction']['gap_ndcg@10']['mean']:+.2f}) | TART-dual "
@@ -615,6 +626,15 @@ def tart_berri_table() -> list[str]:
               "tart_soup_ict": "TART-dual soup: the dev-out and inverse-cloze students averaged",
               "hybrid+tart_soup_ict": "hybrid: BM25 + the dev-out / inverse-cloze soup",
               "hybrid+tart_soup_ict+e5": "hybrid: BM25 + the dev-out / inverse-cloze soup + e5",
+              "tart_dual_pooled": "TART-dual, berri-lite mixture, unfollowing negatives from the pooled corpora",
+              "hybrid+tart_dual_pooled": "hybrid: BM25 + TART-dual (pooled unfollowing negatives)",
+              "tart_dual_pooled_instructed": "TART-dual, berri-lite mixture, pooled unfollowing negatives for "
+                                             "instructed anchors only",
+              "hybrid+tart_dual_pooled_instructed": "hybrid: BM25 + TART-dual (pooled, instructed anchors only)",
+              "tart_dual_pooled_mtop": "TART-dual, berri-lite mixture, pooled unfollowing negatives for instructed "
+                                       "anchors only, MTOP and MTOP-similar at 500 queries "
+                                       "(`tart_dual_berri_pooled_mtop.json`)",
+              "hybrid+tart_dual_pooled_mtop": "hybrid: BM25 + TART-dual (pooled, instructed anchors, MTOP at 500)",
               # Not zero-shot: the one system trained on SciFact's own corpus (its abstracts, no claims, no labels).
               "scifact_adapt_ict": "NOT zero-shot: the dev-out student adapted to SciFact's corpus by the inverse "
                                    "cloze task (1,000 sentences of its abstracts; no claims, no labels)",

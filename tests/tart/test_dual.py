@@ -124,20 +124,24 @@ def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
     data = tmp_path / "train.jsonl"
     result = CliRunner().invoke(app, ["tart", "build-data", "--tasks", "mtop,scifact,ambigqa", "--split", "train",
                                       "--data-dir", str(data_dir), "--n-hard", "1", "--n-random", "1",
-                                      "--n-unfollowing", "1", "--out", str(data)], env=env)
+                                      "--n-unfollowing", "1", "--unfollowing-from", "pooled", "--out", str(data)],
+                                 env=env)
     assert result.exit_code == 0, result.output
     assert "task 'ambigqa' has no split 'train'" in result.output and "skipped" in result.output
     rows = read_training_examples(data)
     assert {r["task"] for r in rows} == {"mtop", "scifact"}
-    assert any(n["kind"] == "unfollowing" for r in rows for n in r["negatives"])
+    unfollowing = [(r["task"], n["id"]) for r in rows for n in r["negatives"] if n["kind"] == "unfollowing"]
+    assert unfollowing and all(not doc.startswith(task + "/") for task, doc in unfollowing)
 
     out = tmp_path / "dual"
     result = CliRunner().invoke(app, ["tart", "train-dual", "--data", str(data), "--out", str(out), "--no-instruction",
                                       "--base-model", str(tiny_bert_dir), "--batch-size", "4",
-                                      "--exclude-instruction-from-pooling", "--quiet"], env=env)
+                                      "--exclude-instruction-from-pooling", "--instruction-dropout", "0.5",
+                                      "--unfollowing-needs-instruction", "--quiet"], env=env)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / CONFIG_FILE).read_text())
     assert summary["use_instruction"] is False and summary["exclude_instruction_from_pooling"] is True
+    assert summary["instruction_dropout"] == 0.5 and summary["unfollowing_needs_instruction"] is True
     assert json.loads((out / "model" / "1_Pooling" / "config.json").read_text())["include_prompt"] is False
 
     bad = tmp_path / "bad.jsonl"
@@ -161,6 +165,24 @@ def test_instruction_dropout_trains_some_anchors_on_the_bare_query(rows):
     assert 0.3 < sum(bare) / len(many) < 0.7
     assert build_triplets(many, TartDualConfig(instruction_dropout=0.5, seed=1))["anchor"] == anchors  # seeded
     assert build_triplets(many, TartDualConfig(instruction_dropout=1.0))["anchor"] == [r["query"] for r in many]
+
+
+def test_a_bare_anchor_never_gets_an_unfollowing_negative_when_they_need_the_instruction(rows):
+    many = [{**r, "qid": f"{r['qid']}-{i}"} for i in range(25) for r in rows]
+    unfollowing = [{n["text"] for n in r["negatives"] if n["kind"] == "unfollowing"} for r in many]
+    own = [{n["text"] for n in r["negatives"] if n["kind"] != "unfollowing"} for r in many]
+    assert all(own) and any(unfollowing)
+
+    def bare_with_unfollowing(config):
+        columns = build_triplets(many, config)
+        bare = [a == r["query"] for a, r in zip(columns["anchor"], many)]
+        kinds = [n in u and n not in o for n, u, o in zip(columns["negative"], unfollowing, own)]
+        return sum(b and k for b, k in zip(bare, kinds)), sum(not b and k for b, k in zip(bare, kinds))
+
+    assert bare_with_unfollowing(TartDualConfig(instruction_dropout=0.5, seed=1))[0] > 0  # today's draw mixes them
+    bare, instructed = bare_with_unfollowing(TartDualConfig(instruction_dropout=0.5, seed=1,
+                                                            unfollowing_needs_instruction=True))
+    assert bare == 0 and instructed > 0
 
 
 def test_saved_model_encodes_with_the_base_length_not_the_training_length(trained, tiny_bert_dir):

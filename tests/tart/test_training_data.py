@@ -92,6 +92,59 @@ def test_unfollowing_negatives_come_only_from_other_tasks(tasks, built):
     assert "facts/f1" in [n["id"] for n in m3["negatives"]]
 
 
+def test_pooled_unfollowing_negatives_are_the_top_documents_of_the_other_corpora_pooled(tasks):
+    from taskret.tart.tasks import pooled_corpus
+
+    rows = build_training_examples(tasks, n_hard=0, n_random=0, n_unfollowing=2, unfollowing_from="pooled")
+    ids, texts = pooled_corpus(tasks)
+    text_of = dict(zip(ids, texts))
+    index = make_retriever("bm25").index_texts(ids, texts)
+    by_name = {t.name: t for t in tasks}
+    for row in rows:
+        task = by_name[row["task"]]
+        relevant = {doc_text(task.corpus[d]) for d, r in task.qrels[row["qid"]].items() if r > 0}
+        ranked = index.retrieve([row["query"]], k=len(ids)).ids[0]
+        expected = [d for d in ranked if split_pooled_id(d)[0] != row["task"] and text_of[d] not in relevant][:2]
+        assert [n["id"] for n in row["negatives"]] == expected
+        assert all(n["kind"] == "unfollowing" for n in row["negatives"])
+
+
+def test_pooled_unfollowing_negatives_come_from_the_sibling_task_a_pooled_search_confuses():
+    from taskret.tart.tasks import Document, RetrievalTask
+
+    hours = range(1, 9)
+    def corpus(texts):
+        return {doc_id: Document(doc_id, "", text) for doc_id, text in texts.items()}
+
+    utterances = corpus({f"u{h}": f"set an alarm for {h} pm tomorrow" for h in hours})
+    parses = RetrievalTask(name="parses", corpus=corpus({f"p{h}": f"[IN:CREATE_ALARM [SL:DATE_TIME {h} pm ] ]"
+                                                         for h in hours}),
+                           queries={f"q{h}": f"wake me at {h} pm tomorrow" for h in hours},
+                           qrels={f"q{h}": {f"p{h}": 1} for h in hours}, instructions=["Retrieve the parse"])
+    similar = RetrievalTask(name="similar", corpus=utterances, queries=dict(parses.queries),
+                            qrels={f"q{h}": {f"u{h}": 1} for h in hours}, instructions=["Retrieve a paraphrase"])
+    # Many unrelated tasks: drawn in a random order, the sibling gives few of the unfollowing negatives.
+    unrelated = [RetrievalTask(name=f"other{j}", corpus=corpus({f"d{i}": f"tomorrow news item {j} {i}"
+                                                                for i in range(5)}),
+                               queries={"x": "news"}, qrels={"x": {"d0": 1}}, instructions=["Find news"])
+                 for j in range(6)]
+    all_tasks = [parses, similar, *unrelated]
+
+    def from_sibling(rows):
+        negatives = [n for r in rows if r["task"] == "parses" for n in r["negatives"]]
+        return sum(split_pooled_id(n["id"])[0] == "similar" for n in negatives) / len(negatives)
+
+    pooled = build_training_examples(all_tasks, n_hard=0, n_random=0, n_unfollowing=2, unfollowing_from="pooled")
+    spread = build_training_examples(all_tasks, n_hard=0, n_random=0, n_unfollowing=2)
+    assert from_sibling(pooled) == 1.0
+    assert from_sibling(spread) < 0.5
+
+
+def test_unfollowing_from_must_be_known(tasks):
+    with pytest.raises(ValueError, match="unfollowing_from must be one of random_tasks, pooled"):
+        build_training_examples(tasks, unfollowing_from="nearest")
+
+
 def test_a_single_task_has_no_unfollowing_negatives(tasks):
     rows = build_training_examples(tasks[:1], n_hard=1, n_random=0, n_unfollowing=3)
     assert all([n["kind"] for n in r["negatives"]] == ["hard"] for r in rows)

@@ -303,6 +303,9 @@ def build_data(
     n_hard: int = typer.Option(5, help="hard negatives per query (top unjudged first-stage documents)"),
     n_random: int = typer.Option(2, help="random negatives per query (the task's own corpus)"),
     n_unfollowing: int = typer.Option(2, help="instruction-unfollowing negatives per query (other tasks' corpora)"),
+    unfollowing_from: str = typer.Option("random_tasks", help="where unfollowing negatives come from: random_tasks "
+                                         "(the other tasks in a seeded random order) or pooled (the first stage's "
+                                         "top documents over all other corpora pooled)"),
     denoiser: Optional[str] = typer.Option(None, help="a TART-full folder (`taskret tart train-full`) or any "
                                            "sentence-transformers CrossEncoder (name or folder) that drops hard "
                                            "negatives it scores above --denoise-threshold"),
@@ -341,7 +344,7 @@ def build_data(
         rows = build_training_examples(loaded, first_stage=first_stage, n_hard=n_hard, n_random=n_random,
                                        n_unfollowing=n_unfollowing, seed=seed, denoiser=score,
                                        denoise_threshold=denoise_threshold, stats=stats,
-                                       denoise_with_instruction=with_instruction)
+                                       denoise_with_instruction=with_instruction, unfollowing_from=unfollowing_from)
     write_training_examples(out, rows)
     negatives = ", ".join(f"{n} {kind}" for kind, n in stats["n_negatives"].items())
     per_task = ", ".join(f"{name} {n}" for name, n in stats["per_task"].items())
@@ -428,6 +431,9 @@ def train_dual(
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,
     exclude_instruction_from_pooling: bool = EXCLUDE_INSTRUCTION_OPT,
+    instruction_dropout: float = typer.Option(0.0, help="share of anchors trained on the bare query"),
+    unfollowing_needs_instruction: bool = typer.Option(
+        False, help="never give an anchor left bare by --instruction-dropout an instruction-unfollowing negative"),
     progress: bool = PROGRESS_OPT,
 ):
     """Train TART-dual: one shared encoder for instructed queries and documents; use it as dense:OUT/model."""
@@ -437,7 +443,9 @@ def train_dual(
         config = TartDualConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
                                 mini_batch_size=mini_batch_size, learning_rate=learning_rate, seed=seed,
                                 use_instruction=instruction, negative_kinds=_kinds(negatives),
-                                exclude_instruction_from_pooling=exclude_instruction_from_pooling)
+                                exclude_instruction_from_pooling=exclude_instruction_from_pooling,
+                                instruction_dropout=instruction_dropout,
+                                unfollowing_needs_instruction=unfollowing_needs_instruction)
         return train_tart_dual(rows, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")

@@ -46,7 +46,7 @@ from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
 from .config import NEGATIVE_KINDS, TartSettings
-from .training_data import anchor_text, epoch_columns, train_on_rows
+from .training_data import anchor_text, draw_anchor, epoch_columns, train_on_rows
 
 __all__ = ["TartDualConfig", "build_triplets", "triplet_sampler", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
 
@@ -67,10 +67,15 @@ class TartDualConfig(DPRSettings, TartSettings):
     ``base_weight``: after training, the weights are moved
     that far back towards the base's (:func:`~taskret.training.encoders.merge_with_base`; 0 keeps them).
     ``max_seq_length`` truncates while training; the saved model encodes with ``encode_max_seq_length``
-    (default: the base's own length, so long documents are not cut shorter than the base would cut them)."""
+    (default: the base's own length, so long documents are not cut shorter than the base would cut them).
+    ``unfollowing_needs_instruction``: an anchor read without its instruction never gets an
+    instruction-unfollowing negative (it is drawn among the row's other kinds), since without the instruction
+    nothing says that document is wrong: the same bare query may ask for it in a sibling task. Off by default,
+    as the recipes measured before it were trained."""
 
     batch_size: int = 64
     instruction_dropout: float = 0.0
+    unfollowing_needs_instruction: bool = False
     exclude_instruction_from_pooling: bool = False
     base_weight: float = 0.0
     encode_max_seq_length: Optional[int] = None
@@ -98,14 +103,20 @@ def triplet_sampler(config: TartDualConfig) -> RowSampler[tuple[dict, list[dict]
 
     def draw(usable_row: tuple[dict, list[dict]], rng) -> list[TrainingRow]:
         row, negatives = usable_row
-        negative = negatives[int(rng.integers(len(negatives)))]
+        if config.unfollowing_needs_instruction:
+            anchor, instructed = draw_anchor(row, config, rng)
+            pool = negatives if instructed else [n for n in negatives if n["kind"] != "unfollowing"] or negatives
+            negative = pool[int(rng.integers(len(pool)))]
+        else:  # the order of draws the earlier recipes were trained with
+            negative = negatives[int(rng.integers(len(negatives)))]
+            anchor = anchor_text(row, config, rng)
         task = row["task"]
         negative_id = negative["id"] if negative["kind"] == "unfollowing" else f"{task}/{negative['id']}"
         keys = RowKeys(("q:" + f"{task}/{row['qid']}", "x:" + row["query"]),
                        ("d:" + f"{task}/{row['positive']}", "t:" + row["positive_text"]),
                        ("d:" + negative_id, "t:" + negative["text"]),
                        row["positive_text"], negative["text"])
-        values = {"anchor": anchor_text(row, config, rng), "positive": row["positive_text"], "negative": negative["text"]}
+        values = {"anchor": anchor, "positive": row["positive_text"], "negative": negative["text"]}
         return [TrainingRow(values, keys, negative["kind"])]
 
     return RowSampler(("anchor", "positive", "negative"), draw)

@@ -22,7 +22,7 @@ evaluation task's (same file, or same BEIR folder and split) is refused.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -51,6 +51,9 @@ class TartRunConfig(BaseModel):
     n_hard: int = Field(5, ge=0)
     n_random: int = Field(2, ge=0)
     n_unfollowing: int = Field(2, ge=0)
+    unfollowing_from: Literal["random_tasks", "pooled"] = Field(
+        "random_tasks", description="instruction-unfollowing negatives from the other tasks in a random order, or "
+        "the first stage's top documents over all other corpora pooled (the ones a pooled search confuses)")
     denoiser: Optional[str] = Field(None, description="a CrossEncoder that drops likely false hard negatives")
     denoise_threshold: float = 0.5
     dev_tasks: list[str] = Field(default_factory=list, description="tasks whose dev queries score the models while "
@@ -149,7 +152,8 @@ def _build_rows(config: TartRunConfig, out: Path, stats_path: Path, say, denoise
     rows = build_training_examples(tasks, first_stage=config.first_stage, n_hard=config.n_hard,
                                    n_random=config.n_random, n_unfollowing=config.n_unfollowing, seed=config.seed,
                                    denoiser=denoiser, denoise_threshold=config.denoise_threshold, stats=stats,
-                                   denoise_with_instruction=with_instruction)
+                                   denoise_with_instruction=with_instruction,
+                                   unfollowing_from=config.unfollowing_from)
     write_json(stats_path, {k: v for k, v in stats.items() if k != "denoised"})
     write_training_examples(out, rows)
     return (f"{stats['n_rows']} rows ({', '.join(f'{k} {v}' for k, v in stats['per_task'].items())}), "

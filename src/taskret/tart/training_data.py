@@ -15,7 +15,12 @@ data (Asai et al., 2022, section 4):
   from the OTHER tasks' corpora. They may well match the query, but they are not the kind of
   document the instruction asks for, so they are negatives only because of the instruction. Their
   ids are ``"{other task}/{doc id}"`` (see :func:`~taskret.tart.evaluation.pooled_id`); a document
-  whose text equals one of the query's relevant documents is never one.
+  whose text equals one of the query's relevant documents is never one. ``unfollowing_from`` says
+  which other tasks give them: ``"random_tasks"`` takes each rank's top document from the other
+  tasks in a seeded random order, so most come from tasks unlike the query's; ``"pooled"`` takes the
+  first stage's top documents over all the other corpora pooled into one index, the documents a
+  search over a pooled corpus would confuse with the task's own (a sibling task with the same
+  queries and another intent, such as MTOP's parses and MTOP-similar's requests).
 
 Row layout (one JSON object per line)::
 
@@ -43,12 +48,12 @@ import numpy as np
 from ..formats import SEP, format_query
 from ..io import DataError, iter_records, write_jsonl
 from .config import NEGATIVE_KINDS
-from .tasks import Document, RetrievalTask, check_task_names, doc_text, pooled_id
+from .tasks import Document, RetrievalTask, check_task_names, doc_text, pooled_corpus, pooled_id, split_pooled_id
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ROW_FIELDS", "build_training_examples", "write_training_examples", "read_training_examples",
-           "validate_training_row", "usable_rows", "anchor_text", "draw_negatives", "dpr_training_row", "train_on_rows", "epoch_columns"]
+__all__ = ["ROW_FIELDS", "UNFOLLOWING_SOURCES", "build_training_examples", "write_training_examples", "read_training_examples",
+           "validate_training_row", "usable_rows", "anchor_text", "draw_anchor", "draw_negatives", "dpr_training_row", "train_on_rows", "epoch_columns"]
 
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
 
@@ -96,10 +101,46 @@ def _random_ids(rng: np.random.Generator, ids: list[str], n: int, excluded: set[
     return chosen
 
 
+#: Where instruction-unfollowing negatives come from (see the module docstring).
+UNFOLLOWING_SOURCES = ("random_tasks", "pooled")
+
+
+def _pooled_unfollowing(index: Any, tasks: Sequence[RetrievalTask], task: RetrievalTask,
+                        query_texts: list[str], forbidden: list[set[str]], n: int) -> list[list[tuple[str, str]]]:
+    """The ``n`` top documents of the pooled ``index`` for each query that are not ``task``'s own."""
+    corpus_of = {t.name: t.corpus for t in tasks}
+    n_pooled = sum(len(corpus) for corpus in corpus_of.values())
+    chosen: list[list[tuple[str, str]]] = [[] for _ in query_texts]
+    todo = list(range(len(query_texts)))
+    # The task's own documents usually lead the ranking: look deeper only for the queries still short.
+    k = min(n_pooled, n + 32)
+    while todo:
+        ranked = index.retrieve([query_texts[i] for i in todo], k=k).ids
+        short = []
+        for i, ids in zip(todo, ranked):
+            picked: list[tuple[str, str]] = []
+            for pid in ids:
+                name, doc_id = split_pooled_id(pid)
+                if name == task.name:
+                    continue
+                text = doc_text(corpus_of[name][doc_id])
+                if text not in forbidden[i] and all(text != seen for _, seen in picked):
+                    picked.append((pid, text))
+                if len(picked) == n:
+                    break
+            chosen[i] = picked
+            if len(picked) < n and k < n_pooled:
+                short.append(i)
+        todo = short
+        k = min(n_pooled, 4 * k)
+    return chosen
+
+
 def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "bm25", n_hard: int = 5,
                             n_random: int = 2, n_unfollowing: int = 2, seed: int = 0,
                             denoiser: Denoiser | None = None, denoise_threshold: float = 0.5,
-                            stats: dict | None = None, denoise_with_instruction: bool = False) -> list[dict]:
+                            stats: dict | None = None, denoise_with_instruction: bool = False,
+                            unfollowing_from: str = "random_tasks") -> list[dict]:
     """TART training rows for every judged query of ``tasks`` (see the module docstring).
 
     ``first_stage``: a :func:`~taskret.retrieval.make_retriever` spec (``"bm25"``, ``"dense:..."``) or a
@@ -109,12 +150,15 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
     ``denoiser``: called once per task with every (query, mined hard negative text) pair; hard negatives
     it scores above ``denoise_threshold`` are dropped; with ``denoise_with_instruction`` the pairs' queries
     are ``format_query(row instruction, query)``, as a TART-full model trained with instructions reads
-    them (re-denoising with TART-full, as the paper does). ``stats``, when given, is filled with counts:
+    them (re-denoising with TART-full, as the paper does). ``unfollowing_from``: ``"random_tasks"`` or
+    ``"pooled"`` (see the module docstring). ``stats``, when given, is filled with counts:
     n_rows, n_skipped (queries without a relevant document), n_negatives per kind, n_denoised and
     denoised (the dropped ``[task, qid, doc id]``), and per_task rows.
     """
     for name, value in (("n_hard", n_hard), ("n_random", n_random), ("n_unfollowing", n_unfollowing)):
         _check_count(name, value)
+    if unfollowing_from not in UNFOLLOWING_SOURCES:
+        raise ValueError(f"unfollowing_from must be one of {', '.join(UNFOLLOWING_SOURCES)}, got {unfollowing_from!r}")
     tasks = list(tasks)
     check_task_names(tasks)
     for task in tasks:
@@ -128,9 +172,11 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
 
     # One index per corpus, shared by the task's own hard negatives and the others' unfollowing ones.
     indexes: dict[str, Any] = {}
-    if n_hard or (n_unfollowing and len(tasks) > 1):
+    pooled = unfollowing_from == "pooled" and n_unfollowing and len(tasks) > 1
+    if n_hard or (n_unfollowing and len(tasks) > 1 and not pooled):
         for task in tasks:
             indexes[task.name] = _make_first_stage(first_stage).index_texts(*task.doc_ids_and_texts())
+    pooled_index = _make_first_stage(first_stage).index_texts(*pooled_corpus(tasks)) if pooled else None
 
     def rankings(index_task: RetrievalTask, query_texts: list[str], k: int) -> list[list[str]]:
         k = min(k, len(index_task.corpus))
@@ -177,14 +223,17 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
                     position += 1
                 hard[i] = kept
 
-        # Instruction-unfollowing negatives: the other tasks' top documents, interleaved by rank.
+        # Instruction-unfollowing negatives: the other tasks' top documents.
         unfollowing: list[list[tuple[str, str]]] = [[] for _ in qids]
         others = [t for t in tasks if t.name != task.name]
-        if n_unfollowing and others:
+        forbidden = [{doc_text(task.corpus[d]) for d, r in task.qrels[q].items() if r > 0} for q in qids]
+        if pooled_index is not None:
+            unfollowing = _pooled_unfollowing(pooled_index, tasks, task, query_texts, forbidden, n_unfollowing)
+        elif n_unfollowing and others:
+            # One other task per rank slot, in a seeded random order: the documents are spread over tasks.
             per_other = [rankings(other, query_texts, n_unfollowing) for other in others]
             order_rng = _task_rng(seed, task.name, 1)
-            for i, q in enumerate(qids):
-                forbidden = {doc_text(task.corpus[d]) for d, r in task.qrels[q].items() if r > 0}
+            for i in range(len(qids)):
                 order = [int(j) for j in order_rng.permutation(len(others))]
                 chosen: list[tuple[str, str]] = []
                 for rank in range(n_unfollowing):
@@ -192,7 +241,7 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
                         ranked = per_other[j][i]
                         if rank < len(ranked) and len(chosen) < n_unfollowing:
                             text = doc_text(others[j].corpus[ranked[rank]])
-                            if text not in forbidden:
+                            if text not in forbidden[i]:
                                 chosen.append((pooled_id(others[j].name, ranked[rank]), text))
                 unfollowing[i] = chosen
 
@@ -325,9 +374,14 @@ def anchor_text(row: dict, config: Any, rng=None) -> str:
     """A training row's query as the student reads it: ``"{instruction} [SEP] {query}"`` with
     ``config.use_instruction``, except for the share ``config.instruction_dropout`` of anchors (drawn with
     ``rng``) that read the bare query, so that one model serves queries with and without an instruction."""
+    return draw_anchor(row, config, rng)[0]
+
+
+def draw_anchor(row: dict, config: Any, rng=None) -> tuple[str, bool]:
+    """:func:`anchor_text` and whether it carries the row's instruction."""
     dropout = getattr(config, "instruction_dropout", 0.0)
     instructed = config.use_instruction and not (dropout and rng is not None and rng.random() < dropout)
-    return format_query(row["instruction"] if instructed else None, row["query"])
+    return format_query(row["instruction"] if instructed else None, row["query"]), bool(instructed)
 
 
 def epoch_columns(rows: Sequence[dict], config: Any, sampler: Any, epoch: int = 0, source: str = "rows") -> dict:
