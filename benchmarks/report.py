@@ -410,6 +410,8 @@ X2_NAMES = {
     "dense:runs/tart_dual_berri_pooled/dual/model": "same, unfollowing negatives from the pooled corpora",
     "dense:runs/tart_dual_berri_pooled_instructed/dual/model": "same, and only for instructed anchors",
     "dense:runs/tart_dual_berri_pooled_mtop/dual/model": "same, and MTOP, MTOP-similar at 500 queries",
+    "dense:runs/tart_dual_berri_pooled_mtop_siblings/dual/model": "same, and sibling tasks batched together",
+    "dense:runs/tart_dual_berri_siblings_instructed/dual/model": "same, and sibling tasks always instructed",
 }
 
 
@@ -635,6 +637,13 @@ def tart_berri_table() -> list[str]:
                                        "anchors only, MTOP and MTOP-similar at 500 queries "
                                        "(`tart_dual_berri_pooled_mtop.json`)",
               "hybrid+tart_dual_pooled_mtop": "hybrid: BM25 + TART-dual (pooled, instructed anchors, MTOP at 500)",
+              "tart_dual_siblings": "TART-dual, as `tart_dual_berri_pooled_mtop.json` with sibling tasks batched "
+                                    "together (`tart_dual_berri_pooled_mtop_siblings.json`)",
+              "hybrid+tart_dual_siblings": "hybrid: BM25 + TART-dual (sibling batches)",
+              "tart_dual_siblings_instructed": "TART-dual, sibling tasks batched together and always instructed "
+                                               "(`tart_dual_berri_siblings_instructed.json`)",
+              "hybrid+tart_dual_siblings_instructed": "hybrid: BM25 + TART-dual (sibling batches, always "
+                                                      "instructed)",
               # Not zero-shot: the one system trained on SciFact's own corpus (its abstracts, no claims, no labels).
               "scifact_adapt_ict": "NOT zero-shot: the dev-out student adapted to SciFact's corpus by the inverse "
                                    "cloze task (1,000 sentences of its abstracts; no claims, no labels)",

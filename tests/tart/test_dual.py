@@ -137,9 +137,12 @@ def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
     result = CliRunner().invoke(app, ["tart", "train-dual", "--data", str(data), "--out", str(out), "--no-instruction",
                                       "--base-model", str(tiny_bert_dir), "--batch-size", "4",
                                       "--exclude-instruction-from-pooling", "--instruction-dropout", "0.5",
-                                      "--unfollowing-needs-instruction", "--quiet"], env=env)
+                                      "--unfollowing-needs-instruction", "--batch-groups", "mtop,scifact",
+                                      "--quiet"], env=env)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / CONFIG_FILE).read_text())
+    assert summary["batch_groups"] == [["mtop", "scifact"]]
+    assert summary["task_groups"] == {"mtop+scifact": ["mtop", "scifact"]}
     assert summary["use_instruction"] is False and summary["exclude_instruction_from_pooling"] is True
     assert summary["instruction_dropout"] == 0.5 and summary["unfollowing_needs_instruction"] is True
     assert json.loads((out / "model" / "1_Pooling" / "config.json").read_text())["include_prompt"] is False
@@ -154,6 +157,46 @@ def test_new_settings_are_validated():
     for bad in ({"instruction_dropout": 1.5}, {"base_weight": -0.1}, {"encode_max_seq_length": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             TartDualConfig(**bad)
+    with pytest.raises(ValueError, match="unknown batch_groups 'pairs'"):
+        TartDualConfig(batch_groups="pairs")
+    config = TartDualConfig(batch_groups=[["mtop", "mtop-similar"]])
+    assert TartDualConfig.from_json(config.to_json()) == config
+
+
+def test_each_triplet_carries_its_task_s_batch_group(rows):
+    from taskret.tart.dual import triplet_sampler
+    from taskret.tart.training_data import usable_rows
+
+    usable, _ = usable_rows(rows, TartDualConfig().negative_kinds, "rows")
+    task = rows[0]["task"]
+    epoch = triplet_sampler(TartDualConfig(), {task: "siblings"}).epoch(usable, 0, 0)
+    groups = {(row["task"], key.group) for (row, _), key in zip(usable, epoch.keys)}
+    assert (task, "siblings") in groups and all(g == ("siblings" if t == task else "") for t, g in groups)
+    assert all(k.group == "" for k in triplet_sampler(TartDualConfig()).epoch(usable, 0, 0).keys)
+
+
+def test_grouped_tasks_keep_their_instruction_when_asked(rows):
+    from taskret.tart.dual import triplet_sampler
+    from taskret.tart.training_data import usable_rows
+
+    many = [{**r, "qid": f"{r['qid']}-{i}"} for i in range(25) for r in rows]
+    usable, _ = usable_rows(many, TartDualConfig().negative_kinds, "rows")
+    grouped = many[0]["task"]
+    assert any(r["task"] != grouped for r, _ in usable)
+
+    def instructed_share(**settings):
+        config = TartDualConfig(instruction_dropout=0.5, seed=1, **settings)
+        anchors = triplet_sampler(config, {grouped: "g"}).epoch(usable, 0, 0).columns["anchor"]
+        share = {}
+        for task in (grouped, None):
+            mine = [SEP in a for (r, _), a in zip(usable, anchors) if (r["task"] == grouped) == (task == grouped)]
+            share[task] = sum(mine) / len(mine)
+        return share
+
+    assert 0.2 < instructed_share()[grouped] < 0.8
+    for flag in (False, True):
+        share = instructed_share(keep_instruction_in_groups=True, unfollowing_needs_instruction=flag)
+        assert share[grouped] == 1.0 and 0.2 < share[None] < 0.8
 
 
 def test_instruction_dropout_trains_some_anchors_on_the_bare_query(rows):

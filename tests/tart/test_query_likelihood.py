@@ -51,6 +51,26 @@ def test_groups_hold_the_positive_first_then_its_negatives(rows):
     assert not any(SEP in q for q in bare.columns["query"])
 
 
+def test_a_bare_query_never_ranks_an_unfollowing_negative_when_they_need_the_instruction(rows):
+    many = [{**r, "qid": f"{r['qid']}-{i}"} for i in range(25) for r in rows]
+
+    def bare_and_instructed(config):
+        usable, _ = usable_rows(many, config.negative_kinds, "rows")
+        groups = ranking_sampler(config).epoch(usable, 0, 0).columns
+        counts = [0, 0]  # [bare, instructed] groups holding one of their row's unfollowing negatives
+        for (_row, negatives), query, documents in zip(usable, groups["query"], groups["documents"]):
+            own = {n["text"] for n in negatives if n["kind"] != "unfollowing"}
+            counts[SEP in query] += any(d not in own for d in documents[1:])
+        return counts
+
+    settings = dict(objective="query_likelihood", n_negatives=1, instruction_dropout=0.5, seed=1)
+    assert bare_and_instructed(TartFullConfig(**settings))[0] > 0  # the old draw gives bare queries some
+    bare, instructed = bare_and_instructed(TartFullConfig(**settings, unfollowing_needs_instruction=True))
+    assert bare == 0 and instructed > 0
+    with pytest.raises(ValueError, match="unfollowing_needs_instruction applies to objective query_likelihood"):
+        TartFullConfig(unfollowing_needs_instruction=True)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, rows, tiny_model_dir, tasks):
     out = tmp_path_factory.mktemp("tart-full-ql")

@@ -13,6 +13,8 @@ from taskret.tart.tasks import doc_text, split_pooled_id
 from taskret.tart.training_data import (
     build_training_examples,
     read_training_examples,
+    sibling_tasks,
+    task_batch_groups,
     write_training_examples,
 )
 
@@ -138,6 +140,41 @@ def test_pooled_unfollowing_negatives_come_from_the_sibling_task_a_pooled_search
     spread = build_training_examples(all_tasks, n_hard=0, n_random=0, n_unfollowing=2)
     assert from_sibling(pooled) == 1.0
     assert from_sibling(spread) < 0.5
+    assert ("parses", "similar") in sibling_tasks(pooled)
+    assert task_batch_groups(pooled, "siblings")["parses"] == "parses+similar"
+    assert ("parses", "similar") not in sibling_tasks(spread)
+
+
+def _unfollowing_rows(sources: dict[str, dict[str, int]]) -> list[dict]:
+    return [{"task": task, "negatives": [{"id": f"{source}/d{i}", "kind": "unfollowing"}
+                                         for source, n in counts.items() for i in range(n)]}
+            for task, counts in sources.items()]
+
+
+def test_siblings_are_mutual_and_a_hub_corpus_is_nobody_s_sibling():
+    rows = _unfollowing_rows({
+        "mtop": {"wiki": 6, "mtop-similar": 4},  # wiki supplies most, but it supplies everyone
+        "mtop-similar": {"wiki": 6, "mtop": 4},
+        "news": {"wiki": 9, "mtop": 1},
+        "bash": {"wiki": 5, "python": 5},  # python's best is not bash: no pair
+        "python": {"mtop": 10},
+        "wiki": {"python": 10},
+    })
+    assert sibling_tasks(rows) == [("mtop", "mtop-similar")]
+    assert sibling_tasks(rows, min_lift=100.0) == []
+
+
+def test_batch_groups_are_named_or_explicit_and_checked():
+    rows = _unfollowing_rows({"a": {"b": 1}, "b": {"a": 1}, "c": {"a": 1}})
+    assert task_batch_groups(rows, None) == {}
+    assert task_batch_groups(rows, "tasks") == {"a": "a", "b": "b", "c": "c"}
+    assert task_batch_groups(rows, [["a", "c"]]) == {"a": "a+c", "c": "a+c"}
+    with pytest.raises(ValueError, match="unknown batch_groups 'pairs'"):
+        task_batch_groups(rows, "pairs")
+    with pytest.raises(ValueError, match="task 'a' is in two batch groups"):
+        task_batch_groups(rows, [["a", "b"], ["a", "c"]])
+    with pytest.raises(ValueError, match="lists of task names"):
+        task_batch_groups(rows, ["a", "b"])
 
 
 def test_unfollowing_from_must_be_known(tasks):

@@ -120,3 +120,30 @@ def test_block_sampler_drops_short_batches_and_checks_the_blocks():
 def test_fractional_epochs():
     assert fractional_epochs([0, 0, 1, 1, 1, 2]) == [0.5, 1.0, 1 + 1 / 3, 1 + 2 / 3, 2.0, 3.0]
     assert fractional_epochs([]) == []
+
+
+def test_grouped_rows_share_batches_only_with_their_group():
+    rows = [r._replace(group=("ab" if i % 3 == 0 else "cd" if i % 3 == 1 else "")) for i, r in
+            enumerate(_toy_rows(200, 2000, 0))]
+    batches = epoch_batches(rows, 8, np.random.default_rng(0), True)
+    assert sorted(i for b in batches for i in b) == list(range(200))
+    assert all(len(b) == 8 for b in batches[:-1]) and len(batches[-1]) <= 8
+    groups_of = [{rows[i].group for i in b} for b in batches]
+    # every group fills batches of its own; only its remainder (< one batch) is mixed with the ungrouped rows
+    mixed = [i for b, g in zip(batches, groups_of) if len(g) > 1 or g == {""} for i in b]
+    for group, size in (("ab", 67), ("cd", 67)):
+        own = sum(g == {group} for g in groups_of)
+        assert own >= size // 8 - 1  # a group fills batches of its own, bar a clash of duplicates near its end
+        assert own * 8 + sum(rows[i].group == group for i in mixed) == size
+    ungrouped = epoch_batches([r._replace(group="") for r in rows], 8, np.random.default_rng(0), True)
+    assert sum(_false_negatives(b, rows) for b in batches) <= sum(_false_negatives(b, rows) for b in ungrouped)
+    # the grouped full batches come in random order, not group after group
+    order = [next(iter(g)) for g in groups_of if len(g) == 1 and g != {""}]
+    assert order != sorted(order) and order != sorted(order, reverse=True)
+
+
+def test_rows_without_groups_batch_exactly_as_before():
+    rows = _toy_rows(60, 400, 3)
+    named = [r._replace(group="") for r in rows]
+    assert epoch_batches(named, 8, np.random.default_rng(3), True) == epoch_batches(rows, 8, np.random.default_rng(3),
+                                                                                    True)

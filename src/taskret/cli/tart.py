@@ -418,6 +418,15 @@ def ict(
                   f"{len(draw.splits['dev'])} dev queries in {folder}; train on it with --tasks {folder}")
 
 
+def _batch_groups(text: Optional[str]):
+    """``--batch-groups``: a named grouping, or groups of comma-separated task names separated by ';'."""
+    from ..tart.training_data import BATCH_GROUPINGS
+
+    if text is None or text in BATCH_GROUPINGS:
+        return text
+    return [[task.strip() for task in group.split(",") if task.strip()] for group in text.split(";") if group.strip()]
+
+
 @app.command("train-dual")
 def train_dual(
     data: Path = DATA_OPT,
@@ -434,6 +443,11 @@ def train_dual(
     instruction_dropout: float = typer.Option(0.0, help="share of anchors trained on the bare query"),
     unfollowing_needs_instruction: bool = typer.Option(
         False, help="never give an anchor left bare by --instruction-dropout an instruction-unfollowing negative"),
+    batch_groups: Optional[str] = typer.Option(
+        None, help="tasks that share batches: 'siblings' (pairs found from the unfollowing negatives), 'tasks' "
+        "(each task alone) or explicit groups, e.g. 'mtop,mtop-similar;conala,nl2bash'; default: mixed batches"),
+    keep_instruction_in_groups: bool = typer.Option(
+        False, help="anchors of tasks in a --batch-groups group always read their instruction (no dropout)"),
     progress: bool = PROGRESS_OPT,
 ):
     """Train TART-dual: one shared encoder for instructed queries and documents; use it as dense:OUT/model."""
@@ -445,7 +459,9 @@ def train_dual(
                                 use_instruction=instruction, negative_kinds=_kinds(negatives),
                                 exclude_instruction_from_pooling=exclude_instruction_from_pooling,
                                 instruction_dropout=instruction_dropout,
-                                unfollowing_needs_instruction=unfollowing_needs_instruction)
+                                unfollowing_needs_instruction=unfollowing_needs_instruction,
+                                batch_groups=_batch_groups(batch_groups),
+                                keep_instruction_in_groups=keep_instruction_in_groups)
         return train_tart_dual(rows, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --retriever dense:{folder}")
@@ -469,6 +485,9 @@ def train_full(
     ranking_weight: float = typer.Option(1.0, help="query_likelihood: weight of the listwise term over each row's "
                                          "positive and negatives (0: the LM objective alone)"),
     instruction_dropout: float = typer.Option(0.0, help="query_likelihood: share of rows read without instruction"),
+    unfollowing_needs_instruction: bool = typer.Option(
+        False, help="query_likelihood: never give a row left bare by --instruction-dropout an instruction-unfollowing "
+        "negative"),
     learning_rate: float = LR_OPT,
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,
@@ -482,7 +501,8 @@ def train_full(
         config = TartFullConfig(base_model=base_model, epochs=epochs, batch_size=batch_size, n_negatives=n_negatives,
                                 max_length=max_length, learning_rate=learning_rate, seed=seed,
                                 use_instruction=instruction, negative_kinds=_kinds(negatives), objective=objective,
-                                ranking_weight=ranking_weight, instruction_dropout=instruction_dropout)
+                                ranking_weight=ranking_weight, instruction_dropout=instruction_dropout,
+                                unfollowing_needs_instruction=unfollowing_needs_instruction)
         return train_tart_full(rows, out, config, progress=progress, source=str(data))
 
     _train(data, out, CONFIG_FILE, train, "use --rerank {out}")

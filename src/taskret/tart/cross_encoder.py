@@ -66,7 +66,10 @@ class TartFullConfig(TartSettings):
     scored as the UPR reranker is: :mod:`taskret.tart.query_likelihood`). With the latter, ``batch_size`` counts
     training rows (each with its positive and ``n_negatives`` negatives), ``ranking_weight`` weighs the listwise
     term over them against the positive's likelihood, documents are cut to ``max_doc_tokens`` LM tokens, and
-    ``instruction_dropout`` rows read the bare query with UPR's instruction-free prompt."""
+    ``instruction_dropout`` rows read the bare query with UPR's instruction-free prompt; with
+    ``unfollowing_needs_instruction`` those rows never get an instruction-unfollowing negative (as in TART-dual:
+    without the instruction nothing says such a document is wrong). Off by default, as the recipes measured
+    before it were trained."""
 
     batch_size: int = 32
     n_negatives: int = 4
@@ -75,6 +78,7 @@ class TartFullConfig(TartSettings):
     ranking_weight: float = 1.0
     max_doc_tokens: int = 200
     instruction_dropout: float = 0.0
+    unfollowing_needs_instruction: bool = False
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS  # from_dict reads a tart_full_config.json, ignoring these
     POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "max_length", "max_doc_tokens", "logging_steps")
@@ -93,8 +97,9 @@ class TartFullConfig(TartSettings):
             raise ValueError(f"ranking_weight must be non-negative, got {self.ranking_weight}")
         if not 0.0 <= self.instruction_dropout <= 1.0:
             raise ValueError(f"instruction_dropout must be in [0, 1], got {self.instruction_dropout}")
-        if self.objective == "relevance" and self.instruction_dropout:
-            raise ValueError("instruction_dropout applies to objective query_likelihood only")
+        for name in ("instruction_dropout", "unfollowing_needs_instruction"):
+            if self.objective == "relevance" and getattr(self, name):
+                raise ValueError(f"{name} applies to objective query_likelihood only")
 
 
 # -- pairs ---------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence, Union
 
 from ..training.batching import RowKeys
 from ..training.config import DPRSettings
@@ -46,14 +46,22 @@ from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
 from .config import NEGATIVE_KINDS, TartSettings
-from .training_data import anchor_text, draw_anchor, epoch_columns, train_on_rows
+from .training_data import (
+    anchor_text,
+    draw_anchor,
+    epoch_columns,
+    negatives_for_anchor,
+    task_batch_groups,
+    train_on_rows,
+)
 
 __all__ = ["TartDualConfig", "build_triplets", "triplet_sampler", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
 
 CONFIG_FILE = "tart_dual_config.json"
 
 #: Keys of ``tart_dual_config.json`` that describe the run rather than configure it.
-RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "train_tasks", "n_triplets", "negatives_used", *RUN_KEYS)
+RESULT_KEYS = ("n_rows", "n_used", "n_skipped", "train_tasks", "n_triplets", "negatives_used", "task_groups",
+               *RUN_KEYS)
 
 
 @dataclass
@@ -71,11 +79,22 @@ class TartDualConfig(DPRSettings, TartSettings):
     ``unfollowing_needs_instruction``: an anchor read without its instruction never gets an
     instruction-unfollowing negative (it is drawn among the row's other kinds), since without the instruction
     nothing says that document is wrong: the same bare query may ask for it in a sibling task. Off by default,
-    as the recipes measured before it were trained."""
+    as the recipes measured before it were trained.
+    ``batch_groups``: which tasks share batches (:func:`~taskret.tart.training_data.task_batch_groups`): ``None``
+    mixes all tasks in every batch; ``"siblings"`` batches each pair of sibling tasks (the two corpora a pooled
+    search confuses, found from the rows' instruction-unfollowing negatives) together, so that an instructed
+    query's in-batch negatives are its sibling's documents; ``"tasks"`` batches each task alone; or explicit
+    groups, a list of lists of task names. The run's ``task_groups`` records the groups used.
+    ``keep_instruction_in_groups``: the anchors of grouped tasks always read their instruction
+    (``instruction_dropout`` applies to the others). Sibling tasks ask in the same style for different kinds of
+    document (MTOP and MTOP-similar even share queries), so a bare query of theirs is ambiguous and only the
+    instruction tells the tasks apart."""
 
     batch_size: int = 64
     instruction_dropout: float = 0.0
     unfollowing_needs_instruction: bool = False
+    batch_groups: Optional[Union[str, list[list[str]]]] = None
+    keep_instruction_in_groups: bool = False
     exclude_instruction_from_pooling: bool = False
     base_weight: float = 0.0
     encode_max_seq_length: Optional[int] = None
@@ -92,30 +111,35 @@ class TartDualConfig(DPRSettings, TartSettings):
         if self.encode_max_seq_length is not None and (isinstance(self.encode_max_seq_length, bool) or not isinstance(
                 self.encode_max_seq_length, int) or self.encode_max_seq_length < 1):
             raise ValueError(f"encode_max_seq_length must be a positive integer, got {self.encode_max_seq_length!r}")
+        task_batch_groups([], self.batch_groups)  # raises on a grouping that is neither named nor task lists
 
 
 # -- triplets ------------------------------------------------------------------------------------
 
 
-def triplet_sampler(config: TartDualConfig) -> RowSampler[tuple[dict, list[dict]]]:
+def triplet_sampler(config: TartDualConfig,
+                    task_groups: Mapping[str, str] | None = None) -> RowSampler[tuple[dict, list[dict]]]:
     """Draws, per usable row (a training row, its negatives of ``config.negative_kinds``), one triplet with one
-    negative drawn uniformly, and the row's batching keys (documents by task, unfollowing ones by pooled id)."""
+    negative drawn uniformly, and the row's batching keys (documents by task, unfollowing ones by pooled id;
+    the batch group of its task in ``task_groups``, :func:`~taskret.tart.training_data.task_batch_groups`)."""
+    task_groups = task_groups or {}
 
     def draw(usable_row: tuple[dict, list[dict]], rng) -> list[TrainingRow]:
         row, negatives = usable_row
+        task = row["task"]
+        dropout = 0.0 if config.keep_instruction_in_groups and task in task_groups else None
         if config.unfollowing_needs_instruction:
-            anchor, instructed = draw_anchor(row, config, rng)
-            pool = negatives if instructed else [n for n in negatives if n["kind"] != "unfollowing"] or negatives
+            anchor, instructed = draw_anchor(row, config, rng, dropout)
+            pool = negatives_for_anchor(negatives, instructed)
             negative = pool[int(rng.integers(len(pool)))]
         else:  # the order of draws the earlier recipes were trained with
             negative = negatives[int(rng.integers(len(negatives)))]
-            anchor = anchor_text(row, config, rng)
-        task = row["task"]
+            anchor = anchor_text(row, config, rng, dropout)
         negative_id = negative["id"] if negative["kind"] == "unfollowing" else f"{task}/{negative['id']}"
         keys = RowKeys(("q:" + f"{task}/{row['qid']}", "x:" + row["query"]),
                        ("d:" + f"{task}/{row['positive']}", "t:" + row["positive_text"]),
                        ("d:" + negative_id, "t:" + negative["text"]),
-                       row["positive_text"], negative["text"])
+                       row["positive_text"], negative["text"], task_groups.get(task, ""))
         values = {"anchor": anchor, "positive": row["positive_text"], "negative": negative["text"]}
         return [TrainingRow(values, keys, negative["kind"])]
 
@@ -151,8 +175,17 @@ def train_tart_dual(rows: Sequence[dict], out_dir: str | os.PathLike, config: Ta
         restore_length(model)
 
     recipe = ModelRecipe(build, lambda model: dpr_training_loss(model, config), finish=finish)
+    task_groups = task_batch_groups(rows, config.batch_groups)
+    if task_groups and not config.no_duplicates:
+        raise ValueError("batch_groups needs no_duplicates: the grouped batches are built by the duplicate-free "
+                         "batch sampler")
+    groups: dict[str, list[str]] = {}
+    for task, group in sorted(task_groups.items()):
+        groups.setdefault(group, []).append(task)
 
-    return train_on_rows(rows, config, triplet_sampler(config), recipe, out_dir, CONFIG_FILE, "n_triplets",
-                         source=source, progress=progress, no_duplicates=config.no_duplicates,
-                         validate=validate, validate_steps=validate_steps,
-                         extra_counts=lambda epochs: {"negatives_used": negatives_used(epochs, NEGATIVE_KINDS)})
+    def counts(epochs: list) -> dict:
+        return {"negatives_used": negatives_used(epochs, NEGATIVE_KINDS), "task_groups": groups}
+
+    return train_on_rows(rows, config, triplet_sampler(config, task_groups), recipe, out_dir, CONFIG_FILE,
+                         "n_triplets", source=source, progress=progress, no_duplicates=config.no_duplicates,
+                         validate=validate, validate_steps=validate_steps, extra_counts=counts)

@@ -43,7 +43,14 @@ from ..io import write_json
 from ..training.fit import LOG_FILE, Validation, replace_dir
 from ..training.trainer import RowSampler, TrainingRow
 from .config import NEGATIVE_KINDS
-from .training_data import anchor_text, draw_negatives, usable_rows, validate_training_row
+from .training_data import (
+    anchor_text,
+    draw_anchor,
+    draw_negatives,
+    negatives_for_anchor,
+    usable_rows,
+    validate_training_row,
+)
 
 __all__ = ["ranking_sampler", "train_tart_full_lm", "QUERY_LIKELIHOOD"]
 
@@ -53,13 +60,20 @@ QUERY_LIKELIHOOD = "query_likelihood"
 
 def ranking_sampler(config) -> RowSampler[tuple[dict, list[dict]]]:
     """Draws, per usable row, one group: the (instructed, or bare for ``instruction_dropout`` rows) query and its
-    documents, the positive first and then ``config.n_negatives`` distinct negatives (all of them if fewer)."""
+    documents, the positive first and then ``config.n_negatives`` distinct negatives (all of them if fewer); with
+    ``config.unfollowing_needs_instruction`` a bare query's are never instruction-unfollowing ones
+    (:func:`~taskret.tart.training_data.negatives_for_anchor`)."""
 
     def draw(usable_row: tuple[dict, list[dict]], rng) -> list[TrainingRow]:
         row, negatives = usable_row
-        drawn = draw_negatives(rng, negatives, config.n_negatives) if config.n_negatives else []
+        if getattr(config, "unfollowing_needs_instruction", False):
+            query, instructed = draw_anchor(row, config, rng)
+            pool = negatives_for_anchor(negatives, instructed)
+            drawn = draw_negatives(rng, pool, config.n_negatives) if config.n_negatives else []
+        else:  # the order of draws the earlier recipes were trained with
+            drawn = draw_negatives(rng, negatives, config.n_negatives) if config.n_negatives else []
+            query = anchor_text(row, config, rng)
         documents = [row["positive_text"], *(n["text"] for n in drawn)]
-        query = anchor_text(row, config, rng)
         return [TrainingRow({"query": query, "documents": documents},
                             negative_kind=",".join(n["kind"] for n in drawn) or None)]
 

@@ -53,7 +53,8 @@ from .tasks import Document, RetrievalTask, check_task_names, doc_text, pooled_c
 logger = logging.getLogger(__name__)
 
 __all__ = ["ROW_FIELDS", "UNFOLLOWING_SOURCES", "build_training_examples", "write_training_examples", "read_training_examples",
-           "validate_training_row", "usable_rows", "anchor_text", "draw_anchor", "draw_negatives", "dpr_training_row", "train_on_rows", "epoch_columns"]
+           "validate_training_row", "usable_rows", "anchor_text", "draw_anchor", "draw_negatives", "negatives_for_anchor", "dpr_training_row", "train_on_rows", "epoch_columns",
+           "BATCH_GROUPINGS", "sibling_tasks", "task_batch_groups"]
 
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
 
@@ -370,18 +371,90 @@ def train_on_rows(rows: Sequence[dict], config: Any, sampler: Any, recipe: Any, 
                  progress=progress, started=started, validate=validate, validate_steps=validate_steps)
 
 
-def anchor_text(row: dict, config: Any, rng=None) -> str:
+def anchor_text(row: dict, config: Any, rng=None, dropout: float | None = None) -> str:
     """A training row's query as the student reads it: ``"{instruction} [SEP] {query}"`` with
-    ``config.use_instruction``, except for the share ``config.instruction_dropout`` of anchors (drawn with
-    ``rng``) that read the bare query, so that one model serves queries with and without an instruction."""
-    return draw_anchor(row, config, rng)[0]
+    ``config.use_instruction``, except for the share ``config.instruction_dropout`` (or ``dropout``) of anchors
+    (drawn with ``rng``) that read the bare query, so that one model serves queries with and without an
+    instruction."""
+    return draw_anchor(row, config, rng, dropout)[0]
 
 
-def draw_anchor(row: dict, config: Any, rng=None) -> tuple[str, bool]:
+def draw_anchor(row: dict, config: Any, rng=None, dropout: float | None = None) -> tuple[str, bool]:
     """:func:`anchor_text` and whether it carries the row's instruction."""
-    dropout = getattr(config, "instruction_dropout", 0.0)
+    dropout = getattr(config, "instruction_dropout", 0.0) if dropout is None else dropout
     instructed = config.use_instruction and not (dropout and rng is not None and rng.random() < dropout)
     return format_query(row["instruction"] if instructed else None, row["query"]), bool(instructed)
+
+
+#: How TART-dual may group tasks into shared batches (``TartDualConfig.batch_groups``), besides explicit groups.
+BATCH_GROUPINGS = ("tasks", "siblings")
+
+
+def sibling_tasks(rows: Iterable[dict], min_lift: float = 1.5) -> list[tuple[str, str]]:
+    """Pairs of tasks that are each other's likeliest source of instruction-unfollowing negatives.
+
+    For task ``t`` and source task ``s``, the lift is the share of ``t``'s unfollowing negatives that come
+    from ``s`` over ``s``'s share of all unfollowing negatives (1.0: as often as chance), so that a large
+    corpus that supplies every task (a hub such as a Wikipedia QA corpus) does not pass for everyone's sibling. ``t``'s sibling is its
+    highest-lift source when that lift is at least ``min_lift``; a pair is kept when the two are each other's
+    sibling. Meaningful for rows built with ``unfollowing_from="pooled"`` (with ``"random_tasks"`` the sources
+    are drawn blindly and no lift stands out). Sorted pairs, each sorted by name."""
+    counts: dict[str, Counter] = {}
+    for row in rows:
+        for negative in row["negatives"]:
+            if negative["kind"] == "unfollowing":
+                source, _ = split_pooled_id(negative["id"])
+                counts.setdefault(row["task"], Counter())[source] += 1
+    supplied: Counter = Counter()
+    for sources in counts.values():
+        supplied.update(sources)
+    total = sum(supplied.values())
+    sibling: dict[str, str] = {}
+    for task, sources in counts.items():
+        n = sum(sources.values())
+        lifts = {source: (k / n) / (supplied[source] / total) for source, k in sources.items() if source != task}
+        if lifts:
+            best, lift = max(sorted(lifts.items()), key=lambda item: item[1])
+            if lift >= min_lift:
+                sibling[task] = best
+    return sorted({tuple(sorted((task, other))) for task, other in sibling.items()  # type: ignore[misc]
+                   if sibling.get(other) == task})
+
+
+def task_batch_groups(rows: Sequence[dict], batch_groups: Any) -> dict[str, str]:
+    """Task name -> batch group name for :func:`taskret.training.batching.epoch_batches` (tasks left out share
+    mixed batches). ``batch_groups``: ``None`` (no groups), ``"tasks"`` (each task alone: task-homogeneous
+    batches, whose in-batch negatives are the task's own documents), ``"siblings"`` (the pairs of
+    :func:`sibling_tasks`, so that an instructed query's in-batch negatives are its sibling's documents,
+    instruction-unfollowing ones) or explicit groups, a list of lists of task names."""
+    if batch_groups is None:
+        return {}
+    if batch_groups == "tasks":
+        return {row["task"]: row["task"] for row in rows}
+    if batch_groups == "siblings":
+        return {task: "+".join(pair) for pair in sibling_tasks(rows) for task in pair}
+    if isinstance(batch_groups, str):
+        raise ValueError(f"unknown batch_groups {batch_groups!r}: choose from {', '.join(BATCH_GROUPINGS)} "
+                         "or give a list of task groups")
+    groups: dict[str, str] = {}
+    for group in batch_groups:
+        if isinstance(group, str) or not all(isinstance(task, str) for task in group):
+            raise ValueError(f"batch_groups must be lists of task names, got {group!r}")
+        for task in group:
+            if task in groups:
+                raise ValueError(f"task {task!r} is in two batch groups")
+            groups[task] = "+".join(group)
+    return groups
+
+
+def negatives_for_anchor(negatives: list[dict], instructed: bool) -> list[dict]:
+    """The negatives an anchor may draw with ``unfollowing_needs_instruction``: all of them for an instructed
+    anchor; for a bare one all but the instruction-unfollowing ones (all of them if nothing else is left), since
+    without its instruction nothing says such a document is wrong: the same bare query may ask for it in a sibling
+    task (MTOP's commands in MTOP-similar)."""
+    if instructed:
+        return negatives
+    return [n for n in negatives if n["kind"] != "unfollowing"] or negatives
 
 
 def epoch_columns(rows: Sequence[dict], config: Any, sampler: Any, epoch: int = 0, source: str = "rows") -> dict:

@@ -18,6 +18,7 @@ class RowKeys(NamedTuple):
     negative: tuple[str, ...]  # the negative document: id and text
     positive_text: str  # the text the document encoder sees
     negative_text: str
+    group: str = ""  # rows of one non-empty group share their batches (see :func:`epoch_batches`)
 
 
 def epoch_batches(rows: Sequence[Any], batch_size: int, rng: np.random.Generator,
@@ -38,12 +39,47 @@ def epoch_batches(rows: Sequence[Any], batch_size: int, rng: np.random.Generator
     Two rows sharing a negative are harmless and allowed. If the remaining rows cannot fill the batch
     that way (a small pool in which every example is everyone's candidate), it is topped up with the
     next rows regardless, so no tiny batches are made and duplicates stay as rare as the data allows.
+
+    Rows whose ``group`` is set are batched with their group only (as many full batches as it fills; its
+    remainder joins the rows without a group), so their in-batch negatives are the group's documents:
+    TART-dual groups sibling tasks this way (``TartDualConfig.batch_groups``). Without groups the batches
+    are exactly the ungrouped ones above, for the same ``rng``.
     """
     order = [int(i) for i in rng.permutation(len(rows))]
     if not no_duplicates:
         return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    members: dict[str, list[int]] = {}
+    for index in order:
+        members.setdefault(rows[index].group, []).append(index)
+    if set(members) <= {""}:
+        return _fill_batches(rows, order, batch_size)[0]
+    # Grouped: each group's rows fill batches of their own, so that a query's in-batch negatives are
+    # its group's documents. What a group cannot fill (its last, partial batch) joins the ungrouped
+    # rows in mixed batches; the full batches are walked in random order, the partial one last.
+    full: list[list[int]] = []
+    rest: list[int] = []
+    for group, indices in members.items():
+        if not group:
+            rest.extend(indices)
+            continue
+        group_batches, left = _fill_batches(rows, indices, batch_size, top_up=False)
+        full.extend(group_batches)
+        rest.extend(left)
+    position = {index: i for i, index in enumerate(order)}
+    mixed = _fill_batches(rows, sorted(rest, key=position.__getitem__), batch_size)[0]
+    full.extend(b for b in mixed if len(b) == batch_size)
+    partial = [b for b in mixed if len(b) < batch_size]
+    return [full[int(i)] for i in rng.permutation(len(full))] + partial
+
+
+def _fill_batches(rows: Sequence[RowKeys], order: Sequence[int], batch_size: int,
+                  top_up: bool = True) -> tuple[list[list[int]], list[int]]:
+    """:func:`epoch_batches`' greedy fill of ``order`` (already shuffled) into duplicate-free batches, and the
+    rows left over. With ``top_up`` none is left over: a batch that cannot be filled duplicate-free is topped up
+    and the last batch may be short. Without it, the first such batch ends the fill, and its rows and all those
+    after it are left over (a group's remainder, which the mixed batches then take)."""
     batches: list[list[int]] = []
-    remaining = order
+    remaining = list(order)
     while remaining:
         batch: list[int] = []
         queries: set[str] = set()  # keys of the batch's queries
@@ -67,11 +103,13 @@ def epoch_batches(rows: Sequence[Any], batch_size: int, rng: np.random.Generator
             doc_examples.update(row_docs)
             positive_texts.add(row.positive_text)
             doc_texts.update((row.positive_text, row.negative_text))
-        top_up = min(batch_size - len(batch), len(deferred))
-        batch.extend(deferred[:top_up])
+        if not top_up and len(batch) < batch_size:
+            return batches, [index for index in order if index in set(batch + deferred)]
+        n_top_up = min(batch_size - len(batch), len(deferred))
+        batch.extend(deferred[:n_top_up])
         batches.append(batch)
-        remaining = deferred[top_up:]
-    return batches
+        remaining = deferred[n_top_up:]
+    return batches, []
 
 
 def make_block_sampler():
