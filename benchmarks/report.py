@@ -412,6 +412,7 @@ X2_NAMES = {
     "dense:runs/tart_dual_berri_pooled_mtop/dual/model": "same, and MTOP, MTOP-similar at 500 queries",
     "dense:runs/tart_dual_berri_pooled_mtop_siblings/dual/model": "same, and sibling tasks batched together",
     "dense:runs/tart_dual_berri_siblings_instructed/dual/model": "same, and sibling tasks always instructed",
+    "dense:runs/tart_dual_berri_siblings_instructed_seed1/dual/model": "same recipe, seed 1",
 }
 
 
@@ -644,6 +645,10 @@ def tart_berri_table() -> list[str]:
                                                "(`tart_dual_berri_siblings_instructed.json`)",
               "hybrid+tart_dual_siblings_instructed": "hybrid: BM25 + TART-dual (sibling batches, always "
                                                       "instructed)",
+              "tart_dual_siblings_instructed_seed1": "the same TART-dual recipe, seed 1 "
+                                                     "(`tart_dual_berri_siblings_instructed_seed1.json`)",
+              "hybrid+tart_dual_siblings_instructed_seed1": "hybrid: BM25 + TART-dual (sibling batches, always "
+                                                            "instructed, seed 1)",
               # Not zero-shot: the one system trained on SciFact's own corpus (its abstracts, no claims, no labels).
               "scifact_adapt_ict": "NOT zero-shot: the dev-out student adapted to SciFact's corpus by the inverse "
                                    "cloze task (1,000 sentences of its abstracts; no claims, no labels)",

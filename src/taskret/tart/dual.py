@@ -22,6 +22,9 @@ Design notes
   walked once, epoch by epoch, with the shared batch sampler (:mod:`taskret.training`), so the
   learning-rate schedule spans all epochs and batches avoid in-batch false negatives: no query twice,
   no positive text that is another row's document (MTOP/Break queries often share one parse).
+* ``batch_groups`` batches sibling tasks together (the pairs a pooled search confuses), so that an instructed
+  query's in-batch negatives are its sibling's documents, the instruction-unfollowing kind; each triplet's
+  :class:`~taskret.training.batching.RowKeys` carries its task's group.
 * ``use_instruction=False`` trains the no-instruction ablation: the anchor is the query alone.
 * The model is :func:`~taskret.training.encoders.build_bi_encoder` with one shared encoder; the trainer set-up, the training
   log and the atomic model folder are :func:`taskret.training.trainer.train`'s. The saved folder is a plain

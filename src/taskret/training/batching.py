@@ -104,7 +104,7 @@ def _fill_batches(rows: Sequence[RowKeys], order: Sequence[int], batch_size: int
             positive_texts.add(row.positive_text)
             doc_texts.update((row.positive_text, row.negative_text))
         if not top_up and len(batch) < batch_size:
-            return batches, [index for index in order if index in set(batch + deferred)]
+            return batches, batch + deferred  # epoch_batches puts them back in shuffled order
         n_top_up = min(batch_size - len(batch), len(deferred))
         batch.extend(deferred[:n_top_up])
         batches.append(batch)
