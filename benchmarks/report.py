@@ -413,6 +413,7 @@ X2_NAMES = {
     "dense:runs/tart_dual_berri_pooled_mtop_siblings/dual/model": "same, and sibling tasks batched together",
     "dense:runs/tart_dual_berri_siblings_instructed/dual/model": "same, and sibling tasks always instructed",
     "dense:runs/tart_dual_berri_siblings_instructed_seed1/dual/model": "same recipe, seed 1",
+    "dense:runs/tart_dual_berri_siblings_instructed_u4/dual/model": "same recipe, 4 unfollowing negatives per row",
 }
 
 
