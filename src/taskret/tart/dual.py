@@ -49,14 +49,7 @@ from ..training.fit import LOG_FILE, RUN_KEYS
 from ..training.losses import dpr_training_loss
 from ..training.trainer import ModelRecipe, RowSampler, TrainingRow, negatives_used
 from .config import NEGATIVE_KINDS, TartSettings
-from .training_data import (
-    anchor_text,
-    draw_anchor,
-    epoch_columns,
-    negatives_for_anchor,
-    task_batch_groups,
-    train_on_rows,
-)
+from .training_data import draw_anchor_and_negatives, epoch_columns, task_batch_groups, train_on_rows
 
 __all__ = ["TartDualConfig", "build_triplets", "triplet_sampler", "train_tart_dual", "CONFIG_FILE", "LOG_FILE"]
 
@@ -131,13 +124,8 @@ def triplet_sampler(config: TartDualConfig,
         row, negatives = usable_row
         task = row["task"]
         dropout = 0.0 if config.keep_instruction_in_groups and task in task_groups else None
-        if config.unfollowing_needs_instruction:
-            anchor, instructed = draw_anchor(row, config, rng, dropout)
-            pool = negatives_for_anchor(negatives, instructed)
-            negative = pool[int(rng.integers(len(pool)))]
-        else:  # the order of draws the earlier recipes were trained with
-            negative = negatives[int(rng.integers(len(negatives)))]
-            anchor = anchor_text(row, config, rng, dropout)
+        anchor, negative = draw_anchor_and_negatives(row, negatives, config, rng,
+                                                     lambda pool: pool[int(rng.integers(len(pool)))], dropout)
         negative_id = negative["id"] if negative["kind"] == "unfollowing" else f"{task}/{negative['id']}"
         keys = RowKeys(("q:" + f"{task}/{row['qid']}", "x:" + row["query"]),
                        ("d:" + f"{task}/{row['positive']}", "t:" + row["positive_text"]),

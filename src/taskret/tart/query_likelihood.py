@@ -43,14 +43,7 @@ from ..io import write_json
 from ..training.fit import LOG_FILE, Validation, replace_dir
 from ..training.trainer import RowSampler, TrainingRow
 from .config import NEGATIVE_KINDS
-from .training_data import (
-    anchor_text,
-    draw_anchor,
-    draw_negatives,
-    negatives_for_anchor,
-    usable_rows,
-    validate_training_row,
-)
+from .training_data import draw_anchor_and_negatives, draw_negatives, usable_rows, validate_training_row
 
 __all__ = ["ranking_sampler", "train_tart_full_lm", "QUERY_LIKELIHOOD"]
 
@@ -66,13 +59,9 @@ def ranking_sampler(config) -> RowSampler[tuple[dict, list[dict]]]:
 
     def draw(usable_row: tuple[dict, list[dict]], rng) -> list[TrainingRow]:
         row, negatives = usable_row
-        if getattr(config, "unfollowing_needs_instruction", False):
-            query, instructed = draw_anchor(row, config, rng)
-            pool = negatives_for_anchor(negatives, instructed)
-            drawn = draw_negatives(rng, pool, config.n_negatives) if config.n_negatives else []
-        else:  # the order of draws the earlier recipes were trained with
-            drawn = draw_negatives(rng, negatives, config.n_negatives) if config.n_negatives else []
-            query = anchor_text(row, config, rng)
+        query, drawn = draw_anchor_and_negatives(
+            row, negatives, config, rng,
+            lambda pool: draw_negatives(rng, pool, config.n_negatives) if config.n_negatives else [])
         documents = [row["positive_text"], *(n["text"] for n in drawn)]
         return [TrainingRow({"query": query, "documents": documents},
                             negative_kind=",".join(n["kind"] for n in drawn) or None)]

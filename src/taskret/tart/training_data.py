@@ -53,7 +53,7 @@ from .tasks import Document, RetrievalTask, check_task_names, doc_text, pooled_c
 logger = logging.getLogger(__name__)
 
 __all__ = ["ROW_FIELDS", "UNFOLLOWING_SOURCES", "build_training_examples", "write_training_examples", "read_training_examples",
-           "validate_training_row", "usable_rows", "anchor_text", "draw_anchor", "draw_negatives", "negatives_for_anchor", "dpr_training_row", "train_on_rows", "epoch_columns",
+           "validate_training_row", "usable_rows", "anchor_text", "draw_anchor", "draw_anchor_and_negatives", "draw_negatives", "negatives_for_anchor", "dpr_training_row", "train_on_rows", "epoch_columns",
            "BATCH_GROUPINGS", "sibling_tasks", "task_batch_groups"]
 
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
@@ -395,9 +395,9 @@ def sibling_tasks(rows: Iterable[dict], min_lift: float = 1.5) -> list[tuple[str
 
     For task ``t`` and source task ``s``, the lift is the share of ``t``'s unfollowing negatives that come
     from ``s`` over ``s``'s share of all unfollowing negatives (1.0: as often as chance), so that a large
-    corpus that supplies every task (a hub such as a Wikipedia QA corpus) does not pass for everyone's sibling. ``t``'s sibling is its
-    highest-lift source when that lift is at least ``min_lift``; a pair is kept when the two are each other's
-    sibling. Meaningful for rows built with ``unfollowing_from="pooled"`` (with ``"random_tasks"`` the sources
+    corpus that supplies every task (a hub such as a Wikipedia QA corpus) does not pass for everyone's sibling.
+    ``t``'s sibling is its highest-lift source when that lift is at least ``min_lift``; a pair is kept when the
+    two are each other's sibling. Meaningful for rows built with ``unfollowing_from="pooled"`` (with ``"random_tasks"`` the sources
     are drawn blindly and no lift stands out). Sorted pairs, each sorted by name."""
     counts: dict[str, Counter] = {}
     for row in rows:
@@ -445,6 +445,19 @@ def task_batch_groups(rows: Sequence[dict], batch_groups: Any) -> dict[str, str]
                 raise ValueError(f"task {task!r} is in two batch groups")
             groups[task] = "+".join(group)
     return groups
+
+
+def draw_anchor_and_negatives(row: dict, negatives: list[dict], config: Any, rng, draw: Callable[[list[dict]], Any],
+                              dropout: float | None = None) -> tuple[str, Any]:
+    """A row's anchor (:func:`draw_anchor`) and what ``draw`` picks among its negatives. With
+    ``config.unfollowing_needs_instruction`` the anchor is drawn first and a bare one draws among
+    :func:`negatives_for_anchor`; without it the negatives are drawn first, the order of draws the earlier recipes
+    were trained with, so that they retrain to the same rows."""
+    if getattr(config, "unfollowing_needs_instruction", False):
+        anchor, instructed = draw_anchor(row, config, rng, dropout)
+        return anchor, draw(negatives_for_anchor(negatives, instructed))
+    drawn = draw(negatives)
+    return anchor_text(row, config, rng, dropout), drawn
 
 
 def negatives_for_anchor(negatives: list[dict], instructed: bool) -> list[dict]:
