@@ -124,7 +124,8 @@ def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
     data = tmp_path / "train.jsonl"
     result = CliRunner().invoke(app, ["tart", "build-data", "--tasks", "mtop,scifact,ambigqa", "--split", "train",
                                       "--data-dir", str(data_dir), "--n-hard", "1", "--n-random", "1",
-                                      "--n-unfollowing", "1", "--unfollowing-from", "pooled", "--out", str(data)],
+                                      "--n-unfollowing", "1", "--unfollowing-from", "pooled",
+                                      "--unfollowing-first-stage", "random", "--out", str(data)],
                                  env=env)
     assert result.exit_code == 0, result.output
     assert "task 'ambigqa' has no split 'train'" in result.output and "skipped" in result.output
@@ -132,6 +133,14 @@ def test_cli_builds_data_and_trains(tmp_path, tiny_bert_dir):
     assert {r["task"] for r in rows} == {"mtop", "scifact"}
     unfollowing = [(r["task"], n["id"]) for r in rows for n in r["negatives"] if n["kind"] == "unfollowing"]
     assert unfollowing and all(not doc.startswith(task + "/") for task, doc in unfollowing)
+    # --unfollowing-first-stage mines the unfollowing negatives alone: the same ones as a random first stage.
+    by_random = tmp_path / "random.jsonl"
+    result = CliRunner().invoke(app, ["tart", "build-data", "--tasks", "mtop,scifact", "--data-dir", str(data_dir),
+                                      "--first-stage", "random", "--n-hard", "0", "--n-random", "0",
+                                      "--n-unfollowing", "1", "--unfollowing-from", "pooled", "--out", str(by_random)],
+                                 env=env)
+    assert result.exit_code == 0, result.output
+    assert unfollowing == [(r["task"], n["id"]) for r in read_training_examples(by_random) for n in r["negatives"]]
 
     out = tmp_path / "dual"
     result = CliRunner().invoke(app, ["tart", "train-dual", "--data", str(data), "--out", str(out), "--no-instruction",

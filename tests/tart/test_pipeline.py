@@ -123,10 +123,12 @@ def test_a_dual_only_run_trains_and_evaluates_tart_dual_alone(tmp_path, beir, ti
     with pytest.raises(ValueError, match="task_caps"):
         make_config(beir, tmp_path / "x", tiny_bert_dir, task_caps={"parses": 0})
     config = make_config(beir, tmp_path / "w", tiny_bert_dir, full=None, redenoise=False, distil=None,
-                         task_caps={"parses": 1})
+                         task_caps={"parses": 1}, unfollowing_first_stage="random")
     summary = run_pipeline(config, console=Say(), progress=False)
     assert set(summary) == {"dual"} and not (tmp_path / "w" / "full").exists()
-    assert json.loads((tmp_path / "w" / "train_stats.json").read_text())["per_task"]["parses"] == 1
+    stats = json.loads((tmp_path / "w" / "train_stats.json").read_text())
+    assert stats["per_task"]["parses"] == 1
+    assert stats["unfollowing_sources"]["parses"] == {"steps": 2}  # the one row's 2 come from the other task
 
 
 def test_a_distillation_only_run_learns_from_a_fusion_teacher(tmp_path, beir, tiny_bert_dir):

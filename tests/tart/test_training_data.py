@@ -76,9 +76,16 @@ def test_random_negatives_come_from_the_own_corpus(tasks, built):
 
 
 def test_unfollowing_negatives_come_only_from_other_tasks(tasks, built):
-    rows, _ = built
+    rows, stats = built
     by_name = {t.name: t for t in tasks}
     seen_tasks = set()
+    counted: dict[str, dict[str, int]] = {t.name: {} for t in tasks}
+    for row in rows:
+        for n in row["negatives"]:
+            if n["kind"] == "unfollowing":
+                source = split_pooled_id(n["id"])[0]
+                counted[row["task"]][source] = counted[row["task"]].get(source, 0) + 1
+    assert stats["unfollowing_sources"] == counted
     for row in rows:
         unfollowing = [n for n in row["negatives"] if n["kind"] == "unfollowing"]
         assert len(unfollowing) == 3
@@ -143,6 +150,23 @@ def test_pooled_unfollowing_negatives_come_from_the_sibling_task_a_pooled_search
     assert ("parses", "similar") in sibling_tasks(pooled)
     assert task_batch_groups(pooled, "siblings")["parses"] == "parses+similar"
     assert ("parses", "similar") not in sibling_tasks(spread)
+
+
+@pytest.mark.parametrize("unfollowing_from", ["pooled", "random_tasks"])
+def test_unfollowing_first_stage_mines_only_the_unfollowing_negatives(tasks, unfollowing_from):
+    def kinds(rows, kind):
+        return [[n["id"] for n in r["negatives"] if n["kind"] == kind] for r in rows]
+
+    def build(first_stage, unfollowing_first_stage=None):
+        return build_training_examples(tasks, first_stage=first_stage, n_hard=2, n_random=0, n_unfollowing=2,
+                                       unfollowing_from=unfollowing_from,
+                                       unfollowing_first_stage=unfollowing_first_stage)
+
+    mixed, by_bm25, by_random = build("bm25", "random"), build("bm25"), build("random")
+    assert kinds(mixed, "hard") == kinds(by_bm25, "hard")
+    assert kinds(mixed, "unfollowing") == kinds(by_random, "unfollowing")
+    assert kinds(mixed, "unfollowing") != kinds(by_bm25, "unfollowing")
+    assert build("bm25", "bm25") == by_bm25
 
 
 def _unfollowing_rows(sources: dict[str, dict[str, int]]) -> list[dict]:
@@ -307,3 +331,13 @@ def test_dpr_rows_with_bad_fields_name_file_line_and_field(tmp_path, overrides, 
         read_training_examples(path)
     assert (err.value.line, err.value.field) == (2, field)
     assert str(path) in str(err.value)
+
+
+def test_progress_shows_the_dense_encoders_bars_also_inside_a_hybrid():
+    from taskret.tart.training_data import _make_first_stage
+
+    quiet = _make_first_stage("hybrid:bm25+dense:minilm-l6")
+    loud = _make_first_stage("hybrid:bm25+dense:minilm-l6", progress=True)
+    assert [getattr(c, "show_progress_bar", None) for c in quiet.components] == [None, False]
+    assert [getattr(c, "show_progress_bar", None) for c in loud.components] == [None, True]
+    assert _make_first_stage("dense:minilm-l6", progress=True).show_progress_bar is True

@@ -306,6 +306,8 @@ def build_data(
     unfollowing_from: str = typer.Option("random_tasks", help="where unfollowing negatives come from: random_tasks "
                                          "(the other tasks in a seeded random order) or pooled (the first stage's "
                                          "top documents over all other corpora pooled)"),
+    unfollowing_first_stage: Optional[str] = typer.Option(
+        None, help="retriever that mines the unfollowing negatives (e.g. dense:minilm-l6); default: --first-stage"),
     denoiser: Optional[str] = typer.Option(None, help="a TART-full folder (`taskret tart train-full`) or any "
                                            "sentence-transformers CrossEncoder (name or folder) that drops hard "
                                            "negatives it scores above --denoise-threshold"),
@@ -344,7 +346,8 @@ def build_data(
         rows = build_training_examples(loaded, first_stage=first_stage, n_hard=n_hard, n_random=n_random,
                                        n_unfollowing=n_unfollowing, seed=seed, denoiser=score,
                                        denoise_threshold=denoise_threshold, stats=stats,
-                                       denoise_with_instruction=with_instruction, unfollowing_from=unfollowing_from)
+                                       denoise_with_instruction=with_instruction, unfollowing_from=unfollowing_from,
+                                       unfollowing_first_stage=unfollowing_first_stage)
     write_training_examples(out, rows)
     negatives = ", ".join(f"{n} {kind}" for kind, n in stats["n_negatives"].items())
     per_task = ", ".join(f"{name} {n}" for name, n in stats["per_task"].items())

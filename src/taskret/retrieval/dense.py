@@ -125,6 +125,7 @@ class DenseRetriever(Retriever):
         self.field = field
         self.batch_size = batch_size
         self.device = device
+        self.show_progress_bar = False  # a progress bar while encoding (mining a large corpus takes minutes)
         self._encoders: dict[str, object] = {}
         self._index = None
 
@@ -145,7 +146,7 @@ class DenseRetriever(Retriever):
     def _encode_with(self, model, texts: Sequence[str], queries: bool) -> np.ndarray:
         encode = model.encode_query if queries else model.encode_document
         vectors = encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                         convert_to_numpy=True, show_progress_bar=False)
+                         convert_to_numpy=True, show_progress_bar=self.show_progress_bar)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def use_query_encoder(self, name: str, probe_text: str | None = None) -> None:

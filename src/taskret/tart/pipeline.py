@@ -54,6 +54,9 @@ class TartRunConfig(BaseModel):
     unfollowing_from: Literal["random_tasks", "pooled"] = Field(
         "random_tasks", description="instruction-unfollowing negatives from the other tasks in a random order, or "
         "the first stage's top documents over all other corpora pooled (the ones a pooled search confuses)")
+    unfollowing_first_stage: Optional[str] = Field(
+        None, description="the retriever that mines the unfollowing negatives (e.g. 'dense:minilm-l6', which matches "
+        "a request to a parse of it that shares few words with it); None: first_stage")
     denoiser: Optional[str] = Field(None, description="a CrossEncoder that drops likely false hard negatives")
     denoise_threshold: float = 0.5
     dev_tasks: list[str] = Field(default_factory=list, description="tasks whose dev queries score the models while "
@@ -138,7 +141,7 @@ def _check_leakage(config: TartRunConfig) -> None:
 
 
 def _build_rows(config: TartRunConfig, out: Path, stats_path: Path, say, denoiser=None,
-                with_instruction: bool = False) -> str:
+                with_instruction: bool = False, progress: bool = False) -> str:
     """Mine the training rows into ``out`` and their counts into ``stats_path``; return the counts in words."""
     from .tasks import load_training_tasks
     from .training_data import build_training_examples, write_training_examples
@@ -153,7 +156,8 @@ def _build_rows(config: TartRunConfig, out: Path, stats_path: Path, say, denoise
                                    n_random=config.n_random, n_unfollowing=config.n_unfollowing, seed=config.seed,
                                    denoiser=denoiser, denoise_threshold=config.denoise_threshold, stats=stats,
                                    denoise_with_instruction=with_instruction,
-                                   unfollowing_from=config.unfollowing_from)
+                                   unfollowing_from=config.unfollowing_from,
+                                   unfollowing_first_stage=config.unfollowing_first_stage, progress=progress)
     write_json(stats_path, {k: v for k, v in stats.items() if k != "denoised"})
     write_training_examples(out, rows)
     return (f"{stats['n_rows']} rows ({', '.join(f'{k} {v}' for k, v in stats['per_task'].items())}), "
@@ -188,7 +192,7 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     guard_config(work / "pipeline_config.json", config)
 
     data = Stage("build-data", work / "train.jsonl", say=say)
-    data.run(lambda out: _build_rows(config, out, work / "train_stats.json", say))
+    data.run(lambda out: _build_rows(config, out, work / "train_stats.json", say, progress=progress))
     rows = read_training_examples(data.output)
 
     dev = [load_retrieval_task(name, config.data_dir, split).sample(config.dev_limit, seed=config.seed)
@@ -216,7 +220,7 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
         def redenoise(out: Path) -> str:
             denoiser, with_instruction = make_denoiser(work / "full")
             return _build_rows(config, out, work / "train.denoised_stats.json", say, denoiser=denoiser,
-                               with_instruction=with_instruction)
+                               with_instruction=with_instruction, progress=progress)
 
         distil_data = Stage("re-denoise", work / "train.denoised.jsonl", say=say)
         distil_data.run(redenoise)

@@ -21,6 +21,8 @@ data (Asai et al., 2022, section 4):
   first stage's top documents over all the other corpora pooled into one index, the documents a
   search over a pooled corpus would confuse with the task's own (a sibling task with the same
   queries and another intent, such as MTOP's parses and MTOP-similar's requests).
+  ``unfollowing_first_stage`` mines them with another retriever than the hard negatives' (e.g. a
+  dense encoder, which matches a request to a parse of it that shares few words with it).
 
 Row layout (one JSON object per line)::
 
@@ -67,15 +69,22 @@ def _task_rng(seed: int, task_name: str, stream: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(task_name.encode("utf-8")), stream])
 
 
-def _make_first_stage(first_stage: Any):
-    """A fresh un-indexed retriever from a spec string, or from a zero-argument factory."""
+def _make_first_stage(first_stage: Any, progress: bool = False):
+    """A fresh un-indexed retriever from a spec string, or from a zero-argument factory; with ``progress``,
+    its encoders (a dense one's, or a hybrid's dense components') show a progress bar."""
     from ..retrieval import make_retriever
 
     if isinstance(first_stage, str):
-        return make_retriever(first_stage)
-    if callable(first_stage):
-        return first_stage()
-    raise TypeError("first_stage must be a make_retriever spec (e.g. 'bm25') or a factory of retrievers")
+        retriever = make_retriever(first_stage)
+    elif callable(first_stage):
+        retriever = first_stage()
+    else:
+        raise TypeError("first_stage must be a make_retriever spec (e.g. 'bm25') or a factory of retrievers")
+    if progress:
+        for part in [retriever, *getattr(retriever, "components", [])]:
+            if hasattr(part, "show_progress_bar"):
+                part.show_progress_bar = True
+    return retriever
 
 
 def _check_count(name: str, value: int) -> None:
@@ -141,7 +150,8 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
                             n_random: int = 2, n_unfollowing: int = 2, seed: int = 0,
                             denoiser: Denoiser | None = None, denoise_threshold: float = 0.5,
                             stats: dict | None = None, denoise_with_instruction: bool = False,
-                            unfollowing_from: str = "random_tasks") -> list[dict]:
+                            unfollowing_from: str = "random_tasks", unfollowing_first_stage: Any = None,
+                            progress: bool = False) -> list[dict]:
     """TART training rows for every judged query of ``tasks`` (see the module docstring).
 
     ``first_stage``: a :func:`~taskret.retrieval.make_retriever` spec (``"bm25"``, ``"dense:..."``) or a
@@ -152,9 +162,12 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
     it scores above ``denoise_threshold`` are dropped; with ``denoise_with_instruction`` the pairs' queries
     are ``format_query(row instruction, query)``, as a TART-full model trained with instructions reads
     them (re-denoising with TART-full, as the paper does). ``unfollowing_from``: ``"random_tasks"`` or
-    ``"pooled"`` (see the module docstring). ``stats``, when given, is filled with counts:
+    ``"pooled"`` (see the module docstring). ``unfollowing_first_stage``: the retriever (spec or factory,
+    like ``first_stage``) that mines the unfollowing negatives; None: ``first_stage``. ``progress``: dense
+    first stages show a progress bar while they encode the corpora. ``stats``, when given, is filled with counts:
     n_rows, n_skipped (queries without a relevant document), n_negatives per kind, n_denoised and
-    denoised (the dropped ``[task, qid, doc id]``), and per_task rows.
+    denoised (the dropped ``[task, qid, doc id]``), per_task rows, and unfollowing_sources: per task,
+    how many of its unfollowing negatives each other task gave (which tasks a pooled search confuses).
     """
     for name, value in (("n_hard", n_hard), ("n_random", n_random), ("n_unfollowing", n_unfollowing)):
         _check_count(name, value)
@@ -172,23 +185,31 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
     n_skipped = sum(len(t.queries) - len(qids_of[t.name]) for t in tasks)
 
     # One index per corpus, shared by the task's own hard negatives and the others' unfollowing ones.
-    indexes: dict[str, Any] = {}
+    unfollowing_stage = first_stage if unfollowing_first_stage is None else unfollowing_first_stage
+    separate = unfollowing_first_stage is not None and unfollowing_first_stage != first_stage
     pooled = unfollowing_from == "pooled" and n_unfollowing and len(tasks) > 1
-    if n_hard or (n_unfollowing and len(tasks) > 1 and not pooled):
+    per_task_unfollowing = bool(n_unfollowing and len(tasks) > 1 and not pooled)
+    indexes: dict[str, Any] = {}
+    if n_hard or (per_task_unfollowing and not separate):
         for task in tasks:
-            indexes[task.name] = _make_first_stage(first_stage).index_texts(*task.doc_ids_and_texts())
-    pooled_index = _make_first_stage(first_stage).index_texts(*pooled_corpus(tasks)) if pooled else None
+            indexes[task.name] = _make_first_stage(first_stage, progress).index_texts(*task.doc_ids_and_texts())
+    unfollowing_indexes = indexes
+    if per_task_unfollowing and separate:
+        unfollowing_indexes = {task.name: _make_first_stage(unfollowing_stage, progress).index_texts(
+            *task.doc_ids_and_texts()) for task in tasks}
+    pooled_index = _make_first_stage(unfollowing_stage, progress).index_texts(*pooled_corpus(tasks)) if pooled else None
 
-    def rankings(index_task: RetrievalTask, query_texts: list[str], k: int) -> list[list[str]]:
+    def rankings(index_task: RetrievalTask, query_texts: list[str], k: int, by: dict | None = None) -> list[list[str]]:
         k = min(k, len(index_task.corpus))
         if k < 1 or not query_texts:
             return [[] for _ in query_texts]
-        return indexes[index_task.name].retrieve(query_texts, k=k).ids
+        return (indexes if by is None else by)[index_task.name].retrieve(query_texts, k=k).ids
 
     rows: list[dict] = []
     counts = {kind: 0 for kind in NEGATIVE_KINDS}
     denoised: list[list[str]] = []
     per_task: dict[str, int] = {}
+    sources: dict[str, dict[str, int]] = {task.name: {} for task in tasks}
     for task in tasks:
         qids = qids_of[task.name]
         query_texts = [task.queries[q] for q in qids]
@@ -232,7 +253,7 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
             unfollowing = _pooled_unfollowing(pooled_index, tasks, task, query_texts, forbidden, n_unfollowing)
         elif n_unfollowing and others:
             # One other task per rank slot, in a seeded random order: the documents are spread over tasks.
-            per_other = [rankings(other, query_texts, n_unfollowing) for other in others]
+            per_other = [rankings(other, query_texts, n_unfollowing, unfollowing_indexes) for other in others]
             order_rng = _task_rng(seed, task.name, 1)
             for i in range(len(qids)):
                 order = [int(j) for j in order_rng.permutation(len(others))]
@@ -256,6 +277,9 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
             negatives += [{"id": d, "text": text, "kind": "unfollowing"} for d, text in unfollowing[i]]
             for negative in negatives:
                 counts[negative["kind"]] += 1
+                if negative["kind"] == "unfollowing":
+                    source = split_pooled_id(negative["id"])[0]
+                    sources[task.name][source] = sources[task.name].get(source, 0) + 1
             rows.append({"task": task.name, "qid": q, "instruction": instructions[i], "query": task.queries[q],
                          "positive": positives[i], "positive_text": doc_text(task.corpus[positives[i]]),
                          "negatives": negatives})
@@ -265,7 +289,9 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
         logger.info("denoising dropped %d of %d mined hard negatives", len(denoised), counts["hard"] + len(denoised))
     if stats is not None:
         stats.update({"n_rows": len(rows), "n_skipped": n_skipped, "n_negatives": counts,
-                      "n_denoised": len(denoised), "denoised": denoised, "per_task": per_task})
+                      "n_denoised": len(denoised), "denoised": denoised, "per_task": per_task,
+                      "unfollowing_sources": {name: dict(sorted(counts_of.items(), key=lambda kv: -kv[1]))
+                                              for name, counts_of in sources.items()}})
     return rows
 
 
