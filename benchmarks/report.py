@@ -414,9 +414,11 @@ X2_NAMES = {
     "dense:runs/tart_dual_berri_siblings_instructed/dual/model": "same, and sibling tasks always instructed",
     "dense:runs/tart_dual_berri_siblings_instructed_seed1/dual/model": "same recipe, seed 1",
     "dense:runs/tart_dual_berri_siblings_instructed_u4/dual/model": "same recipe, 4 unfollowing negatives per row",
-    "dense:runs/tart_dual_berri_siblings_dense/dual/model": "same recipe, unfollowing negatives mined by untrained "
-                                                            "MiniLM",
-    "dense:runs/tart_dual_berri_siblings_instructed_e2/dual/model": "same recipe, 2 epochs",
+    "dense:runs/tart_dual_berri_siblings_dense/dual/model": "the sibling recipe, unfollowing negatives mined by "
+                                                            "untrained MiniLM",
+    "dense:runs/tart_dual_berri_siblings_instructed_e2/dual/model": "sibling tasks batched together and always "
+                                                                    "instructed, 2 epochs",
+    "dense:runs/tart_dual_berri_siblings_instructed_e2_seed1/dual/model": "the same 2-epoch recipe, seed 1",
 }
 
 
@@ -661,6 +663,10 @@ def tart_berri_table() -> list[str]:
                                                   "(`tart_dual_berri_siblings_instructed_e2.json`)",
               "hybrid+tart_dual_siblings_instructed_e2": "hybrid: BM25 + TART-dual (sibling batches, always "
                                                          "instructed, 2 epochs)",
+              "tart_dual_siblings_instructed_e2_seed1": "the same 2-epoch TART-dual recipe, seed 1 "
+                                                        "(`tart_dual_berri_siblings_instructed_e2_seed1.json`)",
+              "hybrid+tart_dual_siblings_instructed_e2_seed1": "hybrid: BM25 + TART-dual (sibling batches, always "
+                                                               "instructed, 2 epochs, seed 1)",
               # Not zero-shot: the one system trained on SciFact's own corpus (its abstracts, no claims, no labels).
               "scifact_adapt_ict": "NOT zero-shot: the dev-out student adapted to SciFact's corpus by the inverse "
                                    "cloze task (1,000 sentences of its abstracts; no claims, no labels)",
