@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ROW_FIELDS", "UNFOLLOWING_SOURCES", "build_training_examples", "write_training_examples", "read_training_examples",
            "validate_training_row", "usable_rows", "anchor_text", "draw_anchor", "draw_anchor_and_negatives", "draw_negatives", "negatives_for_anchor", "dpr_training_row", "train_on_rows", "epoch_columns",
-           "BATCH_GROUPINGS", "sibling_tasks", "task_batch_groups"]
+           "BATCH_GROUPINGS", "sibling_tasks", "task_batch_groups", "unfollowing_sources"]
 
 ROW_FIELDS = ("task", "qid", "instruction", "query", "positive", "positive_text", "negatives")
 
@@ -209,7 +209,6 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
     counts = {kind: 0 for kind in NEGATIVE_KINDS}
     denoised: list[list[str]] = []
     per_task: dict[str, int] = {}
-    sources: dict[str, dict[str, int]] = {task.name: {} for task in tasks}
     for task in tasks:
         qids = qids_of[task.name]
         query_texts = [task.queries[q] for q in qids]
@@ -277,9 +276,6 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
             negatives += [{"id": d, "text": text, "kind": "unfollowing"} for d, text in unfollowing[i]]
             for negative in negatives:
                 counts[negative["kind"]] += 1
-                if negative["kind"] == "unfollowing":
-                    source = split_pooled_id(negative["id"])[0]
-                    sources[task.name][source] = sources[task.name].get(source, 0) + 1
             rows.append({"task": task.name, "qid": q, "instruction": instructions[i], "query": task.queries[q],
                          "positive": positives[i], "positive_text": doc_text(task.corpus[positives[i]]),
                          "negatives": negatives})
@@ -288,10 +284,11 @@ def build_training_examples(tasks: Sequence[RetrievalTask], first_stage: Any = "
     if denoised:
         logger.info("denoising dropped %d of %d mined hard negatives", len(denoised), counts["hard"] + len(denoised))
     if stats is not None:
+        sources = unfollowing_sources(rows)
         stats.update({"n_rows": len(rows), "n_skipped": n_skipped, "n_negatives": counts,
                       "n_denoised": len(denoised), "denoised": denoised, "per_task": per_task,
-                      "unfollowing_sources": {name: dict(sorted(counts_of.items(), key=lambda kv: -kv[1]))
-                                              for name, counts_of in sources.items()}})
+                      "unfollowing_sources": {task.name: dict(sources.get(task.name, Counter()).most_common())
+                                              for task in tasks}})
     return rows
 
 
@@ -416,6 +413,17 @@ def draw_anchor(row: dict, config: Any, rng=None, dropout: float | None = None) 
 BATCH_GROUPINGS = ("tasks", "siblings")
 
 
+def unfollowing_sources(rows: Iterable[dict]) -> dict[str, Counter]:
+    """Per task (of rows that have any), how many of its instruction-unfollowing negatives each other task gave."""
+    counts: dict[str, Counter] = {}
+    for row in rows:
+        for negative in row["negatives"]:
+            if negative["kind"] == "unfollowing":
+                source, _ = split_pooled_id(negative["id"])
+                counts.setdefault(row["task"], Counter())[source] += 1
+    return counts
+
+
 def sibling_tasks(rows: Iterable[dict], min_lift: float = 1.5) -> list[tuple[str, str]]:
     """Pairs of tasks that are each other's likeliest source of instruction-unfollowing negatives.
 
@@ -425,12 +433,7 @@ def sibling_tasks(rows: Iterable[dict], min_lift: float = 1.5) -> list[tuple[str
     ``t``'s sibling is its highest-lift source when that lift is at least ``min_lift``; a pair is kept when the
     two are each other's sibling. Meaningful for rows built with ``unfollowing_from="pooled"`` (with ``"random_tasks"`` the sources
     are drawn blindly and no lift stands out). Sorted pairs, each sorted by name."""
-    counts: dict[str, Counter] = {}
-    for row in rows:
-        for negative in row["negatives"]:
-            if negative["kind"] == "unfollowing":
-                source, _ = split_pooled_id(negative["id"])
-                counts.setdefault(row["task"], Counter())[source] += 1
+    counts = unfollowing_sources(rows)
     supplied: Counter = Counter()
     for sources in counts.values():
         supplied.update(sources)
