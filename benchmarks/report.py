@@ -625,6 +625,9 @@ def tart_berri_table() -> list[str]:
                                  "tasks)",
               "hybrid+tart_distil_e5t": "hybrid: BM25 + TART-dual distilled from the three-way teacher",
               "hybrid+tart_distil_e5t+e5": "hybrid: BM25 + TART-dual distilled from the three-way teacher + e5",
+              "tart_distil_mpnet_t": "TART-dual distilled from BM25 + mpnet (teacher reads 128 tokens; without the dev "
+                                     "tasks)",
+              "hybrid+tart_distil_mpnet_t": "hybrid: BM25 + TART-dual distilled from the BM25 + mpnet teacher",
               "tart_distil_ict": "TART-dual distilled without the dev tasks, plus inverse-cloze tasks from scitldr and "
                                  "medquad (300 queries per task)",
               "hybrid+tart_distil_ict": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks",
