@@ -618,6 +618,9 @@ def tart_berri_table() -> list[str]:
               "tart_distil_dev_out": "TART-dual distilled without the four dev tasks (350 queries per task)",
               "hybrid+tart_distil_dev_out": "hybrid: BM25 + TART-dual distilled without the dev tasks",
               "hybrid+tart_distil_dev_out+e5": "hybrid: BM25 + TART-dual distilled without the dev tasks + e5",
+              "tart_distil_dev_out_seed1": "the same distillation recipe, seed 1 (other queries drawn; "
+                                           "`tart_distil_dev_out_seed1.json`)",
+              "hybrid+tart_distil_dev_out_seed1": "hybrid: BM25 + TART-dual distilled without the dev tasks, seed 1",
               "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
               "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
               "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
