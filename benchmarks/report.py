@@ -631,6 +631,8 @@ def tart_berri_table() -> list[str]:
               "tart_distil_mpnet_t": "TART-dual distilled from BM25 + mpnet (teacher reads 128 tokens; without the dev "
                                      "tasks)",
               "hybrid+tart_distil_mpnet_t": "hybrid: BM25 + TART-dual distilled from the BM25 + mpnet teacher",
+              "tart_soup_teachers": "TART-dual soup: the seed-1 dev-out student and the mpnet-teacher student averaged",
+              "hybrid+tart_soup_teachers": "hybrid: BM25 + the two-teacher soup",
               "tart_distil_ict": "TART-dual distilled without the dev tasks, plus inverse-cloze tasks from scitldr and "
                                  "medquad (300 queries per task)",
               "hybrid+tart_distil_ict": "hybrid: BM25 + TART-dual distilled with inverse-cloze tasks",
