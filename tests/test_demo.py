@@ -73,9 +73,24 @@ def test_no_trainer_or_library_noise(tmp_path, tiny_lm, tiny_bert_dir, capfd):
     assert (tmp_path / "out" / "epr" / "retriever" / "training_log.jsonl").stat().st_size > 0  # it did train
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dtype_loads_the_lm_in_it_and_is_recorded(tmp_path, tiny_model_dir, dtype):
+    # Greedy decoding, and so EM, depends on the LM's dtype, which auto picks by CPU: a user must be able to
+    # choose it, and the summary must say which one ran.
+    train, test = _slice(tmp_path, "train", 20), _slice(tmp_path, "test", 2)
+    settings = DemoSettings(**{**SMALL.__dict__, "n_test": 2, "dtype": dtype})
+    printed = io.StringIO()
+    result = run_demo(tmp_path / "out", lm=str(tiny_model_dir), methods=["bm25"], settings=settings,
+                      console=Console(file=printed, width=200, color_system=None), train=train, test=test)
+    saved = json.loads((tmp_path / "out" / "demo_summary.json").read_text(encoding="utf-8"))
+    assert result["lm_dtype"] == saved["lm_dtype"] == dtype and saved["settings"]["dtype"] == dtype
+    assert f" in {dtype} (" in next(line for line in printed.getvalue().splitlines() if line.strip().startswith("load:"))
+
+
 def test_files_and_paired_count(demo_run):
     out, result, _ = demo_run
     saved = json.loads((out / "demo_summary.json").read_text(encoding="utf-8"))
+    assert saved["lm_dtype"] == "float32"  # the tiny Llama as it was built
     assert saved["verdict"] == result["verdict"] and [r["retriever"] for r in saved["rows"]] == ["bm25", "epr"]
     rows = {m: [json.loads(x) for x in (out / p / "predictions.jsonl").read_text().splitlines()]
             for m, p in (("bm25", "bm25"), ("epr", "epr/eval"))}

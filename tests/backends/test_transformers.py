@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -188,6 +189,16 @@ def test_generate_is_greedy(tiny_lm, tiny_model, tokenizer):
         assert output == expected
         assert "\n" not in output
         assert len(tokens) <= 12
+
+
+def test_cached_decoding_and_shared_scoring_raise_no_deprecation(tiny_lm):
+    # Both pass the keys and values back to the model; transformers renamed that keyword (past_key_values ->
+    # cache) and warns on the old one, which then lands in the demo's output and will stop working.
+    prefixes, prompts, targets = _shared_pairs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny_lm.generate(PROMPTS[:2], max_new_tokens=4)
+        tiny_lm.score_shared(prefixes, prompts, targets)
 
 
 def test_generate_is_independent_of_batch_size(tiny_lm):

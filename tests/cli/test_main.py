@@ -162,9 +162,11 @@ def test_evaluate_with_a_saved_index(runner, tmp_path, pool_files, tiny_model_di
 
 def test_demo_command_with_a_local_model(runner, tmp_path, tiny_model_dir):
     out = tmp_path / "demo"
-    result = invoke(runner, "demo", "--out", out, "--lm", tiny_model_dir, "--methods", "random,bm25")
+    result = invoke(runner, "demo", "--out", out, "--lm", tiny_model_dir, "--methods", "random,bm25",
+                    "--dtype", "float32")
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "demo_summary.json").read_text(encoding="utf-8"))
+    assert summary["lm_dtype"] == "float32" and summary["settings"]["dtype"] == "float32"
     rows = summary["rows"]
     assert [row["retriever"] for row in rows] == ["random", "bm25"]
     assert all(row["n"] == 100 and row["task"] == "demo" for row in rows)

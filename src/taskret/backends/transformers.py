@@ -9,8 +9,10 @@ the tests). Scoring projects onto the vocabulary only at target positions.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -20,6 +22,23 @@ from .base import DEFAULT_STOP, LMBackend, ProgressFn, TargetScore, cut_at_stop
 logger = logging.getLogger(__name__)
 
 __all__ = ["CausalLM", "TransformersBackend", "TargetScore", "ProgressFn", "pad_for_scoring"]
+
+
+def _with_cache(module: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    """The keyword that hands ``cache`` (the keys and values so far) to ``module``'s forward: ``cache`` since
+    transformers 5.2x renamed it (the old ``past_key_values`` warns there and goes in 5.40), else the old name."""
+    return {_cache_keyword(type(module)): cache}
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(module_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(module_class.forward).parameters else "past_key_values"
+
+
+def _cache_of(output: Any) -> Any:
+    """The keys and values a forward with ``use_cache=True`` returned, under either version's field name."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 def _token_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
@@ -151,7 +170,7 @@ class CausalLM(LMBackend):
         # logits_to_keep=1: the prefill needs the next-token distribution only at the last position.
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=True,
                          logits_to_keep=1)
-        past = out.past_key_values
+        past = _cache_of(out)
         next_token = out.logits[:, -1, :].argmax(-1)
         done = torch.zeros(len(input_ids), dtype=torch.bool, device=input_ids.device)
         tokens: list[list[int]] = [[] for _ in range(len(input_ids))]
@@ -168,8 +187,8 @@ class CausalLM(LMBackend):
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
             positions = positions + 1
             out = self.model(input_ids=next_token[:, None], attention_mask=attention, position_ids=positions[:, None],
-                             past_key_values=past, use_cache=True)
-            past = out.past_key_values
+                             use_cache=True, **_with_cache(self.model, past))
+            past = _cache_of(out)
             next_token = out.logits[:, -1, :].argmax(-1)
         return tokens
 
@@ -286,8 +305,8 @@ class CausalLM(LMBackend):
             prefix_input[g, n_prefix - len(ids):] = torch.tensor(ids, dtype=torch.long)
             prefix_mask[g, n_prefix - len(ids):] = 1
         prefix_positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
-        cache = backbone(input_ids=prefix_input.to(device), attention_mask=prefix_mask.to(device),
-                         position_ids=prefix_positions.to(device), use_cache=True).past_key_values
+        cache = _cache_of(backbone(input_ids=prefix_input.to(device), attention_mask=prefix_mask.to(device),
+                                   position_ids=prefix_positions.to(device), use_cache=True))
         members = [(g, i) for g, (_, group) in enumerate(batch) for i in group]
         owner = torch.tensor([g for g, _ in members], dtype=torch.long)
         cache.batch_select_indices(owner.to(device))
@@ -309,8 +328,8 @@ class CausalLM(LMBackend):
         rest_positions = lengths[:, None] + torch.arange(n_rest)[None, :]
         hidden = backbone(input_ids=rest_input.to(device),
                           attention_mask=torch.cat([prefix_mask[owner], rest_mask], dim=1).to(device),
-                          position_ids=rest_positions.to(device), past_key_values=cache,
-                          use_cache=True).last_hidden_state
+                          position_ids=rest_positions.to(device), use_cache=True,
+                          **_with_cache(backbone, cache)).last_hidden_state
         rows_t = torch.tensor(rows, dtype=torch.long)
         logits = head(hidden[rows_t, torch.tensor(positions, dtype=torch.long)]).float()
         if softcap:

@@ -236,11 +236,14 @@ def demo(
     out: Path = typer.Option(Path("runs/demo"), help="output folder"),
     lm: str = typer.Option("smollm2-135m", help="inference LM"),
     methods: str = typer.Option("bm25,epr", help="comma-separated methods to compare: bm25, epr, random, sbert"),
+    dtype: str = typer.Option("auto", "--dtype", help="the LM's dtype: auto (bfloat16 on a CPU with native bf16, "
+                              "else float32), float32 or bfloat16; the EM numbers depend on it"),
 ):
     """EPR (trained here, every stage run) against BM25 on the MTOP slice shipped with taskret: EM, time, McNemar."""
-    from ..demo import run_demo
+    from ..demo import DemoSettings, run_demo
 
-    run_demo(out, lm=lm, methods=[m.strip() for m in methods.split(",") if m.strip()], console=Console())
+    run_demo(out, lm=lm, methods=[m.strip() for m in methods.split(",") if m.strip()],
+             settings=DemoSettings(dtype=dtype), console=Console())
 
 
 _register_subcommands()
