@@ -775,30 +775,51 @@ def tart_berri_table() -> list[str]:
     return out
 
 
+HELD_OUT_LABELS = {
+    "bm25": "BM25", "minilm": "MiniLM (untrained)", "tart_dual_held_out": "TART-dual, task held out",
+    "tart_dual_all_tasks": "TART-dual, all tasks (task seen)",
+    "tart_dual_held_out+upr": "TART-dual held out, reranked by UPR (SmolLM2) and interpolated",
+    "tart_dual_held_out+upr_raw": "TART-dual held out, UPR (SmolLM2) reranking alone",
+    "tart_dual_held_out_excluded": "TART-dual held out, trained with the instruction excluded from pooling",
+    "tart_distil_dev_out_seed1": "TART-dual distilled, dev-out recipe (seed 1)",
+    "tart_distil_dev_out_seed1+upr": "dev-out recipe (seed 1) reranked by UPR (SmolLM2) and interpolated",
+    "tart_distil_dev_out_seed1+upr_raw": "dev-out recipe (seed 1), UPR (SmolLM2) reranking alone",
+    "tart_distil_mpnet_t": "TART-dual distilled, dev-out recipe, BM25 + mpnet teacher",
+    "tart_soup_teachers": "soup of the two distilled models above"}
+
+
+def _pair(cols: dict) -> str:
+    return " / ".join(f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction"))
+
+
+def _held_out_rows(d: dict) -> list[str]:
+    """The held-out block as a table: one row per system, one column per task, then the mean."""
+    tasks = list(d["held_out"])
+    out = ["| system | " + " | ".join(tasks) + " | mean |", "|---|" + "---|" * (len(tasks) + 1)]
+    for system in d["held_out_mean"]:
+        cells = [_pair(d["held_out"][t][system]) for t in tasks]
+        out.append(f"| {HELD_OUT_LABELS.get(system, system)} | " + " | ".join(cells)
+                   + f" | {_pair(d['held_out_mean'][system])} |")
+    return out
+
+
+def _rerank_weights_text(setup: dict) -> str:
+    chosen = ", ".join(f"{t} {w['first_stage']}" + (f" ({w['confidence']:.0%})" if "confidence" in w else "")
+                       for t, w in setup["rerank_weights"].items())
+    if not all("confidence" in w for w in setup["rerank_weights"].values()):
+        chosen += " (chosen before the guard of `tune-weight --rerank`, on the grid 0-1)"
+    return (f" The reranker reorders the top {setup['rerank_depth']}; its first stage's share is chosen on "
+            f"the SciFact benchmark's dev tasks other than the held-out one: {chosen}.")
+
+
 def tart_held_out_table() -> list[str]:
     d = _load("tart_berri.json")
     if d is None or "held_out" not in d:
         return []
     setup = d["held_out_setup"]
-    labels = {"bm25": "BM25", "minilm": "MiniLM (untrained)", "tart_dual_held_out": "TART-dual, task held out",
-              "tart_dual_all_tasks": "TART-dual, all tasks (task seen)",
-              "tart_dual_held_out+upr": "TART-dual held out, reranked by UPR (SmolLM2) and interpolated",
-              "tart_dual_held_out+upr_raw": "TART-dual held out, UPR (SmolLM2) reranking alone",
-              "tart_dual_held_out_excluded": "TART-dual held out, trained with the instruction excluded from pooling"}
-    tasks = list(d["held_out"])
-    systems = list(d["held_out_mean"])
-
-    def pair(cols: dict) -> str:
-        return " / ".join(f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction"))
-
     rerank = ""
     if "rerank_weights" in setup:
-        chosen = ", ".join(f"{t} {w['first_stage']}" + (f" ({w['confidence']:.0%})" if "confidence" in w else "")
-                           for t, w in setup["rerank_weights"].items())
-        if not all("confidence" in w for w in setup["rerank_weights"].values()):
-            chosen += " (chosen before the guard of `tune-weight --rerank`, on the grid 0-1)"
-        rerank = (f" The reranker reorders the top {setup['rerank_depth']}; its first stage's share is chosen on "
-                  f"the SciFact benchmark's dev tasks other than the held-out one: {chosen}.")
+        rerank = _rerank_weights_text(setup)
         now = setup.get("rerank_weights_now")
         if now:  # the same weights chosen again under the current rule (tart_held_out.py --weights-only)
             first_stage = "tart_dual_held_out"
@@ -808,19 +829,30 @@ def tart_held_out_table() -> list[str]:
                 for t, w in now["rerank_weights"].items()) + ". The table's reranked rows were computed with the "
                 "weights before the guard (retraining the four held-out models to recompute them costs about an hour "
                 "here)" + ("; with weight 1 a reranked row is its first stage's order, so under the guard "
-                           + ", ".join(f"{t}'s would read {pair(d['held_out'][t][first_stage])}" for t in kept)
+                           + ", ".join(f"{t}'s would read {_pair(d['held_out'][t][first_stage])}" for t in kept)
                            if kept else "") + ".")
-    out = [f"TART-dual on tasks it never saw: leave-one-task-out over {len(tasks)} berri-lite tasks, NDCG@10 on "
-           f"{setup['dev_queries_per_task']} dev queries each, closed corpus, `no instruction / instruction` "
+    out = [f"TART-dual on tasks it never saw: leave-one-task-out over {len(d['held_out'])} berri-lite tasks, NDCG@10 "
+           f"on {setup['dev_queries_per_task']} dev queries each, closed corpus, `no instruction / instruction` "
            f"(`{setup['command']}`; recipe `{setup['recipe']}` at {setup['cap_per_task']} training queries per task; "
            f"{describe_machine(setup['machine'])}).{rerank}"
-           + "".join(f" {labels.get(name, name)}: `{more['command']}` (recipe `{more['recipe']}`)."
-                     for name, more in setup.get("more", {}).items()), "",
-           "| system | " + " | ".join(tasks) + " | mean |", "|---|" + "---|" * (len(tasks) + 1)]
-    for system in systems:
-        cells = [pair(d["held_out"][t][system]) for t in tasks]
-        out.append(f"| {labels.get(system, system)} | " + " | ".join(cells) + f" | {pair(d['held_out_mean'][system])} |")
-    return out
+           + "".join(f" {HELD_OUT_LABELS.get(name, name)}: `{more['command']}` (recipe `{more['recipe']}`)."
+                     for name, more in setup.get("more", {}).items()), ""]
+    return out + _held_out_rows(d)
+
+
+def tart_held_out_trained_table() -> list[str]:
+    d = _load("tart_held_out_dev_out.json")
+    if d is None or "held_out" not in d:
+        return []
+    setup = d["held_out_setup"]
+    rerank = _rerank_weights_text(setup) if "rerank_weights" in setup else ""
+    trained_on = sorted({t for tasks in setup["train_tasks"].values() for t in tasks})
+    out = [f"Full-size students on tasks none of them saw: the distillation recipe of the SciFact table trains on "
+           f"{len(trained_on)} berri-lite tasks ({', '.join(trained_on)}) and never on these {len(d['held_out'])}, "
+           f"NDCG@10 on {setup['dev_queries_per_task']} dev queries each, closed corpus, `no instruction / "
+           f"instruction` (`{setup['command']}`; nothing trained by the command; {describe_machine(setup['machine'])})."
+           f"{rerank}", ""]
+    return out + _held_out_rows(d)
 
 
 def instruction_pooling_table() -> list[str]:
@@ -852,7 +884,7 @@ def tart_full_lm_table() -> list[str]:
 
 GROUPS = (
     ("In-context learning and EPR", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
-    ("TART", (tart_berri_table, tart_held_out_table, instruction_pooling_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
+    ("TART", (tart_berri_table, tart_held_out_table, tart_held_out_trained_table, instruction_pooling_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
               tart_x2_scifact_table)),
     ("Speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
     ("Serving", (serve_table, dense_latency_table)),

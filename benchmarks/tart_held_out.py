@@ -20,6 +20,12 @@ left as it is. Trainings resume (their stages are skipped when done) and ranking
 
 ``--name NAME --merge`` adds another recipe's held-out model (e.g. one whose ``dual`` block sets
 ``exclude_instruction_from_pooling``) beside the existing systems, its setup under ``held_out_setup.more.NAME``.
+``--trained-without NAME=RUN`` (repeatable) trains nothing: it scores models already trained without the held-out
+tasks (a recipe that leaves them out, e.g. ``tart_distil_dev_out.json`` without the dev tasks
+``argkp,semeval_cqa,conala,liar_plus``), so a full-size recipe answers the question the capped runs answer. Each
+model's training tasks are read from its run's records and a model trained on a held-out task is refused. Give
+such runs their own ``--out``: their tasks differ from the default block's.
+
 ``--weights-only`` (with ``--rerank``) trains and ranks nothing: it chooses each held-out task's reranker weight
 again from the dev cache, as the current rule chooses it, into ``held_out_setup.rerank_weights_now`` (with its
 command), so weights chosen under an older rule can be checked without retraining four models.
@@ -35,6 +41,8 @@ from tart_berri import DEV_TASKS, PairCache, Rankings, _choose
 
 from taskret.io import read_json
 from taskret.retrieval.hybrid import fuse_results
+from taskret.tart.distil import student_model_folder
+from taskret.tart.fusion import training_tasks
 from taskret.tart.pipeline import TartRunConfig, run_pipeline
 from taskret.tart.tasks import berri_lite_tasks, load_retrieval_task
 
@@ -54,6 +62,25 @@ def loo_config(recipe: TartRunConfig, held_out: str, work: Path, cap: int, data_
         "work_dir": str(work / held_out.split("/")[-1]), "data_dir": data_dir,
         "train_tasks": [t for t in tasks if t != held_out], "max_train_queries": cap,
         "task_caps": {name: min(cap, n) for name, n in recipe.task_caps.items()}, "eval_tasks": []})
+
+
+def trained_without(specs: list[str], held_out: list[str]) -> dict[str, str]:
+    """``{NAME: model folder}`` from ``NAME=RUN`` specs, each checked to have been trained on none of
+    ``held_out`` (read from its run's records: a model whose training tasks are unknown is refused too)."""
+    models = {}
+    for spec in specs:
+        name, sep, run = spec.partition("=")
+        if not sep or not name or not run:
+            raise SystemExit(f"--trained-without: expected NAME=RUN, got {spec!r}")
+        folder = student_model_folder(run)
+        seen = training_tasks(folder)
+        if seen is None:
+            raise SystemExit(f"--trained-without {spec}: no record of its training tasks beside {folder}")
+        leaked = sorted(t.split("/")[-1] for t in held_out if t.split("/")[-1] in seen)
+        if leaked:
+            raise SystemExit(f"--trained-without {spec}: trained on {', '.join(leaked)}, so not held out")
+        models[name] = folder
+    return models
 
 
 def rerank_weight(reranker, held_out: str, args) -> dict:
@@ -101,19 +128,28 @@ def main() -> None:
         for task, chosen in result["held_out_setup"]["rerank_weights_now"]["rerank_weights"].items():
             print(f"{task}: first stage {chosen['first_stage']} (best {chosen['best']}, {chosen['confidence']:.0%})")
         return
+    trained = trained_without(args.trained_without, held_out) if args.trained_without else {}
+    if trained:
+        held_out_system = next(iter(trained))  # the one reranked
     # Another recipe trains into its own folders, so the default recipe's trainings stay resumable beside it.
     loo_dir = work / ("loo" if held_out_system == HELD_OUT_SYSTEM else f"loo_{held_out_system}")
     for name in held_out:
-        config = loo_config(recipe, name, loo_dir, args.cap, args.data_dir)
         started = time.perf_counter()
-        print(f"{name}: training TART-dual without it ({len(config.train_tasks)} tasks, cap {args.cap})", flush=True)
-        run_pipeline(config, progress=False)
-        dual_dir = Path(config.work_dir) / "dual"
-        run = read_json(dual_dir / "tart_dual_config.json")
-        timings[name] = {"train_wall_time_s": run["wall_time_s"], "steps": run["steps"]}
+        systems = {"bm25": "bm25", "minilm": "dense:minilm-l6"}
+        if trained:
+            timings[name] = {}
+            systems.update({system: f"dense:{folder}" for system, folder in trained.items()})
+        else:
+            config = loo_config(recipe, name, loo_dir, args.cap, args.data_dir)
+            print(f"{name}: training TART-dual without it ({len(config.train_tasks)} tasks, cap {args.cap})",
+                  flush=True)
+            run_pipeline(config, progress=False)
+            dual_dir = Path(config.work_dir) / "dual"
+            run = read_json(dual_dir / "tart_dual_config.json")
+            timings[name] = {"train_wall_time_s": run["wall_time_s"], "steps": run["steps"]}
+            systems[held_out_system] = f"dense:{dual_dir / 'model'}"
         task = load_retrieval_task(name, args.data_dir, "test").sample(args.limit, seed=0)
         rankings = Rankings(task, work / "eval", args.depth)
-        systems = {"bm25": "bm25", "minilm": "dense:minilm-l6", held_out_system: f"dense:{dual_dir / 'model'}"}
         if args.tart_dual:
             systems["tart_dual_all_tasks"] = f"dense:{Path(args.tart_dual) / 'model'}"
         scores: dict = {}
@@ -141,6 +177,9 @@ def main() -> None:
     result = read_json(out) if out.exists() else {}
     setup = {"recipe": args.config, "cap_per_task": args.cap, "dev_queries_per_task": args.limit,
              "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
+    if trained:  # nothing trained here: the models and the tasks each was trained on replace recipe and cap
+        setup = {"models": trained, "train_tasks": {n: sorted(training_tasks(f)) for n, f in trained.items()},
+                 "dev_queries_per_task": args.limit, "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
     if weights:
         setup.update({"rerank_depth": args.rerank_depth, "rerank_weights": weights})
     if args.merge and "held_out" in result:
@@ -182,6 +221,8 @@ def _parser():
     p.add_argument("--name", default=HELD_OUT_SYSTEM, help="the held-out model's system name (another recipe, another name)")
     p.add_argument("--merge", action="store_true",
                    help="add this run's systems to the existing held_out block (same tasks) instead of replacing it")
+    p.add_argument("--trained-without", action="append", default=[], metavar="NAME=RUN",
+                   help="score a model already trained without the held-out tasks instead of training (repeatable)")
     p.add_argument("--weights-only", action="store_true",
                    help="with --rerank: only choose each task's reranker weight again (no training, no ranking)")
     return p
