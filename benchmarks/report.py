@@ -509,6 +509,10 @@ def headline_table() -> list[str]:
             distilled += f", {both('tart_distil2')} after a second round"
         if "tart_distil3" in sci:
             distilled += f", {both('tart_distil3')} after a third with the instruction left out of the pooling"
+        if "tart_distil_len256" in sci:
+            gain = sci["tart_distil_len256"]["no_instruction"] - sci["minilm"]["no_instruction"]
+            distilled += (f"; trained on 256 tokens instead of 128 **{both('tart_distil_len256')}** "
+                          f"({gain:+.2f} over untrained MiniLM)")
         if "tart_distil_query" in sci:
             distilled += f"; its query encoder alone distilled (documents keep MiniLM's vectors) {both('tart_distil_query')}"
         three_way = (f"; BM25 + MiniLM + e5 {both('hybrid+minilm+e5')}, + UPR rerank {both('hybrid+minilm+e5+upr')}"
@@ -631,6 +635,9 @@ def tart_berri_table() -> list[str]:
               "tart_distil_dev_out_seed1": "the same distillation recipe, seed 1 (other queries drawn; "
                                            "`tart_distil_dev_out_seed1.json`)",
               "hybrid+tart_distil_dev_out_seed1": "hybrid: BM25 + TART-dual distilled without the dev tasks, seed 1",
+              "tart_distil_len256": "the seed-1 recipe with the student trained on 256 tokens, not 128 "
+                                    "(`tart_distil_dev_out_len256.json`)",
+              "hybrid+tart_distil_len256": "hybrid: BM25 + TART-dual distilled on 256 tokens",
               "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
               "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
               "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
@@ -785,6 +792,7 @@ HELD_OUT_LABELS = {
     "tart_distil_dev_out_seed1+upr": "dev-out recipe (seed 1) reranked by UPR (SmolLM2) and interpolated",
     "tart_distil_dev_out_seed1+upr_raw": "dev-out recipe (seed 1), UPR (SmolLM2) reranking alone",
     "tart_distil_mpnet_t": "TART-dual distilled, dev-out recipe, BM25 + mpnet teacher",
+    "tart_distil_len256": "TART-dual distilled, dev-out recipe (seed 1), trained on 256 tokens",
     "tart_soup_teachers": "soup of the two distilled models above"}
 
 
@@ -796,7 +804,7 @@ def _held_out_rows(d: dict) -> list[str]:
     """The held-out block as a table: one row per system, one column per task, then the mean."""
     tasks = list(d["held_out"])
     out = ["| system | " + " | ".join(tasks) + " | mean |", "|---|" + "---|" * (len(tasks) + 1)]
-    for system in d["held_out_mean"]:
+    for system in sorted(d["held_out_mean"], key=lambda name: "+" in name):  # rerankings after first stages
         cells = [_pair(d["held_out"][t][system]) for t in tasks]
         out.append(f"| {HELD_OUT_LABELS.get(system, system)} | " + " | ".join(cells)
                    + f" | {_pair(d['held_out_mean'][system])} |")
@@ -851,7 +859,8 @@ def tart_held_out_trained_table() -> list[str]:
            f"{len(trained_on)} berri-lite tasks ({', '.join(trained_on)}) and never on these {len(d['held_out'])}, "
            f"NDCG@10 on {setup['dev_queries_per_task']} dev queries each, closed corpus, `no instruction / "
            f"instruction` (`{setup['command']}`; nothing trained by the command; {describe_machine(setup['machine'])})."
-           f"{rerank}", ""]
+           f"{rerank}" + "".join(f" {HELD_OUT_LABELS.get(name, name)}: `{more['command']}`."
+                                 for name, more in setup.get("more", {}).items()), ""]
     return out + _held_out_rows(d)
 
 
