@@ -793,7 +793,7 @@ HELD_OUT_LABELS = {
     "tart_distil_dev_out_seed1+upr_raw": "dev-out recipe (seed 1), UPR (SmolLM2) reranking alone",
     "tart_distil_mpnet_t": "TART-dual distilled, dev-out recipe, BM25 + mpnet teacher",
     "tart_distil_len256": "TART-dual distilled, dev-out recipe (seed 1), trained on 256 tokens",
-    "tart_soup_teachers": "soup of the two distilled models above"}
+    "tart_soup_teachers": "soup of the seed-1 and mpnet-teacher students (`taskret tart soup`)"}
 
 
 def _pair(cols: dict) -> str:

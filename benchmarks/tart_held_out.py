@@ -64,9 +64,10 @@ def loo_config(recipe: TartRunConfig, held_out: str, work: Path, cap: int, data_
         "task_caps": {name: min(cap, n) for name, n in recipe.task_caps.items()}, "eval_tasks": []})
 
 
-def trained_without(specs: list[str], held_out: list[str]) -> dict[str, str]:
-    """``{NAME: model folder}`` from ``NAME=RUN`` specs, each checked to have been trained on none of
-    ``held_out`` (read from its run's records: a model whose training tasks are unknown is refused too)."""
+def trained_without(specs: list[str], held_out: list[str]) -> dict[str, dict]:
+    """``{NAME: {"model": folder, "train_tasks": [...]}}`` from ``NAME=RUN`` specs, each checked to have been
+    trained on none of ``held_out`` (read from its run's records: a model whose training tasks are unknown is
+    refused too)."""
     models = {}
     for spec in specs:
         name, sep, run = spec.partition("=")
@@ -79,7 +80,7 @@ def trained_without(specs: list[str], held_out: list[str]) -> dict[str, str]:
         leaked = sorted(t.split("/")[-1] for t in held_out if t.split("/")[-1] in seen)
         if leaked:
             raise SystemExit(f"--trained-without {spec}: trained on {', '.join(leaked)}, so not held out")
-        models[name] = folder
+        models[name] = {"model": folder, "train_tasks": sorted(seen)}
     return models
 
 
@@ -138,7 +139,7 @@ def main() -> None:
         systems = {"bm25": "bm25", "minilm": "dense:minilm-l6"}
         if trained:
             timings[name] = {}
-            systems.update({system: f"dense:{folder}" for system, folder in trained.items()})
+            systems.update({system: f"dense:{model['model']}" for system, model in trained.items()})
         else:
             config = loo_config(recipe, name, loo_dir, args.cap, args.data_dir)
             print(f"{name}: training TART-dual without it ({len(config.train_tasks)} tasks, cap {args.cap})",
@@ -175,11 +176,12 @@ def main() -> None:
 
     out = Path(args.out)
     result = read_json(out) if out.exists() else {}
-    setup = {"recipe": args.config, "cap_per_task": args.cap, "dev_queries_per_task": args.limit,
-             "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
-    if trained:  # nothing trained here: the models and the tasks each was trained on replace recipe and cap
-        setup = {"models": trained, "train_tasks": {n: sorted(training_tasks(f)) for n, f in trained.items()},
-                 "dev_queries_per_task": args.limit, "timings": timings, "machine": machine(), "command": command_line(args, arg_parser)}
+    # Nothing trained with --trained-without: the models and the tasks each was trained on replace recipe and cap.
+    setup = ({"models": {n: m["model"] for n, m in trained.items()},
+              "train_tasks": {n: m["train_tasks"] for n, m in trained.items()}} if trained
+             else {"recipe": args.config, "cap_per_task": args.cap})
+    setup.update({"dev_queries_per_task": args.limit, "timings": timings, "machine": machine(),
+                  "command": command_line(args, arg_parser)})
     if weights:
         setup.update({"rerank_depth": args.rerank_depth, "rerank_weights": weights})
     if args.merge and "held_out" in result:
