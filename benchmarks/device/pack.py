@@ -1,12 +1,13 @@
 """Send a trained run back: its weights as fp16 parts under 16 MiB (large tensors cut by rows, keys
 'NAME@@START'), everything else but train.jsonl as one tar. unpack.py (here) puts it together again."""
+import os
 import sys
 import tarfile
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-LIMIT = 12 * 2**20
+LIMIT = int(float(os.environ.get("PACK_LIMIT_MIB", "12")) * 2**20)  # each part under the 16 MiB a file may come back as
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
 pieces = []
 for path in sorted(run.rglob("*.safetensors")):
