@@ -513,6 +513,15 @@ def headline_table() -> list[str]:
             gain = sci["tart_distil_len256"]["no_instruction"] - sci["minilm"]["no_instruction"]
             distilled += (f"; trained on 256 tokens instead of 128 **{both('tart_distil_len256')}** "
                           f"({gain:+.2f} over untrained MiniLM)")
+            sweep = _load("tart_distil_sweep_gpu.json")
+            if sweep is not None:  # the same recipe trained again on a GPU: seeds, and the dev tasks' pick
+                seeds = [v["scifact"]["no_instruction"] for v in sweep["variants"].values()
+                         if set(v["overrides"]) == {"seed"}]
+                chosen = sweep["variants"][sweep["selected"]]
+                distilled += (f", {len(seeds)} seeds on a GPU {min(seeds):.1f}-{max(seeds):.1f} (mean "
+                              f"{sum(seeds) / len(seeds):.1f}); with the instruction kept out of the pooling and "
+                              f"dropped from a quarter of the queries (chosen on the dev tasks) "
+                              f"{chosen['scifact']['no_instruction']:.1f} ({chosen['scifact']['instruction']:.1f})")
         if "tart_distil_query" in sci:
             distilled += f"; its query encoder alone distilled (documents keep MiniLM's vectors) {both('tart_distil_query')}"
         three_way = (f"; BM25 + MiniLM + e5 {both('hybrid+minilm+e5')}, + UPR rerank {both('hybrid+minilm+e5+upr')}"
@@ -638,6 +647,13 @@ def tart_berri_table() -> list[str]:
               "tart_distil_len256": "the seed-1 recipe with the student trained on 256 tokens, not 128 "
                                     "(`tart_distil_dev_out_len256.json`)",
               "hybrid+tart_distil_len256": "hybrid: BM25 + TART-dual distilled on 256 tokens",
+              "hybrid+tart_distil_len256+e5": "hybrid: BM25 + TART-dual distilled on 256 tokens + e5",
+              "tart_distil_len256_excl": "the 256-token recipe with the instruction out of the pooling and dropped "
+                                         "from a quarter of the queries, trained on an H200 "
+                                         "(`tart_distil_dev_out_len256_excl_d25.json`, chosen on the dev tasks)",
+              "hybrid+tart_distil_len256_excl": "hybrid: BM25 + that TART-dual (instruction out of the pooling, H200)",
+              "hybrid+tart_distil_len256_excl+e5": "hybrid: BM25 + that TART-dual (instruction out of the pooling, "
+                                                   "H200) + e5",
               "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
               "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
               "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
