@@ -882,8 +882,7 @@ def tart_held_out_trained_table() -> list[str]:
 
 def _seed_spread(variants: dict, names: list[str], column: str) -> str:
     values = [variants[n]["scifact"][column] for n in names]
-    mean = sum(values) / len(values)
-    return f"{mean:.2f} (range {min(values):.1f}-{max(values):.1f})"
+    return f"{sum(values) / len(values):.2f} ({min(values):.1f}-{max(values):.1f})"
 
 
 def tart_distil_sweep_table() -> list[str]:
@@ -904,20 +903,21 @@ def tart_distil_sweep_table() -> list[str]:
            f"| BM25 | - | {_pair(base['scifact'])} | - | {_pair(base['held_out_mean'])} | - |",
            f"| MiniLM (untrained) | - | {_pair(minilm['scifact'])} | {_pair(d['baselines']['hybrid']['scifact'])} | "
            f"{_pair(minilm['held_out_mean'])} | - |"]
+    recipes: dict[str, list[str]] = {}  # the variants that differ only in their seed
     for name, v in d["variants"].items():
         changes = ", ".join(f"{k} {json.dumps(val)}" for k, val in v["overrides"].items())
         label = f"**{name}**" if name == d["selected"] else name
-        out.append(f"| {label} | {changes} | {_pair(v['scifact'])} | {_pair(v['hybrid'])} | "
-                   f"{_pair(v['held_out_mean'])} | {v['train_s']:.0f} s |")
-    plain = [n for n, v in d["variants"].items() if set(v["overrides"]) == {"seed"}]
-    excluded = [n for n, v in d["variants"].items()
-                if set(v["overrides"]) == {"seed", "exclude_instruction_from_pooling"}]
-    out += ["", f"Over seeds, SciFact alone: the recipe {_seed_spread(d['variants'], plain, 'no_instruction')} "
-            f"without the instruction and {_seed_spread(d['variants'], plain, 'instruction')} with it "
-            f"({len(plain)} seeds); with the instruction kept out of the pooling "
-            f"{_seed_spread(d['variants'], excluded, 'no_instruction')} and "
-            f"{_seed_spread(d['variants'], excluded, 'instruction')} ({len(excluded)} seeds); untrained MiniLM "
-            f"{minilm['scifact']['no_instruction']:.2f}. The first variant of each call includes loading (~15 s)."]
+        held = _pair(v["held_out_mean"]) if v["held_out_mean"] else "not run"
+        out.append(f"| {label} | {changes} | {_pair(v['scifact'])} | {_pair(v['hybrid'])} | {held} | "
+                   f"{v['train_s']:.0f} s |")
+        recipe = ", ".join(f"{k} {json.dumps(val)}" for k, val in v["overrides"].items() if k != "seed")
+        recipes.setdefault(recipe or "the recipe as it is", []).append(name)
+    spreads = [f"{recipe}: {_seed_spread(d['variants'], names, 'no_instruction')} / "
+               f"{_seed_spread(d['variants'], names, 'instruction')} ({len(names)} seeds)"
+               for recipe, names in recipes.items() if len(names) > 1]
+    out += ["", "SciFact alone over seeds, mean (range), `no instruction / instruction`: " + "; ".join(spreads)
+            + f"; untrained MiniLM {_pair(minilm['scifact'])}. The first variant of each call includes loading "
+              "(~15 s)."]
     return out
 
 

@@ -33,6 +33,9 @@ VARIANTS = {
     "len256_excl_s2": ({"seed": 2}, {"exclude_instruction_from_pooling": True}),
     "len256_excl_e2_s1": ({"seed": 1}, {"exclude_instruction_from_pooling": True, "epochs": 2}),
     "len256_excl_d25_s1": ({"seed": 1}, {"exclude_instruction_from_pooling": True, "instruction_dropout": 0.25}),
+    # third call: the dev tasks' pick over two more seeds
+    "len256_excl_d25_s0": ({"seed": 0}, {"exclude_instruction_from_pooling": True, "instruction_dropout": 0.25}),
+    "len256_excl_d25_s2": ({"seed": 2}, {"exclude_instruction_from_pooling": True, "instruction_dropout": 0.25}),
 }
 
 
