@@ -6,7 +6,8 @@ had one seed. Here each variant is that config with a few fields changed (``VARI
 ``train_stats.json`` and cached teacher scores (``--work-from``: that run's folder, or a tar.xz of those files): the rows, negatives and teacher are the
 CPU run's, so a variant differs only in what it names. Prints one ``NAME=RUN/distil`` per trained variant (the
 ``--tart-dual`` / ``--trained-without`` arguments of the evaluation scripts) and writes ``sweep.json`` (overrides,
-wall times) to ``--out``. Stops starting variants after ``--budget-s`` seconds, so the evaluation still runs.
+wall times) to ``--out``. Stops starting variants after ``--budget-s`` seconds, so the evaluation still runs; run
+again, it keeps the variants already trained.
 
     python benchmarks/device/sweep_distil.py --base CONFIG --work-from work.tar.xz --runs /tmp/runs --out $OUT
 """
@@ -55,11 +56,16 @@ def main() -> None:
         if time.perf_counter() - started > args.budget_s:
             print(f"skip {name}: {time.perf_counter() - started:.0f}s spent of {args.budget_s:.0f}", file=sys.stderr)
             continue
+        if name not in VARIANTS:
+            raise SystemExit(f"--variants: unknown variant {name!r}; known: {', '.join(VARIANTS)}")
         top, distil = VARIANTS[name]
         work = Path(args.runs) / name
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        if Path(args.work_from).is_dir():  # a run folder here, e.g. the CPU run's own
+        work.mkdir(parents=True, exist_ok=True)
+        # A variant already trained is kept (run_pipeline skips stages whose output exists, and refuses a folder
+        # made with another config), so a stopped sweep resumes where it stopped.
+        if (work / "train.jsonl").exists():
+            pass
+        elif Path(args.work_from).is_dir():  # a run folder here, e.g. the CPU run's own
             source = Path(args.work_from)
             for path in ["train.jsonl", "train_stats.json", *(p.relative_to(source).as_posix()
                                                               for p in source.glob("distil/teacher_scores.*.jsonl"))]:
@@ -69,12 +75,13 @@ def main() -> None:
             with tarfile.open(args.work_from) as tar:
                 tar.extractall(work, filter="data")
         config = TartRunConfig(**{**base, **top, "work_dir": str(work), "distil": {**base["distil"], **distil}})
+        kept = (work / "distil" / "tart_distil_config.json").exists()
         t0 = time.perf_counter()
         run_pipeline(config, progress=False)
         seconds = round(time.perf_counter() - t0, 1)
-        record["variants"][name] = {"overrides": {**top, **distil}, "wall_s": seconds}
+        record["variants"][name] = {"overrides": {**top, **distil}, "wall_s": None if kept else seconds}
         print(f"{name}={work / 'distil'}", flush=True)
-        print(f"trained {name} in {seconds}s", file=sys.stderr, flush=True)
+        print(f"kept {name} (trained before)" if kept else f"trained {name} in {seconds}s", file=sys.stderr, flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "sweep.json").write_text(json.dumps(record, indent=2))
 
