@@ -908,8 +908,8 @@ def tart_distil_sweep_table() -> list[str]:
         changes = ", ".join(f"{k} {json.dumps(val)}" for k, val in v["overrides"].items())
         label = f"**{name}**" if name == d["selected"] else name
         held = _pair(v["held_out_mean"]) if v["held_out_mean"] else "not run"
-        out.append(f"| {label} | {changes} | {_pair(v['scifact'])} | {_pair(v['hybrid'])} | {held} | "
-                   f"{v['train_s']:.0f} s |")
+        trained = f"{v['train_s']:.0f} s" if v["train_s"] is not None else "earlier call"
+        out.append(f"| {label} | {changes} | {_pair(v['scifact'])} | {_pair(v['hybrid'])} | {held} | {trained} |")
         recipe = ", ".join(f"{k} {json.dumps(val)}" for k, val in v["overrides"].items() if k != "seed")
         recipes.setdefault(recipe or "the recipe as it is", []).append(name)
     spreads = [f"{recipe}: {_seed_spread(d['variants'], names, 'no_instruction')} / "
