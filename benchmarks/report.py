@@ -515,11 +515,10 @@ def headline_table() -> list[str]:
                           f"({gain:+.2f} over untrained MiniLM)")
             sweep = _load("tart_distil_sweep_gpu.json")
             if sweep is not None:  # the same recipe trained again on a GPU: seeds, and the dev tasks' pick
-                seeds = [v["scifact"]["no_instruction"] for v in sweep["variants"].values()
-                         if set(v["overrides"]) == {"seed"}]
+                seeds = [name for name, v in sweep["variants"].items() if set(v["overrides"]) == {"seed"}]
                 chosen = sweep["variants"][sweep["selected"]]
-                distilled += (f", {len(seeds)} seeds on a GPU {min(seeds):.1f}-{max(seeds):.1f} (mean "
-                              f"{sum(seeds) / len(seeds):.1f}); with the instruction kept out of the pooling and "
+                distilled += (f", {len(seeds)} seeds on a GPU {_seed_spread(sweep['variants'], seeds, 'no_instruction')}"
+                              f"; with the instruction kept out of the pooling and "
                               f"dropped from a quarter of the queries (chosen on the dev tasks) "
                               f"{chosen['scifact']['no_instruction']:.1f} ({chosen['scifact']['instruction']:.1f})")
         if "tart_distil_query" in sci:

@@ -17,6 +17,11 @@ from taskret.io import write_json
 COLUMNS = ("no_instruction", "instruction")
 
 
+def best_on_dev(held_out_mean: dict, names) -> str:
+    """The student among ``names`` with the best held-out dev-task mean over both columns."""
+    return max(names, key=lambda name: sum(held_out_mean[name][c] for c in COLUMNS))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("archives", nargs="+", help="logs.tar.gz files, in the order the calls ran")
@@ -55,7 +60,7 @@ def main() -> None:
         result["device"] = next(line for line in files["gpu.txt"].decode().splitlines() if line.startswith("NVIDIA"))
         result["machine"] = berri["machine"]
     means = {name: v["held_out_mean"] for name, v in result["variants"].items() if v["held_out_mean"]}
-    result["selected"] = max(means, key=lambda name: sum(means[name][c] for c in COLUMNS))
+    result["selected"] = best_on_dev(means, means)
     write_json(args.out, result)
     print(f"{len(result['variants'])} variants -> {args.out}; selected on the dev tasks: {result['selected']}")
 

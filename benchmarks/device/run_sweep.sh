@@ -37,10 +37,10 @@ start=$(date +%s)
 [ -n "${SKIP_HELD_OUT:-}" ] || python3 benchmarks/tart_held_out.py --data-dir /tmp/data --tasks $TASKS "${WITHOUT[@]}" --work /tmp/bench/held_out \
   --dev-work /tmp/bench/tart_berri/dev --out $LOGS/held_out_gpu.json 2>&1 | grep -v "it/s]$" | tee $LOGS/held_out.txt
 echo "held_out wall: $(( $(date +%s) - start )) s" | tee -a $LOGS/gpu.txt
-if [ "$STUDENT" = best ]; then  # the variant with the best held-out dev mean over both columns
-  STUDENT=$(python3 -c "import json; m = json.load(open('$LOGS/held_out_gpu.json'))['held_out_mean']
+if [ "$STUDENT" = best ]; then  # collect_sweep.py's rule: the best held-out dev mean over both columns
+  STUDENT=$(PYTHONPATH=benchmarks/device:$PYTHONPATH python3 -c "import json; from collect_sweep import best_on_dev
 names = [line.split('=')[0] for line in open('$LOGS/students.txt') if '=' in line]
-print(max(names, key=lambda name: sum(m[name].values())))")
+print(best_on_dev(json.load(open('$LOGS/held_out_gpu.json'))['held_out_mean'], names))")
   echo "packing $STUDENT" | tee -a $LOGS/gpu.txt
 fi
 if [ -d "/tmp/runs/$STUDENT/distil" ]; then PACK_LIMIT_MIB=15.5 python3 benchmarks/device/pack.py "/tmp/runs/$STUDENT/distil" $OUT; fi

@@ -40,6 +40,19 @@ VARIANTS = {
 }
 
 
+def copy_work(source: str, work: Path) -> None:
+    """The rows, their stats and the cached teacher scores from a run folder or a tar.xz of them into ``work``."""
+    if not Path(source).is_dir():
+        with tarfile.open(source) as tar:
+            tar.extractall(work, filter="data")
+        return
+    folder = Path(source)
+    teacher = [path.relative_to(folder).as_posix() for path in folder.glob("distil/teacher_scores.*.jsonl")]
+    for path in ["train.jsonl", "train_stats.json", *teacher]:
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(folder / path, work / path)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base", required=True, help="the recipe every variant starts from")
@@ -63,17 +76,8 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         # A variant already trained is kept (run_pipeline skips stages whose output exists, and refuses a folder
         # made with another config), so a stopped sweep resumes where it stopped.
-        if (work / "train.jsonl").exists():
-            pass
-        elif Path(args.work_from).is_dir():  # a run folder here, e.g. the CPU run's own
-            source = Path(args.work_from)
-            for path in ["train.jsonl", "train_stats.json", *(p.relative_to(source).as_posix()
-                                                              for p in source.glob("distil/teacher_scores.*.jsonl"))]:
-                (work / path).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(source / path, work / path)
-        else:
-            with tarfile.open(args.work_from) as tar:
-                tar.extractall(work, filter="data")
+        if not (work / "train.jsonl").exists():
+            copy_work(args.work_from, work)
         config = TartRunConfig(**{**base, **top, "work_dir": str(work), "distil": {**base["distil"], **distil}})
         kept = (work / "distil" / "tart_distil_config.json").exists()
         t0 = time.perf_counter()
