@@ -56,6 +56,22 @@ def test_a_spec_loads_with_the_reranker_batch_size(tiny_lm, tmp_path):
     assert np.allclose(loaded.score_pairs(pairs), same_folder.score_pairs(pairs), atol=1e-4)
 
 
+def test_a_spec_sets_the_document_cut(tiny_lm, tmp_path):
+    # "upr:LM?max_doc_tokens=N", as `--rerank` and tart_berri.py's --reranker take it
+    from taskret.rerank import load_reranker
+
+    tiny_lm.model.save_pretrained(tmp_path)
+    tiny_lm.tokenizer.save_pretrained(tmp_path)
+    loaded = load_reranker(f"upr:{tmp_path}?max_doc_tokens=5")
+    assert loaded.max_doc_tokens == 5 and loaded.lm_name == str(tmp_path)
+    passage = loaded.prompt_and_target("q", " ".join(f"word{i}" for i in range(50)))[0].split("\n")[0]
+    assert len(tiny_lm.tokenizer(passage.removeprefix("Passage: "), add_special_tokens=False)["input_ids"]) <= 5
+    with pytest.raises(ValueError, match="unknown option 'max_tokens=5'; expected max_doc_tokens="):
+        load_reranker(f"upr:{tmp_path}?max_tokens=5")
+    with pytest.raises(ValueError, match="option max_doc_tokens needs a whole number"):
+        load_reranker(f"upr:{tmp_path}?max_doc_tokens=0")
+
+
 def test_bad_settings_are_refused(tiny_lm):
     with pytest.raises(ValueError, match="max_doc_tokens"):
         CausalLMReranker(tiny_lm, max_doc_tokens=0)

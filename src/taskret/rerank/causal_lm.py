@@ -11,7 +11,9 @@ The instruction then goes into the prompt (it says what kind of query this docum
 only the query is scored; without one the prompt asks for a question, as UPR does.
 
 Documents are cut to ``max_doc_tokens`` of the LM's tokenizer (UPR and our measurement used 200): the
-cost is linear in prompt length, and a passage's start carries most of what a query asks about.
+cost is linear in prompt length, and a passage's start carries most of what a query asks about. A spec
+sets it after a ``?``: ``upr:smollm2-135m?max_doc_tokens=384`` (where documents run longer, as SciFact's
+abstracts do: median 290 SmolLM2 tokens).
 """
 
 from __future__ import annotations
@@ -29,6 +31,21 @@ UPR_PROMPT = "Passage: {document}\nPlease write a question based on this passage
 UPR_INSTRUCTED_PROMPT = "Passage: {document}\nTask: {instruction}\nQuery:"
 
 
+def _parse_lm_spec(spec: str, max_doc_tokens: int) -> tuple[str, int]:
+    """``"smollm2-135m?max_doc_tokens=384"`` -> ("smollm2-135m", 384); the options follow the last ``?``."""
+    from ..retrieval.hybrid import parse_spec_options
+
+    def whole_number(value: str) -> int:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(value)
+        return int(value)
+
+    whole_number.__name__ = "whole number of tokens >= 1"
+    lm, _, query = spec.rpartition("?")
+    options = parse_spec_options("upr reranker", f"upr:{spec}", query, {"max_doc_tokens": whole_number})
+    return lm, options.get("max_doc_tokens", max_doc_tokens)
+
+
 class CausalLMReranker(Reranker):
     """Rerank with a causal LM's query likelihood: ``lm`` is an LM spec (``smollm2-135m``, a folder,
     ``openai:URL#MODEL``...; see :func:`taskret.backends.load_lm`) or a loaded
@@ -41,6 +58,8 @@ class CausalLMReranker(Reranker):
                  batch_size: int | None = None):
         """``batch_size``: the most pairs per LM forward pass, for an LM loaded here from a spec (the reranker
         interface's batch size, as a distillation teacher gets it); the LM's own default when None."""
+        if isinstance(lm, str) and "?" in lm:  # "LM?max_doc_tokens=N": a spec's options win over the defaults
+            lm, max_doc_tokens = _parse_lm_spec(lm, max_doc_tokens)
         if max_doc_tokens < 1:
             raise ValueError(f"max_doc_tokens must be positive, got {max_doc_tokens}")
         for template, fields in ((prompt, ("{document}",)), (instructed_prompt, ("{document}", "{instruction}"))):
