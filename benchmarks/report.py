@@ -653,6 +653,9 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_distil_len256_excl": "hybrid: BM25 + that TART-dual (instruction out of the pooling, H200)",
               "hybrid+tart_distil_len256_excl+e5": "hybrid: BM25 + that TART-dual (instruction out of the pooling, "
                                                    "H200) + e5",
+              "tart_distil_len256_cpu60": "the dev-picked 256-token recipe on 180 queries per task, to fit 60 min on "
+                                          "2 cores (`tart_distil_len256_cpu60.json`)",
+              "hybrid+tart_distil_len256_cpu60": "hybrid: BM25 + the 60-minute 256-token TART-dual",
               "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
               "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
               "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
@@ -715,6 +718,7 @@ def tart_berri_table() -> list[str]:
                                              "+ e5"}
 
     rerankers = {"upr": "UPR (SmolLM2)", "upr384": "UPR (SmolLM2) reading 384 document tokens, not 200",
+                 "upr_both": "UPR (SmolLM2) with and without the instruction averaged (`ensemble_bare=true`)",
                  "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
                  "yesno_tuned": "yes/no SmolLM2 fine-tuned as TART-full (560 berri-lite rows)",

@@ -70,6 +70,22 @@ def test_a_spec_sets_the_document_cut(tiny_lm, tmp_path):
         load_reranker(f"upr:{tmp_path}?max_tokens=5")
     with pytest.raises(ValueError, match="option max_doc_tokens needs a whole number"):
         load_reranker(f"upr:{tmp_path}?max_doc_tokens=0")
+    assert load_reranker(f"upr:{tmp_path}?ensemble_bare=true&max_doc_tokens=6").ensemble_bare
+    with pytest.raises(ValueError, match="option ensemble_bare needs a true or false"):
+        load_reranker(f"upr:{tmp_path}?ensemble_bare=maybe")
+
+
+def test_ensemble_bare_averages_the_instructed_and_bare_prompts(tiny_lm):
+    plain, both = CausalLMReranker(tiny_lm, max_doc_tokens=8), CausalLMReranker(tiny_lm, max_doc_tokens=8,
+                                                                                 ensemble_bare=True)
+    instructed, bare = format_query("Find a bash command", "list files"), "list files"
+    pairs = [(instructed, "ls -la"), (bare, "ls -la"), (instructed, "rm x")]
+    expected = [(plain.score_pairs([(instructed, d)])[0] + plain.score_pairs([(bare, d)])[0]) / 2
+                for d in ("ls -la", "rm x")]
+    scores = both.score_pairs(pairs)
+    assert np.allclose(scores[[0, 2]], expected, atol=1e-4)
+    assert np.isclose(scores[1], plain.score_pairs([(bare, "ls -la")])[0], atol=1e-4)  # no instruction: one prompt
+    assert not np.isclose(scores[0], plain.score_pairs([(instructed, "ls -la")])[0], atol=1e-4)
 
 
 def test_bad_settings_are_refused(tiny_lm):

@@ -53,7 +53,8 @@ def evaluate(
     k: int = typer.Option(100, help="documents retrieved per query"),
     rerank: Optional[str] = typer.Option(None, help="rerank with a TART-full folder (`taskret tart train-full`), any "
                                          "CrossEncoder folder, or upr:LM (zero-shot query likelihood, e.g. "
-                                         "upr:smollm2-135m)"),
+                                         "upr:smollm2-135m; options after ?: max_doc_tokens=N, "
+                                         "ensemble_bare=true)"),
     rerank_top_k: int = typer.Option(100, "--rerank-depth", "--rerank-top-k",
                                      help="how many first-stage documents per query the reranker reorders"),
     first_stage_instruction: Optional[bool] = typer.Option(

@@ -9,6 +9,9 @@ SmolLM2-135M reranking the top 10 of BM25 + MiniLM and interpolated with it give
 Instructions: TART queries arrive as ``"{instruction} [SEP] {query}"`` (:func:`taskret.formats.format_query`).
 The instruction then goes into the prompt (it says what kind of query this document should produce) and
 only the query is scored; without one the prompt asks for a question, as UPR does.
+``ensemble_bare=True`` scores an instructed query under both prompts and averages the two log-likelihoods
+(a prompt ensemble: the instruction guides the score without deciding it alone, for instructions unlike
+any the LM has read).
 
 Documents are cut to ``max_doc_tokens`` of the LM's tokenizer (UPR and our measurement used 200): the
 cost is linear in prompt length, and a passage's start carries most of what a query asks about. A spec
@@ -31,19 +34,30 @@ UPR_PROMPT = "Passage: {document}\nPlease write a question based on this passage
 UPR_INSTRUCTED_PROMPT = "Passage: {document}\nTask: {instruction}\nQuery:"
 
 
-def _parse_lm_spec(spec: str, max_doc_tokens: int) -> tuple[str, int]:
-    """``"smollm2-135m?max_doc_tokens=384"`` -> ("smollm2-135m", 384); the options follow the last ``?``."""
+def _whole_number(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(value)
+    return int(value)
+
+
+def _boolean(value: str) -> bool:
+    if value.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(value)
+    return value.lower() in ("true", "1")
+
+
+_whole_number.__name__ = "whole number of tokens >= 1"
+_boolean.__name__ = "true or false"
+
+
+def _parse_lm_spec(spec: str) -> tuple[str, dict]:
+    """``"smollm2-135m?max_doc_tokens=384&ensemble_bare=true"`` -> ("smollm2-135m", the options); the options
+    follow the last ``?``."""
     from ..retrieval.hybrid import parse_spec_options
 
-    def whole_number(value: str) -> int:
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(value)
-        return int(value)
-
-    whole_number.__name__ = "whole number of tokens >= 1"
     lm, _, query = spec.rpartition("?")
-    options = parse_spec_options("upr reranker", f"upr:{spec}", query, {"max_doc_tokens": whole_number})
-    return lm, options.get("max_doc_tokens", max_doc_tokens)
+    return lm, parse_spec_options("upr reranker", f"upr:{spec}", query,
+                                  {"max_doc_tokens": _whole_number, "ensemble_bare": _boolean})
 
 
 class CausalLMReranker(Reranker):
@@ -55,11 +69,13 @@ class CausalLMReranker(Reranker):
 
     def __init__(self, lm: str = "smollm2-135m", max_doc_tokens: int = 200, prompt: str = UPR_PROMPT,
                  instructed_prompt: str = UPR_INSTRUCTED_PROMPT, device: str | None = None,
-                 batch_size: int | None = None):
+                 batch_size: int | None = None, ensemble_bare: bool = False):
         """``batch_size``: the most pairs per LM forward pass, for an LM loaded here from a spec (the reranker
         interface's batch size, as a distillation teacher gets it); the LM's own default when None."""
         if isinstance(lm, str) and "?" in lm:  # "LM?max_doc_tokens=N": a spec's options win over the defaults
-            lm, max_doc_tokens = _parse_lm_spec(lm, max_doc_tokens)
+            lm, options = _parse_lm_spec(lm)
+            max_doc_tokens = options.get("max_doc_tokens", max_doc_tokens)
+            ensemble_bare = options.get("ensemble_bare", ensemble_bare)
         if max_doc_tokens < 1:
             raise ValueError(f"max_doc_tokens must be positive, got {max_doc_tokens}")
         for template, fields in ((prompt, ("{document}",)), (instructed_prompt, ("{document}", "{instruction}"))):
@@ -75,6 +91,7 @@ class CausalLMReranker(Reranker):
             self.lm_name = getattr(lm, "name", "lm")
         self.lm = lm
         self.max_doc_tokens, self.prompt, self.instructed_prompt = max_doc_tokens, prompt, instructed_prompt
+        self.ensemble_bare = bool(ensemble_bare)
         self.name = f"upr:{self.lm_name}"
 
     def _cut(self, document: str) -> str:
@@ -97,5 +114,14 @@ class CausalLMReranker(Reranker):
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        prompts, targets = zip(*(self.prompt_and_target(q, d) for q, d in pairs))
-        return np.asarray([s.logprob for s in self.lm.score(list(prompts), list(targets))], dtype=np.float32)
+        prompts, targets = map(list, zip(*(self.prompt_and_target(q, d) for q, d in pairs)))
+        # the bare prompt's twins of the instructed pairs, scored in the same LM call (ensemble_bare)
+        twins = ([i for i, (q, _) in enumerate(pairs) if SEP in q and q.partition(SEP)[0].strip()]
+                 if self.ensemble_bare else [])
+        for i in twins:
+            prompts.append(self.prompt.format(document=self._cut(pairs[i][1].strip())))
+            targets.append(targets[i])
+        scores = np.asarray([s.logprob for s in self.lm.score(prompts, targets)], dtype=np.float32)
+        if twins:
+            scores[twins] = (scores[twins] + scores[len(pairs):]) / 2
+        return scores[:len(pairs)]
