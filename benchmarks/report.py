@@ -717,8 +717,8 @@ def tart_berri_table() -> list[str]:
               "hybrid+scifact_adapt_ict+e5": "NOT zero-shot: hybrid: BM25 + the student adapted to SciFact's corpus "
                                              "+ e5"}
 
-    rerankers = {"upr": "UPR (SmolLM2)", "upr384": "UPR (SmolLM2) reading 384 document tokens, not 200",
-                 "upr_both": "UPR (SmolLM2) with and without the instruction averaged (`ensemble_bare=true`)",
+    rerankers = {"upr": "UPR (SmolLM2)", "upr384": "UPR (SmolLM2, 384 document tokens)",
+                 "upr_both": "UPR (SmolLM2, instructed and bare prompts averaged)",
                  "upr_gemma3": "UPR (gemma-3-270m)",
                  "upr_ensemble": "UPR (SmolLM2 and gemma-3-270m averaged)", "yesno": "yes/no SmolLM2 (zero-shot)",
                  "yesno_tuned": "yes/no SmolLM2 fine-tuned as TART-full (560 berri-lite rows)",
