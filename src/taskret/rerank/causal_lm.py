@@ -103,21 +103,26 @@ class CausalLMReranker(Reranker):
         words = document.split()
         return document if len(words) * 4 <= self.max_doc_tokens * 3 else " ".join(words[: self.max_doc_tokens * 3 // 4])
 
+    @staticmethod
+    def _instruction(query: str) -> tuple[str, str]:
+        """(instruction, the query without it) of ``"{instruction} [SEP] {query}"``; ("", query) without one."""
+        instruction, sep, bare = query.partition(SEP)
+        return (instruction.strip(), bare.strip()) if sep and instruction.strip() else ("", query.strip())
+
     def prompt_and_target(self, query: str, document: str) -> tuple[str, str]:
         """The prompt the LM reads and the text it is scored on, for one pair."""
-        instruction, sep, bare = query.partition(SEP)
+        instruction, bare = self._instruction(query)
         document = self._cut(document.strip())
-        if sep and instruction.strip():
-            return self.instructed_prompt.format(document=document, instruction=instruction.strip()), " " + bare.strip()
-        return self.prompt.format(document=document), " " + query.strip()
+        if instruction:
+            return self.instructed_prompt.format(document=document, instruction=instruction), " " + bare
+        return self.prompt.format(document=document), " " + bare
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
         prompts, targets = map(list, zip(*(self.prompt_and_target(q, d) for q, d in pairs)))
         # the bare prompt's twins of the instructed pairs, scored in the same LM call (ensemble_bare)
-        twins = ([i for i, (q, _) in enumerate(pairs) if SEP in q and q.partition(SEP)[0].strip()]
-                 if self.ensemble_bare else [])
+        twins = [i for i, (q, _) in enumerate(pairs) if self._instruction(q)[0]] if self.ensemble_bare else []
         for i in twins:
             prompts.append(self.prompt.format(document=self._cut(pairs[i][1].strip())))
             targets.append(targets[i])
