@@ -19,6 +19,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from taskret.io import write_json
 from taskret.tart.pipeline import TartRunConfig, run_pipeline
 
 # name -> (top-level overrides, distil overrides). seed 1 is the CPU run's own seed (its GPU twin).
@@ -87,7 +88,7 @@ def main() -> None:
         print(f"{name}={work / 'distil'}", flush=True)
         print(f"kept {name} (trained before)" if kept else f"trained {name} in {seconds}s", file=sys.stderr, flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "sweep.json").write_text(json.dumps(record, indent=2))
+    write_json(Path(args.out) / "sweep.json", record)
 
 
 if __name__ == "__main__":

@@ -34,30 +34,23 @@ UPR_PROMPT = "Passage: {document}\nPlease write a question based on this passage
 UPR_INSTRUCTED_PROMPT = "Passage: {document}\nTask: {instruction}\nQuery:"
 
 
-def _whole_number(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(value)
-    return int(value)
-
-
 def _boolean(value: str) -> bool:
     if value.lower() not in ("true", "false", "1", "0"):
         raise ValueError(value)
     return value.lower() in ("true", "1")
 
 
-_whole_number.__name__ = "whole number of tokens >= 1"
 _boolean.__name__ = "true or false"
 
 
 def _parse_lm_spec(spec: str) -> tuple[str, dict]:
     """``"smollm2-135m?max_doc_tokens=384&ensemble_bare=true"`` -> ("smollm2-135m", the options); the options
     follow the last ``?``."""
-    from ..retrieval.hybrid import parse_spec_options
+    from ..retrieval.hybrid import parse_spec_options, token_count
 
     lm, _, query = spec.rpartition("?")
     return lm, parse_spec_options("upr reranker", f"upr:{spec}", query,
-                                  {"max_doc_tokens": _whole_number, "ensemble_bare": _boolean})
+                                  {"max_doc_tokens": token_count(1), "ensemble_bare": _boolean})
 
 
 class CausalLMReranker(Reranker):

@@ -45,19 +45,12 @@ def _number(value: str) -> float:
     return float(value)
 
 
-def _token_count(value: str) -> int:
-    if not value.isdigit() or int(value) < 8:
-        raise ValueError(value)
-    return int(value)
-
-
 _number.__name__ = "number"
-_token_count.__name__ = "whole number of tokens >= 8"
 
 
 def _parse(spec: str) -> tuple[list[str], list[float], int | None]:
     """(encoders, every share with BM25's first, max_length) of a fusion spec; see :func:`parse_fusion_spec`."""
-    from ..retrieval.hybrid import _numbers, parse_spec_options
+    from ..retrieval.hybrid import _numbers, parse_spec_options, token_count
 
     names, _, query = str(spec).partition("?")
     encoders = [name.strip() for name in names.split("+")]
@@ -65,7 +58,7 @@ def _parse(spec: str) -> tuple[list[str], list[float], int | None]:
         raise ValueError(f"fusion reranker '{spec}': name an encoder, e.g. fusion:minilm-l6 "
                          "(several: fusion:minilm-l6+e5-small)")
     options = parse_spec_options("fusion reranker", spec, query,
-                                 {"weight": _number, "weights": _numbers, "max_length": _token_count})
+                                 {"weight": _number, "weights": _numbers, "max_length": token_count(8)})
     shares = options.get("weights")
     if shares is None:
         bm25 = options.get("weight", DEFAULT_WEIGHT)

@@ -37,6 +37,18 @@ def _numbers(value: str) -> list[float]:
 
 
 _numbers.__name__ = "comma-separated list of numbers"
+
+
+def token_count(minimum: int) -> Callable[[str], int]:
+    """A spec option's converter for a whole number of tokens >= ``minimum`` (its name is the error's hint)."""
+    def convert(value: str) -> int:
+        if not value.isdigit() or int(value) < minimum:
+            raise ValueError(value)
+        return int(value)
+
+    convert.__name__ = f"whole number of tokens >= {minimum}"
+    return convert
+
 _OPTIONS = {"fusion": str, "weight": float, "weights": _numbers, "rrf_k": float, "depth": int}
 
 
