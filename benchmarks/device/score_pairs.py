@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from taskret.io import write_json
 from taskret.rerank import load_reranker
 
 
@@ -22,7 +23,8 @@ def main(run_dir: str, pairs_file: str, out_dir: str, batch_size: int = 128, chu
         tasks = json.load(f)
     scores, timings = {}, {}
     # the dev tasks first (they choose the fusion weights), and the file rewritten after each task, so a run
-    # stopped at its time limit still sends back what it scored
+    # stopped at its time limit still sends back what it scored (written atomically: a kill mid-write keeps the
+    # last whole file)
     for task, d in sorted(tasks.items(), key=lambda item: item[0] == "scifact"):
         pairs = [(d["queries"][q], d["docs"][i]) for q, i in d["pairs"]]
         # shortest first: a batch of like lengths pads little
@@ -36,7 +38,7 @@ def main(run_dir: str, pairs_file: str, out_dir: str, batch_size: int = 128, chu
             print(f"{task}: {min(s + chunk, len(order))}/{len(order)} pairs", flush=True)
         timings[task] = {"pairs": len(pairs), "seconds": round(time.perf_counter() - start, 1)}
         scores[task] = out
-        Path(out_dir, "scores.json").write_text(json.dumps({"scores": scores, "timings": timings}))
+        write_json(Path(out_dir, "scores.json"), {"scores": scores, "timings": timings})
     print(json.dumps(timings))
 
 
