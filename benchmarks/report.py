@@ -656,6 +656,15 @@ def tart_berri_table() -> list[str]:
               "tart_distil_len256_cpu60": "the dev-picked 256-token recipe on 180 queries per task, to fit 60 min on "
                                           "2 cores (`tart_distil_len256_cpu60.json`)",
               "hybrid+tart_distil_len256_cpu60": "hybrid: BM25 + the 60-minute 256-token TART-dual",
+              "tart_distil_len256_neg2_cpu60": "the dev-picked 256-token recipe on 300 queries per task with 2 "
+                                               "negatives per query, not 4, to fit 60 min on 2 cores "
+                                               "(`tart_distil_len256_neg2_cpu60.json`)",
+              "hybrid+tart_distil_len256_neg2_cpu60": "hybrid: BM25 + the 300-query, 2-negative 256-token TART-dual",
+              "tart_distil_len256_neg2_q350_cpu60": "the dev-picked 256-token recipe on all 350 queries per task, 2 "
+                                                    "negatives per query drawn from 4, to fit 60 min on 2 cores "
+                                                    "(`tart_distil_len256_neg2_q350_cpu60.json`)",
+              "hybrid+tart_distil_len256_neg2_q350_cpu60": "hybrid: BM25 + the 350-query, 2-negative 256-token "
+                                                           "TART-dual",
               "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
               "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
               "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
@@ -813,7 +822,10 @@ HELD_OUT_LABELS = {
     "tart_distil_dev_out_seed1+upr_raw": "dev-out recipe (seed 1), UPR (SmolLM2) reranking alone",
     "tart_distil_mpnet_t": "TART-dual distilled, dev-out recipe, BM25 + mpnet teacher",
     "tart_distil_len256": "TART-dual distilled, dev-out recipe (seed 1), trained on 256 tokens",
-    "tart_soup_teachers": "soup of the seed-1 and mpnet-teacher students (`taskret tart soup`)"}
+    "tart_soup_teachers": "soup of the seed-1 and mpnet-teacher students (`taskret tart soup`)",
+    "tart_distil_len256_cpu60": "256-token recipe cut to 60 CPU minutes: 180 queries per task",
+    "tart_distil_len256_neg2_cpu60": "256-token recipe cut to 60 CPU minutes: 300 queries per task, 2 negatives",
+    "tart_distil_len256_neg2_q350_cpu60": "256-token recipe cut to 60 CPU minutes: 350 queries per task, 2 negatives"}
 
 
 def _pair(cols: dict) -> str:
