@@ -24,7 +24,10 @@ from taskret.icl.evaluation import mcnemar, read_correct
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
 START, END = "<!-- BENCHMARKS:START", "<!-- BENCHMARKS:END -->"
-MACHINE = "x86_64 AMD EPYC, 2 cores (AVX2, no AVX512), 24 GiB, no GPU, Python 3.11, torch 2.13 CPU"
+# the earlier runs (EPR, the first TART tables) had AVX2 only; the TART runs from the 256-token students on had
+# AVX512-BF16 (float32 encoders either way): the CPU times of the two are not comparable step for step
+MACHINE = ("x86_64 AMD EPYC, 2 cores (AVX2 for the earlier runs, AVX512-BF16 for the TART runs from the 256-token "
+           "students on), 24 GiB, no GPU, Python 3.11, torch 2.13 CPU")
 
 
 def _load(name: str):
