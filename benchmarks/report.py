@@ -672,6 +672,8 @@ def tart_berri_table() -> list[str]:
                                                     "(`tart_distil_len256_neg2_q350_cpu60.json`)",
               "hybrid+tart_distil_len256_neg2_q350_cpu60": "hybrid: BM25 + the 350-query, 2-negative 256-token "
                                                            "TART-dual",
+              "hybrid+tart_distil_len256_neg2_q350_cpu60+e5": "hybrid: BM25 + the 350-query, 2-negative 256-token "
+                                                              "TART-dual + e5",
               "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
               "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
               "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
