@@ -5,6 +5,7 @@ and turning pair scores into the benchmark's pair caches."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import lzma
@@ -20,6 +21,15 @@ from safetensors.torch import load_file, save_file
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ROOT / "benchmarks" / "device"
+
+
+def _module(folder: Path, name: str):
+    """A script's module, imported from its folder (the benchmarks are not a package)."""
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
 
 
 def _run(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -97,11 +107,7 @@ def _call(tmp_path: Path, name: str, variants: dict[str, float], held_out: dict 
 
 
 def test_collect_sweep_merges_calls_and_selects_on_the_dev_tasks(tmp_path):
-    sys.path.insert(0, str(DEVICE))
-    try:
-        from collect_sweep import best_on_dev
-    finally:
-        sys.path.remove(str(DEVICE))
+    best_on_dev = _module(DEVICE, "collect_sweep").best_on_dev
     first = _call(tmp_path, "a", {"s0": 66.0, "s1": 67.0},
                   {"s0": {"no_instruction": 58.0, "instruction": 57.0},
                    "s1": {"no_instruction": 57.0, "instruction": 56.0}})
@@ -149,11 +155,8 @@ def test_unpack_scores_fills_the_pair_caches_tart_berri_reads(tmp_path, exported
     done = _run("unpack_scores.py", str(exported_pairs), str(scores), "yesno_gpu", "--work", str(work))
     assert done.returncode == 0, done.stderr
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from tart_berri import PairCache, ScoredElsewhere
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    tart_berri = _module(ROOT / "benchmarks", "tart_berri")
+    PairCache, ScoredElsewhere = tart_berri.PairCache, tart_berri.ScoredElsewhere
     cache = PairCache(ScoredElsewhere("yesno_gpu"), work / "scifact" / "yesno_gpu.pairs.jsonl")
     assert cache.score_pairs([("claim two", "doc b"), ("claim one", "doc a")]).tolist() == [3.0, 1.5]
     dev = PairCache(ScoredElsewhere("yesno_gpu"), work / "dev" / "argkp" / "yesno_gpu.pairs.jsonl")
@@ -178,12 +181,7 @@ def test_score_pairs_writes_each_pairs_score_in_the_files_order(tmp_path, export
     torch.manual_seed(0)
     folder = tmp_path / "cross-encoder"
     CrossEncoder(str(tiny_bert_dir), num_labels=1, max_length=64, device="cpu").save(str(folder))
-    sys.path.insert(0, str(DEVICE))
-    try:
-        from score_pairs import main
-    finally:
-        sys.path.remove(str(DEVICE))
-    main(str(folder), str(exported_pairs), str(tmp_path), chunk=2)  # chunks smaller than a task: order restored
+    _module(DEVICE, "score_pairs").main(str(folder), str(exported_pairs), str(tmp_path), chunk=2)  # chunks smaller than a task: order restored
 
     result = json.loads((tmp_path / "scores.json").read_text())
     reranker = load_reranker(str(folder))

@@ -104,20 +104,27 @@ class CausalLMReranker(Reranker):
 
     def prompt_and_target(self, query: str, document: str) -> tuple[str, str]:
         """The prompt the LM reads and the text it is scored on, for one pair."""
+        prompt, target, _ = self._prompts(query, document)
+        return prompt, target
+
+    def _prompts(self, query: str, document: str) -> tuple[str, str, str | None]:
+        """:meth:`prompt_and_target`, plus the bare prompt over the same cut document when the query carries an
+        instruction (None without one): the document is cut, which tokenizes it, once for both."""
         instruction, bare = self._instruction(query)
         document = self._cut(document.strip())
+        bare_prompt = self.prompt.format(document=document)
         if instruction:
-            return self.instructed_prompt.format(document=document, instruction=instruction), " " + bare
-        return self.prompt.format(document=document), " " + bare
+            return self.instructed_prompt.format(document=document, instruction=instruction), " " + bare, bare_prompt
+        return bare_prompt, " " + bare, None
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        prompts, targets = map(list, zip(*(self.prompt_and_target(q, d) for q, d in pairs)))
+        prompts, targets, bare_prompts = map(list, zip(*(self._prompts(q, d) for q, d in pairs)))
         # the bare prompt's twins of the instructed pairs, scored in the same LM call (ensemble_bare)
-        twins = [i for i, (q, _) in enumerate(pairs) if self._instruction(q)[0]] if self.ensemble_bare else []
+        twins = [i for i, twin in enumerate(bare_prompts) if twin is not None] if self.ensemble_bare else []
         for i in twins:
-            prompts.append(self.prompt.format(document=self._cut(pairs[i][1].strip())))
+            prompts.append(bare_prompts[i])
             targets.append(targets[i])
         scores = np.asarray([s.logprob for s in self.lm.score(prompts, targets)], dtype=np.float32)
         if twins:

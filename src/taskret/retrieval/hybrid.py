@@ -49,6 +49,7 @@ def token_count(minimum: int) -> Callable[[str], int]:
     convert.__name__ = f"whole number of tokens >= {minimum}"
     return convert
 
+
 _OPTIONS = {"fusion": str, "weight": float, "weights": _numbers, "rrf_k": float, "depth": int}
 
 
