@@ -807,15 +807,26 @@ def tart_berri_table() -> list[str]:
     reranked = [name for name, cols in d["scifact"].items() if "rerank_instruction" in cols and "+" in name
                 and label(name) != name and ("reranked by" in label(name) or "reranking alone" in label(name))]
     if reranked:
+        # --columns tart_instruction: the TART-duals and the reranker read the instruction, BM25 and the untrained
+        # encoders the claim alone (hybrid:...?read_instruction=0,1,0)
+        columns = ["no_instruction", "instruction", "rerank_instruction"]
+        header = "| system | no instruction | instruction | instruction to the reranker only |"
+        tart_instructed = any("tart_instruction" in d["scifact"][name] for name in reranked)
+        if tart_instructed:
+            columns.append("tart_instruction")
+            header += " instruction to TART-dual and the reranker |"
         out += ["", "The instruction at the reranker only (`--columns rerank_instruction`): the first stage reads the "
                 "claim alone, the reranker reads `\"{instruction} [SEP] {claim}\"` (`taskret tart evaluate "
-                "--no-first-stage-instruction`); weights chosen on the dev tasks in the same setting.", "",
-                "| system | no instruction | instruction | instruction to the reranker only |", "|---|---|---|---|"]
+                "--no-first-stage-instruction`); weights chosen on the dev tasks in the same setting."
+                + (" To TART-dual and the reranker (`--columns tart_instruction`): the models trained to read an "
+                   "instruction read it, BM25 and the untrained encoders (MiniLM, e5) read the claim alone "
+                   "(`hybrid:bm25+dense:TART_DUAL+dense:e5-small?...&read_instruction=0,1,0`)."
+                   if tart_instructed else ""), "",
+                header, "|---" * (len(columns) + 1) + "|"]
         firsts = list(dict.fromkeys(name.rpartition("+")[0] for name in reranked))  # their first stages
         for name in [f for f in firsts if f in d["scifact"]] + reranked:
             cols = d["scifact"][name]
-            shown = [f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction",
-                                                                              "rerank_instruction")]
+            shown = [f"{cols[c]:.1f}" if c in cols else "not run" for c in columns]
             out.append(f"| {label(name)} | {' | '.join(shown)} |")
     return out
 

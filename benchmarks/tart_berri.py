@@ -28,7 +28,9 @@ Instructions: in the ``instruction`` column the instructed query ``"{instruction
 every model that reads text (encoders, rerankers) and to BM25 when BM25 is the whole system; inside a hybrid
 BM25 always reads the bare claim (words of the instruction only add noise to a lexical match). In the
 ``rerank_instruction`` column the first stage reads the bare claim and only the rerankers read the instructed
-one (``taskret tart evaluate --no-first-stage-instruction``): the instruction goes where it was trained to help.
+one (``taskret tart evaluate --no-first-stage-instruction``). In the ``tart_instruction`` column the instruction
+goes to the models trained to read one (each ``--tart-dual`` encoder and the rerankers), while BM25 and the
+untrained encoders (MiniLM, mpnet, e5) read the bare claim: the instruction goes where it was trained to help.
 
 Every ranking is cached under ``--work`` (JSONL, written atomically), so an interrupted run resumes and a
 rerun recomputes only the rows it lacks. Writes ``{"scifact": {SYSTEM: {"instruction", "no_instruction"}},
@@ -70,10 +72,12 @@ THREE_WAY = "hybrid+minilm+e5"
 # kept in the result's "timings" with the earlier runs' (a ranking read from the cache is not timed again)
 TIMINGS: dict[str, float] = {}
 DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", "berri-lite/liar_plus")
-#: setting -> (the reranker reads the instructed claim, the first stage does). no_instruction: every model reads the
-#: claim alone; instruction: the instructed claim goes to every model that reads text; rerank_instruction: the first
-#: stage reads the claim alone and the reranker the instructed claim.
-COLUMNS = {"no_instruction": (False, False), "instruction": (True, True), "rerank_instruction": (True, False)}
+#: setting -> (the reranker reads the instructed claim, the untrained first stages do, the trained TART-duals do).
+#: no_instruction: every model reads the claim alone; instruction: the instructed claim goes to every model that reads
+#: text; rerank_instruction: the first stage reads the claim alone and the reranker the instructed claim;
+#: tart_instruction: the models trained with instructions (TART-dual, the rerankers) read it, the others do not.
+COLUMNS = {"no_instruction": (False, False, False), "instruction": (True, True, True),
+           "rerank_instruction": (True, False, False), "tart_instruction": (True, False, True)}
 RERANK_DEPTH = 10  # first-stage documents a reranker reorders by default; other depths name their rows FIRST+NAME_topN
 
 
@@ -285,6 +289,7 @@ def main() -> None:
     work = Path(args.work)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     encoders = {name: spec for name, spec in ENCODERS.items() if name in systems}
+    trained: set[str] = set()  # the encoders trained with instructions (the tart_instruction column's readers)
     hybrids = {hybrid: encoder for hybrid, encoder in (("hybrid", "minilm"), ("hybrid+mpnet", "mpnet"),
                                                                   ("hybrid+e5", "e5"))
                if "hybrid" in systems and encoder in encoders}
@@ -293,10 +298,12 @@ def main() -> None:
         name = name or "tart_dual"
         encoders[name] = f"dense:{Path(folder) / 'model'}" if (Path(folder) / "model").is_dir() else f"dense:{folder}"
         hybrids[f"hybrid+{name}"] = name
+        trained.add(name)
         if args.wise_ft is not None:  # the same model moved back towards its base (WiSE-FT), as another system
             merged = f"{name}_wise{args.wise_ft:g}"
             encoders[merged] = f"dense:{_merged(encoders[name][len('dense:'):], args.wise_ft, work / 'models' / merged)}"
             hybrids[f"hybrid+{merged}"] = merged
+            trained.add(merged)
     rerankers = {}
     if "upr" in systems:
         from taskret.rerank import load_reranker
@@ -329,11 +336,11 @@ def main() -> None:
                              for tasks in dev_overlap([spec], dev_tasks).values()}
     started = time.perf_counter()
 
-    def first_stages(r: Rankings, instructed: bool) -> dict[str, RetrievalResult]:
+    def first_stages(r: Rankings, instructed: bool, trained_instructed: bool) -> dict[str, RetrievalResult]:
         out = {"bm25": r.first_stage("bm25", "bm25", instructed)}
         out["bm25_bare"] = out["bm25"] if not instructed else r.first_stage("bm25", "bm25", False)
         for name, spec in encoders.items():
-            out[name] = r.first_stage(name, spec, instructed)
+            out[name] = r.first_stage(name, spec, trained_instructed if name in trained else instructed)
         return out
 
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
@@ -343,10 +350,10 @@ def main() -> None:
     for column in columns:
         # rerank_instruction: the first stage reads the claim alone, the reranker the instructed claim
         # (`taskret tart evaluate --no-first-stage-instruction`)
-        rerank_instructed, instructed = COLUMNS[column]
+        rerank_instructed, instructed, trained_instructed = COLUMNS[column]
         print(f"{column}: first stages on the dev tasks, then SciFact", flush=True)
-        dev_first = [first_stages(r, instructed) for r in dev]
-        sci_first = first_stages(target, instructed)
+        dev_first = [first_stages(r, instructed, trained_instructed) for r in dev]
+        sci_first = first_stages(target, instructed, trained_instructed)
         stages = {name: sci_first[name] for name in ["bm25", *encoders]}
         dev_stages = [{name: f[name] for name in ["bm25", *encoders]} for f in dev_first]
         for hybrid, encoder in hybrids.items():
@@ -424,9 +431,9 @@ def main() -> None:
         result.update({k: v for k, v in earlier.items() if k.startswith("held_out")})
         if args.merge:  # keep the systems this run did not compute, and the commands that computed them
             result["timings"] = {**earlier.get("timings", {}), **result["timings"]}
-            for key in ("scifact", "weights", "details"):
-                for name, cols in earlier.get(key, {}).items():
-                    result[key][name] = {**cols, **result[key].get(name, {})}
+            for key in ("scifact", "weights", "details"):  # the earlier systems keep their order, new ones follow
+                merged = {name: {**cols, **result[key].get(name, {})} for name, cols in earlier.get(key, {}).items()}
+                result[key] = {**merged, **{n: c for n, c in result[key].items() if n not in merged}}
             result["dev_overlap"] = {**earlier.get("dev_overlap", {}), **result["dev_overlap"]}
             result["commands"] = [*earlier.get("commands", []), *result["commands"]]
             result["wall_time_s"] += earlier.get("wall_time_s", 0.0)
@@ -465,7 +472,8 @@ def _parser():
                    help="first-stage documents each reranker reorders (other than 10: rows FIRST+NAME_topN)")
     p.add_argument("--columns", default="no_instruction,instruction",
                    help="which settings to run: no_instruction (the claim alone), instruction, rerank_instruction "
-                        "(the first stage reads the claim alone, the rerankers the instructed claim)")
+                        "(the first stage reads the claim alone, the rerankers the instructed claim), tart_instruction (the "
+                        "TART-duals and the rerankers read the instruction, BM25 and untrained encoders do not)")
     p.add_argument("--rerank-columns", default=None,
                    help="the columns the rerankers run in (default: every column; each costs an LM pass per pair)")
     p.add_argument("--rerank-first", default="hybrid,hybrid+mpnet,hybrid+e5,hybrid+minilm+e5,hybrid+tart_dual",

@@ -19,7 +19,9 @@ from taskret.formats import (
     BREAK_FORMAT,
     break_from_prompt,
     break_to_prompt,
+    format_query,
     normalize_whitespace,
+    split_query,
 )
 from taskret.io import DataError
 
@@ -195,6 +197,13 @@ def test_break_round_trip_on_normalised_text(gold):
 
 def test_break_from_prompt_on_text_without_step_marks_keeps_it():
     assert break_from_prompt("  return flights  ") == "return flights"
+
+
+def test_split_query_undoes_format_query():
+    assert split_query(format_query(" Find the abstract ", "aspirin cuts risk")) == ("Find the abstract",
+                                                                                    "aspirin cuts risk")
+    assert split_query(format_query(None, "aspirin cuts risk")) == (None, "aspirin cuts risk")
+    assert split_query(" [SEP] a bare query") == (None, "[SEP] a bare query")  # no instruction before it: kept whole
 
 
 # --- sampling -------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 __all__ = ["DEMO_SEPARATOR", "SEP", "OutputFormat", "BREAK_FORMAT", "break_to_prompt", "break_from_prompt",
-           "render_demo", "render_query", "demonstration", "scoring_pair", "format_query", "normalize_whitespace"]
+           "render_demo", "render_query", "demonstration", "scoring_pair", "format_query", "split_query",
+           "normalize_whitespace"]
 
 DEMO_SEPARATOR = "\n"  # between demonstrations, and after the last one; also the generation's stop
 SEP = " [SEP] "  # TART: between the instruction and the query
@@ -92,3 +93,9 @@ def format_query(instruction: str | None, query: str) -> str:
     if instruction is None or not instruction.strip():
         return query
     return f"{instruction.strip()}{SEP}{query}"
+
+
+def split_query(text: str) -> tuple[str | None, str]:
+    """:func:`format_query` undone: ``(instruction, query)``, or ``(None, text)`` when no instruction leads it."""
+    instruction, sep, query = text.partition(SEP)
+    return (instruction.strip(), query.strip()) if sep and instruction.strip() else (None, text.strip())

@@ -170,6 +170,28 @@ def test_tune_weight_of_a_hybrid_of_three_prints_its_shares(tmp_path):
     assert f"hybrid:bm25+random+bm25:output?fusion=convex&weights={shares}" in result.output.replace("\n", "")
 
 
+def test_tune_weight_says_which_components_read_the_instruction(tmp_path):
+    folder = write_beir(tmp_path / "facts")
+    out = tmp_path / "weight.json"
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--instruction",
+                    "--instruction-text", "Find the abstract", "--read-instruction", "1,0", "--out", out)
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved["read_instruction"] == [True, False]
+    assert f"weight={saved['weight']:g}&read_instruction=1,0'" in result.output.replace("\n", "")
+    # the hybrid's own default (BM25 without it, the rest with it) needs no option in the spec
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--instruction",
+                    "--instruction-text", "Find the abstract", "--read-instruction", "0,1")
+    assert result.exit_code == 0 and "read_instruction" not in result.output
+    for bad, message in [("1,2", "expected 0 or 1"), ("1", "one switch per component")]:
+        result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random",
+                        "--read-instruction", bad)
+        assert result.exit_code == 2 and message in result.stderr, result.output
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--rerank", "upr:smollm2-135m",
+                    "--read-instruction", "1")
+    assert result.exit_code == 2 and "with --second" in result.stderr
+
+
 def test_tune_weight_refuses_two_partners_or_none(tmp_path):
     folder = write_beir(tmp_path / "facts")
     for extra in ([], ["--second", "random", "--rerank", "upr:smollm2-135m"]):

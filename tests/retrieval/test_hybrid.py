@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from taskret.formats import format_query
 from taskret.retrieval import BM25Retriever, HybridRetriever, Retriever, make_retriever
-from taskret.retrieval.hybrid import fuse_convex, fuse_rrf, parse_hybrid_spec
+from taskret.retrieval.hybrid import fuse_convex, fuse_rrf, parse_hybrid_spec, strip_instructions
 
 
 def test_rrf_adds_reciprocal_ranks():
@@ -55,6 +56,29 @@ def test_hybrid_of_two_bm25_fields_finds_what_either_finds(pool_examples):
     assert top[0] == by_input.retrieve([query], k=1).ids[0][0]
     assert len(set(top)) == 3 and set(top) <= {e.id for e in pool_examples}
     assert by_output.ids == hybrid.ids
+
+
+def test_bm25_components_read_the_query_without_its_instruction_unless_told(tmp_path, pool_examples):
+    query = "play some music"
+    instructed = format_query("set an alarm for seven in the morning and send a text message", query)
+    default = make_retriever("hybrid:bm25+bm25:output?fusion=convex&weight=1").index(pool_examples)
+    assert default.read_instruction == [False, False]
+    bare = default.retrieve([query], k=8)
+    assert bare.ids[0][0] == "music"
+    assert default.retrieve([instructed], k=8).ids == bare.ids  # the instruction's words never reach BM25
+    told = make_retriever("hybrid:bm25+bm25:output?fusion=convex&weight=1&read_instruction=1,0").index(pool_examples)
+    assert told.retrieve([instructed], k=8).ids[0][0] != "music"  # read, its words outweigh the query's
+    assert told.retrieve([query], k=8).ids == bare.ids  # a bare query passes through unchanged
+    assert strip_instructions([" spaced bare query ", instructed]) == [" spaced bare query ", query]
+    assert make_retriever("hybrid:bm25+random+dense:x").read_instruction == [False, True, True]
+    told.save(tmp_path / "index")
+    loaded = Retriever.load(tmp_path / "index")
+    assert loaded.read_instruction == [True, False] and loaded.retrieve([instructed], k=8).ids == \
+        told.retrieve([instructed], k=8).ids
+    with pytest.raises(ValueError, match="comma-separated list of 0 and 1"):
+        parse_hybrid_spec("bm25+random?read_instruction=0,2")
+    with pytest.raises(ValueError, match="one switch per component"):
+        make_retriever("hybrid:bm25+random?read_instruction=0,1,1")
 
 
 @pytest.mark.integration

@@ -188,6 +188,25 @@ def test_tune_weights_ranks_each_spec_once_and_refuses_hybrids():
         tune_weights(["bm25"], tasks)
 
 
+def test_components_read_the_instruction_as_the_hybrid_will_give_it():
+    # an instruction whose words name one topic pulls every instructed BM25 query to that topic's document
+    tasks = [_task("a", 0).with_instructions(["bread yeast baking bread yeast baking"])]
+    bare = tune_weights(["bm25", "bm25:output"], tasks, depth=8, grid=[(1.0, 0.0)])
+    assert bare.mean_ndcg[(1.0, 0.0)] == pytest.approx(100.0)
+    # BM25 reads the query alone by default, as inside the hybrid; told to read the instruction, it loses
+    assert tune_weights(["bm25", "bm25:output"], tasks, depth=8, use_instruction=True,
+                        grid=[(1.0, 0.0)]).mean_ndcg == bare.mean_ndcg
+    read = tune_weights(["bm25", "bm25:output"], tasks, depth=8, use_instruction=True, grid=[(1.0, 0.0)],
+                        read_instruction=[True, False])
+    assert read.mean_ndcg[(1.0, 0.0)] < 100.0
+    one = tune_weight("bm25", tasks, second="random", depth=8, use_instruction=True, read_instruction=[True, False])
+    assert one.mean_ndcg[1.0] == pytest.approx(read.mean_ndcg[(1.0, 0.0)])
+    with pytest.raises(ValueError, match="one switch per component"):
+        tune_weights(["bm25", "random"], tasks, read_instruction=[True])
+    with pytest.raises(ValueError, match="give it with second"):
+        tune_weight("bm25", tasks, reranker=WordOverlap(), read_instruction=[True])
+
+
 def test_dev_overlap_names_each_trained_model_whose_training_tasks_include_a_dev_task(tmp_path):
     distilled = tmp_path / "distilled" / "distil"
     (distilled / "model").mkdir(parents=True)

@@ -42,7 +42,8 @@ def evaluate(
     tasks: str = typer.Option("scifact", "--tasks", help="comma-separated: scifact, mtop, mtop-similar, break, ambigqa, "
                               "berri-lite/TASK, or paths of folders in the BEIR layout"),
     retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER (e.g. dense:minilm-l6), hybrid:SPEC+SPEC "
-                                  "(e.g. hybrid:bm25+dense:minilm-l6), sbert, random"),
+                                  "(e.g. hybrid:bm25+dense:minilm-l6; its BM25 reads the query without the "
+                                  "instruction, ?read_instruction=0,1 says it per component), sbert, random"),
     setting: str = typer.Option("closed", help="closed (each task's own corpus), pooled (all corpora merged) or both"),
     instruction: bool = typer.Option(True, "--instruction/--no-instruction",
                                      help="prepend each task's instruction to its queries ('{instruction} [SEP] {query}')"),
@@ -194,6 +195,9 @@ def tune_weight(
     instruction: bool = typer.Option(False, "--instruction/--no-instruction",
                                      help="tune on instructed queries ('{instruction} [SEP] {query}')"),
     instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
+    read_instruction: Optional[str] = typer.Option(
+        None, "--read-instruction", help="with --second and --instruction: which components read the instruction, "
+        "in order (--first, then each --second), e.g. 0,1,0; default: all but BM25, as the hybrid gives it"),
     split: str = typer.Option("test", help="which split of each task (berri-lite: test reads its dev qrels)"),
     limit: Optional[int] = typer.Option(25, help="a fixed seeded sample of N queries per task"),
     seed: int = typer.Option(0, help="seed of the query sample"),
@@ -208,6 +212,7 @@ def tune_weight(
     from rich.table import Table
 
     from ..io import write_json
+    from ..retrieval.hybrid import parse_switches, reads_instruction
     from ..tart.fusion import DEFAULT_CONFIDENCE, DevOverlapWarning, dev_overlap, tune_weights
     from ..tart.fusion import tune_weight as tune
     from ..tart.tasks import load_retrieval_task
@@ -219,6 +224,22 @@ def tune_weight(
     if confidence is not None and not rerank:
         raise ValueError("--confidence guards a reranker's weight: give it with --rerank")
     confidence = DEFAULT_CONFIDENCE if confidence is None else confidence
+    reads = None
+    if read_instruction is not None:
+        if not second:
+            raise ValueError("--read-instruction says which of a hybrid's components read the instruction: give it "
+                             "with --second")
+        try:
+            reads = parse_switches(read_instruction)
+        except ValueError:
+            raise ValueError(f"--read-instruction: expected 0 or 1 per component, comma-separated (e.g. 0,1,0), "
+                             f"got {read_instruction!r}") from None
+        if len(reads) != 1 + len(second):
+            raise ValueError(f"--read-instruction: one switch per component ({1 + len(second)}: --first and each "
+                             f"--second), got {len(reads)}")
+    # the spec's option, where the switches differ from the hybrid's default
+    read_option = ("" if reads is None or reads == [reads_instruction(s) for s in [first, *(second or [])]]
+                   else "&read_instruction=" + ",".join(str(int(r)) for r in reads))
     loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
               for name in _task_names(tasks)]
     overlap = dev_overlap([first, *(second or []), rerank], loaded)
@@ -230,16 +251,17 @@ def tune_weight(
         with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every share"), \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", DevOverlapWarning)  # said above, in the console's words
-            choice = tune_weights(specs, loaded, depth=depth, use_instruction=instruction)
-        _report_weights(specs, loaded, choice, out, {"use_instruction": instruction, "limit": limit, "seed": seed,
-                                                     "dev_overlap": overlap})
+            choice = tune_weights(specs, loaded, depth=depth, use_instruction=instruction, read_instruction=reads)
+        _report_weights(specs, loaded, choice, out, {"use_instruction": instruction, "read_instruction": reads,
+                                                     "limit": limit, "seed": seed, "dev_overlap": overlap},
+                        read_option)
         return
     second = second[0] if second else None
     with console.status(f"ranking {', '.join(t.name for t in loaded)} once per component, then every weight"), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", DevOverlapWarning)
         choice = tune(first, loaded, second=second, reranker=rerank, rerank_depth=rerank_depth, depth=depth,
-                      use_instruction=instruction, confidence=confidence)
+                      use_instruction=instruction, confidence=confidence, read_instruction=reads)
     table = Table("weight of --first", *(t.name for t in loaded), "mean NDCG@10",
                   title=f"{first} vs {second or 'its reranking by ' + str(rerank)}")
     for weight, mean in choice.mean_ndcg.items():
@@ -252,7 +274,8 @@ def tune_weight(
                 f"queries, a gain that holds in {choice.confidence:.0%} of their bootstrap resamples")
         console.print(held + (f", under --confidence {confidence:g}: the first stage keeps its order (weight 1)"
                               if choice.weight != choice.best else ""))
-    use = (f"--retriever 'hybrid:{first}+{second}?fusion=convex&weight={choice.weight:g}'" if second is not None else
+    use = (f"--retriever 'hybrid:{first}+{second}?fusion=convex&weight={choice.weight:g}{read_option}'"
+           if second is not None else
            f"--retriever '{first}' --rerank {rerank} --rerank-depth {rerank_depth} --rerank-weight {choice.weight:g}")
     console.print(f"use: {use}")
     if out is not None:
@@ -260,6 +283,7 @@ def tune_weight(
                          "confidence_required": confidence if rerank else None,
                          "first": first, "second": second, "rerank": rerank,
                          "rerank_depth": rerank_depth if rerank else None, "use_instruction": instruction,
+                         "read_instruction": reads,
                          "tasks": [t.name for t in loaded], "limit": limit, "seed": seed, "dev_overlap": overlap,
                          "mean_ndcg": {f"{w:g}": round(v, 2) for w, v in choice.mean_ndcg.items()},
                          "per_task": {f"{w:g}": {t: round(v, 2) for t, v in per.items()}
@@ -267,8 +291,9 @@ def tune_weight(
         console.print(f"-> {out}")
 
 
-def _report_weights(specs: list[str], tasks, choice, out: Optional[Path], settings: dict) -> None:
-    """The shares tune-weight chose for a hybrid of three or more, as a table (best 10), a spec and JSON."""
+def _report_weights(specs: list[str], tasks, choice, out: Optional[Path], settings: dict, read_option: str) -> None:
+    """The shares tune-weight chose for a hybrid of three or more, as a table (best 10), a spec (``read_option``
+    appended to its options) and JSON."""
     from rich.table import Table
 
     from ..io import write_json
@@ -285,7 +310,8 @@ def _report_weights(specs: list[str], tasks, choice, out: Optional[Path], settin
     def key(weights) -> str:  # the shares as the spec writes them
         return ",".join(f"{w:g}" for w in weights)
 
-    console.print(f"use: --retriever 'hybrid:{'+'.join(specs)}?fusion=convex&weights={key(choice.weights)}'")
+    console.print(f"use: --retriever 'hybrid:{'+'.join(specs)}?fusion=convex&weights={key(choice.weights)}"
+                  f"{read_option}'")
     if out is not None:
         write_json(out, {"weights": list(choice.weights), "specs": specs, **settings, "tasks": [t.name for t in tasks],
                          "mean_ndcg": {key(w): round(v, 2) for w, v in choice.mean_ndcg.items()},

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..formats import SEP
+from ..formats import split_query
 from .base import Reranker
 
 __all__ = ["CausalLMReranker", "UPR_PROMPT", "UPR_INSTRUCTED_PROMPT"]
@@ -99,8 +99,8 @@ class CausalLMReranker(Reranker):
     @staticmethod
     def _instruction(query: str) -> tuple[str, str]:
         """(instruction, the query without it) of ``"{instruction} [SEP] {query}"``; ("", query) without one."""
-        instruction, sep, bare = query.partition(SEP)
-        return (instruction.strip(), bare.strip()) if sep and instruction.strip() else ("", query.strip())
+        instruction, bare = split_query(query)
+        return instruction or "", bare
 
     def prompt_and_target(self, query: str, document: str) -> tuple[str, str]:
         """The prompt the LM reads and the text it is scored on, for one pair."""

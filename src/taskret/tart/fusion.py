@@ -40,7 +40,7 @@ import numpy as np
 from ..formats import format_query
 from ..io import read_json
 from ..retrieval.base import RetrievalResult
-from ..retrieval.hybrid import fuse_convex, parse_hybrid_spec
+from ..retrieval.hybrid import fuse_convex, parse_hybrid_spec, reads_instruction
 from .evaluation import compute_metrics
 from .tasks import RetrievalTask, doc_text
 
@@ -238,15 +238,28 @@ def _warn_dev_overlap(specs: Sequence[str | None], tasks: Sequence[RetrievalTask
                       DevOverlapWarning, stacklevel=3)
 
 
+def _component_reads(specs: Sequence[str], use_instruction: bool,
+                     read_instruction: Sequence[bool] | None) -> list[bool]:
+    """Whether each of a hybrid's would-be components reads the instruction, as the hybrid will give it
+    (``read_instruction``, or its default: all but BM25)."""
+    if read_instruction is not None and len(read_instruction) != len(specs):
+        raise ValueError(f"read_instruction needs one switch per component ({len(specs)}), got {len(read_instruction)}")
+    defaults = [reads_instruction(spec) for spec in specs]
+    return [use_instruction and bool(reads) for reads in (read_instruction or defaults)]
+
+
 def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None = None, reranker=None,
                 rerank_depth: int = 10, depth: int = 100, use_instruction: bool = False,
-                grid: Sequence[float] | None = None, confidence: float = DEFAULT_CONFIDENCE) -> WeightChoice:
+                grid: Sequence[float] | None = None, confidence: float = DEFAULT_CONFIDENCE,
+                read_instruction: Sequence[bool] | None = None) -> WeightChoice:
     """The weight of the retriever spec ``first`` against ``second`` (another retriever spec: a hybrid's
     ``weight``; grid :data:`DEFAULT_GRID`) or against ``reranker`` (a :class:`~taskret.rerank.Reranker` or a
     name :func:`~taskret.rerank.load_reranker` takes, reordering ``first``'s top ``rerank_depth``: the first
     stage's share, ``--rerank-weight``; grid :data:`RERANK_GRID`, guarded by ``confidence``, 0 to take the best
-    weight however small its gain), chosen on ``tasks`` (dev tasks, never the one you will evaluate). Warns
-    (:class:`DevOverlapWarning`) when a trained model named here was trained on one of ``tasks``."""
+    weight however small its gain), chosen on ``tasks`` (dev tasks, never the one you will evaluate). With
+    ``second``, each component reads the instruction as the hybrid will give it: ``read_instruction`` (two
+    switches) or the hybrid's default (BM25 reads the query alone). Warns (:class:`DevOverlapWarning`) when a
+    trained model named here was trained on one of ``tasks``."""
     from ..retrieval import make_retriever
 
     if (second is None) == (reranker is None):
@@ -259,10 +272,15 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
     if not tasks:
         raise ValueError("choosing a fusion weight needs at least one dev task")
     _warn_dev_overlap([first, second, reranker if isinstance(reranker, str) else None], tasks)
-    first_rankings = rank_tasks(lambda: make_retriever(first), tasks, depth=depth, use_instruction=use_instruction)
     if second is not None:
-        other = rank_tasks(lambda: make_retriever(second), tasks, depth=depth, use_instruction=use_instruction)
+        reads = _component_reads([first, second], use_instruction, read_instruction)
+        first_rankings, other = (rank_tasks(lambda spec=spec: make_retriever(spec), tasks, depth=depth,
+                                            use_instruction=read) for spec, read in zip((first, second), reads))
         return choose_weight(first_rankings, other, tasks, grid=DEFAULT_GRID if grid is None else grid)
+    if read_instruction is not None:
+        raise ValueError("read_instruction says which of a hybrid's components read the instruction: give it with "
+                         "second (a reranker reads the instruction as use_instruction says)")
+    first_rankings = rank_tasks(lambda: make_retriever(first), tasks, depth=depth, use_instruction=use_instruction)
     from ..rerank import load_reranker
 
     other = rerank_tasks(load_reranker(reranker), first_rankings, tasks, top_k=rerank_depth,
@@ -272,10 +290,13 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
 
 
 def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: int = 100, use_instruction: bool = False,
-                 grid: Sequence[Sequence[float]] | None = None) -> WeightsChoice:
+                 grid: Sequence[Sequence[float]] | None = None,
+                 read_instruction: Sequence[bool] | None = None) -> WeightsChoice:
     """The shares of two or more plain retriever specs in ``hybrid:A+B+C?fusion=convex&weights=...``, chosen on
     ``tasks`` (dev tasks, never the one you will evaluate): each ranks each task once, then every grid point fuses.
-    Warns (:class:`DevOverlapWarning`) when a trained model named here was trained on one of ``tasks``."""
+    Each reads the instruction (``use_instruction``) as the hybrid will give it: ``read_instruction``, one switch
+    per spec, or the hybrid's default (BM25 reads the query alone). Warns (:class:`DevOverlapWarning`) when a
+    trained model named here was trained on one of ``tasks``."""
     from ..retrieval import make_retriever
 
     if len(specs) < 2 or any(s.startswith("hybrid:") for s in specs):
@@ -284,8 +305,9 @@ def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: in
     if depth < 1:
         raise ValueError("depth must be at least 1")
     _warn_dev_overlap(specs, tasks)
-    rankings = [rank_tasks(lambda spec=spec: make_retriever(spec), tasks, depth=depth, use_instruction=use_instruction)
-                for spec in specs]
+    reads = _component_reads(specs, use_instruction, read_instruction)
+    rankings = [rank_tasks(lambda spec=spec: make_retriever(spec), tasks, depth=depth, use_instruction=read)
+                for spec, read in zip(specs, reads)]
     return choose_weights(rankings, tasks, grid=grid)
 
 
