@@ -96,6 +96,8 @@ def format_query(instruction: str | None, query: str) -> str:
 
 
 def split_query(text: str) -> tuple[str | None, str]:
-    """:func:`format_query` undone: ``(instruction, query)``, or ``(None, text)`` when no instruction leads it."""
+    """:func:`format_query` undone: ``(instruction, query)``, both stripped, or ``(None, text stripped)`` when no
+    instruction leads it. The instruction ends at the first ``" [SEP] "``: one holding that separator itself
+    leaves its tail in the query."""
     instruction, sep, query = text.partition(SEP)
     return (instruction.strip(), query.strip()) if sep and instruction.strip() else (None, text.strip())

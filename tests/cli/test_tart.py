@@ -179,17 +179,22 @@ def test_tune_weight_says_which_components_read_the_instruction(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["read_instruction"] == [True, False]
     assert f"weight={saved['weight']:g}&read_instruction=1,0'" in result.output.replace("\n", "")
-    # the hybrid's own default (BM25 without it, the rest with it) needs no option in the spec
-    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--instruction",
-                    "--instruction-text", "Find the abstract", "--read-instruction", "0,1")
+    # the hybrid's own default (BM25 without it, the rest with it) needs no option in the spec; the output records it
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--second",
+                    "bm25:output", "--instruction", "--instruction-text", "Find the abstract", "--out", out)
     assert result.exit_code == 0 and "read_instruction" not in result.output
+    assert json.loads(out.read_text())["read_instruction"] == [False, True, False]
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--second",
+                    "bm25:output", "--instruction", "--instruction-text", "Find the abstract",
+                    "--read-instruction", "0,0,1")
+    assert result.exit_code == 0 and "&read_instruction=0,0,1'" in result.output.replace("\n", "")
     for bad, message in [("1,2", "expected 0 or 1"), ("1", "one switch per component")]:
-        result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random",
+        result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--instruction",
                         "--read-instruction", bad)
         assert result.exit_code == 2 and message in result.stderr, result.output
-    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--rerank", "upr:smollm2-135m",
-                    "--read-instruction", "1")
-    assert result.exit_code == 2 and "with --second" in result.stderr
+    for partner in (["--rerank", "upr:smollm2-135m", "--instruction"], ["--second", "random"]):  # no hybrid, no instruction
+        result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", *partner, "--read-instruction", "1,0")
+        assert result.exit_code == 2 and "with --second and --instruction" in result.stderr
 
 
 def test_tune_weight_refuses_two_partners_or_none(tmp_path):

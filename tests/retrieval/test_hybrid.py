@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -77,8 +79,18 @@ def test_bm25_components_read_the_query_without_its_instruction_unless_told(tmp_
         told.retrieve([instructed], k=8).ids
     with pytest.raises(ValueError, match="comma-separated list of 0 and 1"):
         parse_hybrid_spec("bm25+random?read_instruction=0,2")
-    with pytest.raises(ValueError, match="one switch per component"):
+    with pytest.raises(ValueError, match=r"one switch per component.*got \[False, True, True\]"):
         make_retriever("hybrid:bm25+random?read_instruction=0,1,1")
+    with pytest.raises(ValueError, match="each 0 or 1"):
+        HybridRetriever([BM25Retriever(), BM25Retriever()], read_instruction=["0", "1"])
+    # an index saved before the option existed loads with the default; a saved BM25 folder counts as BM25
+    meta = json.loads((tmp_path / "index" / "meta.json").read_text())
+    del meta["read_instruction"]
+    (tmp_path / "index" / "meta.json").write_text(json.dumps(meta))
+    assert Retriever.load(tmp_path / "index").read_instruction == [False, False]
+    BM25Retriever().index(pool_examples).save(tmp_path / "bm25")
+    folder = make_retriever(f"hybrid:{tmp_path / 'bm25'}+random")
+    assert folder.read_instruction == [False, True]
 
 
 @pytest.mark.integration

@@ -203,6 +203,8 @@ def test_components_read_the_instruction_as_the_hybrid_will_give_it():
     assert one.mean_ndcg[1.0] == pytest.approx(read.mean_ndcg[(1.0, 0.0)])
     with pytest.raises(ValueError, match="one switch per component"):
         tune_weights(["bm25", "random"], tasks, read_instruction=[True])
+    with pytest.raises(ValueError, match="use_instruction=True"):
+        tune_weights(["bm25", "random"], tasks, read_instruction=[True, False])
     with pytest.raises(ValueError, match="give it with second"):
         tune_weight("bm25", tasks, reranker=WordOverlap(), read_instruction=[True])
 

@@ -226,9 +226,9 @@ def tune_weight(
     confidence = DEFAULT_CONFIDENCE if confidence is None else confidence
     reads = None
     if read_instruction is not None:
-        if not second:
+        if not second or not instruction:
             raise ValueError("--read-instruction says which of a hybrid's components read the instruction: give it "
-                             "with --second")
+                             "with --second and --instruction")
         try:
             reads = parse_switches(read_instruction)
         except ValueError:
@@ -237,9 +237,12 @@ def tune_weight(
         if len(reads) != 1 + len(second):
             raise ValueError(f"--read-instruction: one switch per component ({1 + len(second)}: --first and each "
                              f"--second), got {len(reads)}")
-    # the spec's option, where the switches differ from the hybrid's default
-    read_option = ("" if reads is None or reads == [reads_instruction(s) for s in [first, *(second or [])]]
+    # the spec's option, where the switches differ from the hybrid's default; the output records the effective ones
+    default_reads = [reads_instruction(s) for s in [first, *(second or [])]]
+    read_option = ("" if reads is None or reads == default_reads
                    else "&read_instruction=" + ",".join(str(int(r)) for r in reads))
+    if instruction and second and reads is None:
+        reads = default_reads
     loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
               for name in _task_names(tasks)]
     overlap = dev_overlap([first, *(second or []), rerank], loaded)

@@ -19,8 +19,10 @@ Instructions: a TART query ``"{instruction} [SEP] {query}"`` reaches each compon
 components read the query alone: an instruction's words only add noise to a lexical match (BM25 loses 4.0
 NDCG@10 on SciFact with them). ``read_instruction`` says it per component, in order, ``1`` to read the
 instruction and ``0`` to drop it: ``hybrid:bm25+dense:TART_DUAL+dense:e5-small?...&read_instruction=0,1,0``
-gives it to the instruction-trained TART-dual only, since an untrained encoder also loses with it (e5 14.5
-points on SciFact, MiniLM 6.5). Bare queries pass through unchanged.
+gives it to the instruction-trained TART-dual only, since an untrained encoder can lose with it (on SciFact, alone,
+e5 14.5 points and MiniLM 6.5). Bare queries pass through unchanged. The instruction ends at the query's first
+``" [SEP] "`` (:func:`taskret.formats.split_query`). An index saved before this option existed loads with the
+default, so its BM25 no longer reads the instruction (``read_instruction=1,...`` gives the old behaviour back).
 """
 
 from __future__ import annotations
@@ -188,10 +190,13 @@ class HybridRetriever(Retriever):
                 weights = [1.0 / n] * n if n else []
         if len(weights) != n or any(w < 0 for w in weights):
             raise ValueError(f"weights must be {n} non-negative numbers, got {list(weights)}")
-        if read_instruction is None:
-            read_instruction = [reads_instruction(spec) for spec in self.specs]
-        if len(read_instruction) != n:
-            raise ValueError(f"read_instruction needs one switch per component ({n}), got {len(read_instruction)}")
+        if read_instruction is None:  # the default, also for an index saved before the option existed
+            # by the built component where there is one (a saved BM25 folder is BM25 too), else by its spec
+            read_instruction = ([component.name != "bm25" for component in self.components] if self.components
+                                else [reads_instruction(spec) for spec in self.specs])
+        if len(read_instruction) != n or not all(switch in (0, 1) for switch in read_instruction):
+            raise ValueError(f"read_instruction needs one switch per component, each 0 or 1 (True or False): {n} for "
+                             f"{self.specs}, got {list(read_instruction)}")
         self.fusion, self.weights, self.rrf_k, self.depth, self.field = fusion, list(weights), rrf_k, depth, field
         self.read_instruction = [bool(switch) for switch in read_instruction]
 

@@ -243,7 +243,11 @@ def _component_reads(specs: Sequence[str], use_instruction: bool,
     """Whether each of a hybrid's would-be components reads the instruction, as the hybrid will give it
     (``read_instruction``, or its default: all but BM25)."""
     if read_instruction is not None and len(read_instruction) != len(specs):
-        raise ValueError(f"read_instruction needs one switch per component ({len(specs)}), got {len(read_instruction)}")
+        raise ValueError(f"read_instruction needs one switch per component ({len(specs)}: {list(specs)}), got "
+                         f"{list(read_instruction)}")
+    if read_instruction is not None and not use_instruction:
+        raise ValueError("read_instruction says which components read the instruction: give it with "
+                         "use_instruction=True")
     defaults = [reads_instruction(spec) for spec in specs]
     return [use_instruction and bool(reads) for reads in (read_instruction or defaults)]
 
