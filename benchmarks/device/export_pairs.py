@@ -35,12 +35,20 @@ def main() -> None:
     p.add_argument("--dev-limit", type=int, default=25)
     p.add_argument("--columns", default="no_instruction,instruction",
                    help="settings of tart_berri.py to cover; rerank_instruction pairs the instructed queries with the "
-                        "documents the claim alone retrieves")
+                        "documents the claim alone retrieves, tart_instruction with those the --trained components "
+                        "retrieve for the instructed claim and the others for the claim alone")
+    p.add_argument("--trained", default="",
+                   help="the --components trained with instructions (TART-duals, comma-separated): in the "
+                        "tart_instruction column their instructed rankings are read")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     if not columns or any(c not in COLUMNS for c in columns):
         raise SystemExit(f"--columns: expected some of {', '.join(COLUMNS)}, got {args.columns!r}")
+    components = [c.strip() for c in args.components.split(",") if c.strip()]
+    trained = {c.strip() for c in args.trained.split(",") if c.strip()}
+    if not trained <= set(components):
+        raise SystemExit(f"--trained: {', '.join(sorted(trained - set(components)))} not among --components")
     work = Path(args.work)
     tasks = [(work, load_retrieval_task("scifact", args.data_dir, "test"))]
     tasks += [(work / "dev", load_retrieval_task(n, args.data_dir, "test").sample(args.dev_limit, seed=0))
@@ -50,9 +58,10 @@ def main() -> None:
         r = Rankings(task, folder, 100)
         queries, docs, pairs, doc_index = [], [], set(), {}
         for column in columns:
-            instructed, first_instructed = COLUMNS[column]
+            instructed, first_instructed, trained_instructed = COLUMNS[column]
             texts = r.queries(instructed)
-            rankings = [r._path("bm25", False)] + [r._path(c, first_instructed) for c in args.components.split(",")]
+            rankings = [r._path("bm25", False)] + [r._path(c, trained_instructed if c in trained else first_instructed)
+                                                   for c in components]
             tops: dict[str, set] = {q: set() for q in r.qids}
             for path in rankings:
                 for row in read_jsonl(path):
