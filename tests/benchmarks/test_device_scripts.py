@@ -192,3 +192,40 @@ def test_score_pairs_writes_each_pairs_score_in_the_files_order(tmp_path, export
         assert result["scores"][task] == pytest.approx([round(float(s), 6) for s in expected], abs=1e-5)
         assert result["timings"][task]["pairs"] == len(d["pairs"])
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_export_pairs_reads_the_rankings_each_column_reranks(tmp_path, monkeypatch):
+    from taskret.tart.tasks import load_retrieval_task
+
+    from ..tart.builders import write_beir
+
+    folder = write_beir(tmp_path / "facts")
+    (folder / "instructions.json").write_text(json.dumps(["Find the abstract"]))
+    task = load_retrieval_task(str(folder))  # claims q1, q2 judged on the test split
+    export = _module(DEVICE, "export_pairs")
+    monkeypatch.setattr(export, "load_retrieval_task", lambda name, data_dir, split: task)  # SciFact and the dev task
+    monkeypatch.setattr(export, "DEV_TASKS", ("facts",))
+    work = tmp_path / "work"
+    for base in (work / "facts", work / "dev" / "facts"):  # the cached rankings tart_berri.py leaves
+        for name, ids in [("bm25.no_instruction", ["d1", "d2"]), ("tart.no_instruction", ["d1", "d2"]),
+                          ("tart.instruction", ["3", "3"])]:
+            base.mkdir(parents=True, exist_ok=True)
+            (base / f"{name}.jsonl").write_text("".join(json.dumps({"qid": q, "ids": [d], "scores": [1.0]}) + "\n"
+                                                        for q, d in zip(["q1", "q2"], ids)))
+    out = tmp_path / "pairs.json.xz"
+    monkeypatch.setattr(sys, "argv", ["export_pairs.py", "--work", str(work), "--components", "tart", "--trained",
+                                      "tart", "--columns", "rerank_instruction,tart_instruction", "--top", "1",
+                                      "--out", str(out)])
+    export.main()
+    with lzma.open(out, "rt", encoding="utf-8") as f:
+        exported = json.load(f)
+    assert set(exported) == {"facts", "dev/facts"}
+    entry, coffee = exported["facts"], dict(zip(*task.doc_ids_and_texts()))["3"]
+    assert entry["queries"][0].startswith("Find the abstract [SEP] ") and len(entry["queries"]) == 4
+    by_column = [{entry["docs"][d] for q, d in entry["pairs"] if q // 2 == column} for column in (0, 1)]
+    # rerank_instruction: the documents the bare claims retrieve; tart_instruction: also the TART-dual's instructed ones
+    assert coffee not in by_column[0] and coffee in by_column[1]
+    monkeypatch.setattr(sys, "argv", ["export_pairs.py", "--work", str(work), "--components", "tart", "--trained",
+                                      "other", "--out", str(out)])
+    with pytest.raises(SystemExit, match="other not among --components"):
+        export.main()
