@@ -96,12 +96,6 @@ class CausalLMReranker(Reranker):
         words = document.split()
         return document if len(words) * 4 <= self.max_doc_tokens * 3 else " ".join(words[: self.max_doc_tokens * 3 // 4])
 
-    @staticmethod
-    def _instruction(query: str) -> tuple[str, str]:
-        """(instruction, the query without it) of ``"{instruction} [SEP] {query}"``; ("", query) without one."""
-        instruction, bare = split_query(query)
-        return instruction or "", bare
-
     def prompt_and_target(self, query: str, document: str) -> tuple[str, str]:
         """The prompt the LM reads and the text it is scored on, for one pair."""
         prompt, target, _ = self._prompts(query, document)
@@ -110,7 +104,7 @@ class CausalLMReranker(Reranker):
     def _prompts(self, query: str, document: str) -> tuple[str, str, str | None]:
         """:meth:`prompt_and_target`, plus the bare prompt over the same cut document when the query carries an
         instruction (None without one): the document is cut, which tokenizes it, once for both."""
-        instruction, bare = self._instruction(query)
+        instruction, bare = split_query(query)  # (None, query) without one
         document = self._cut(document.strip())
         bare_prompt = self.prompt.format(document=document)
         if instruction:
