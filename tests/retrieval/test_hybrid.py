@@ -9,7 +9,7 @@ import pytest
 
 from taskret.formats import format_query
 from taskret.retrieval import BM25Retriever, HybridRetriever, Retriever, make_retriever
-from taskret.retrieval.hybrid import fuse_convex, fuse_rrf, parse_hybrid_spec, strip_instructions
+from taskret.retrieval.hybrid import fuse_convex, fuse_rrf, parse_hybrid_spec, reads_instruction, strip_instructions
 
 
 def test_rrf_adds_reciprocal_ranks():
@@ -91,6 +91,10 @@ def test_bm25_components_read_the_query_without_its_instruction_unless_told(tmp_
     BM25Retriever().index(pool_examples).save(tmp_path / "bm25")
     folder = make_retriever(f"hybrid:{tmp_path / 'bm25'}+random")
     assert folder.read_instruction == [False, True]
+    # tuning decides the default from the spec alone: it must agree with the built hybrid's
+    assert [reads_instruction(spec) for spec in (str(tmp_path / "bm25"), "random", "bm25:output")] == \
+        [False, True, False]
+    assert reads_instruction(str(tmp_path / "index")) is True  # a saved hybrid is not BM25
 
 
 @pytest.mark.integration

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..data import Example
 from ..formats import split_query
+from ..io import read_json
 from .base import RetrievalResult, Retriever, example_text
 
 __all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "parse_spec_options", "fuse_rrf", "fuse_convex",
@@ -75,7 +76,12 @@ _OPTIONS = {"fusion": str, "weight": float, "weights": _numbers, "rrf_k": float,
 
 
 def reads_instruction(spec: str) -> bool:
-    """Whether a hybrid's component given by ``spec`` reads the instruction by default: all but BM25."""
+    """Whether a hybrid's component given by ``spec`` reads the instruction by default: all but BM25, a saved
+    BM25 index folder included (its ``meta.json`` names the retriever), so the default tuned and the default built
+    are the same."""
+    meta = Path(spec) / "meta.json"
+    if spec and meta.is_file():
+        return read_json(meta).get("retriever") != "bm25"
     return spec.partition(":")[0] != "bm25"
 
 
