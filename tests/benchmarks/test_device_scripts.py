@@ -229,3 +229,25 @@ def test_export_pairs_reads_the_rankings_each_column_reranks(tmp_path, monkeypat
                                       "other", "--out", str(out)])
     with pytest.raises(SystemExit, match="other not among --components"):
         export.main()
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in DEVICE.glob("*.sh")))
+def test_shell_scripts_parse_and_name_only_what_exists(script):
+    """The device calls' shell scripts cannot run here (they need /tmp/site, the carried folders and a GPU), but a
+    syntax error, a renamed script or config, or a moved taskret module breaks them as surely: check those."""
+    import importlib.util
+    import re
+
+    text = (DEVICE / script).read_text()
+    parsed = subprocess.run(["bash", "-n", str(DEVICE / script)], capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr
+    assert re.search(r"^set -e?u?o pipefail", text, re.M), "a device call must stop at its first failing step"
+    named = set(re.findall(r"(?<![\w.])(benchmarks/[\w/.-]+\.(?:py|json))", text))
+    assert all((ROOT / path).is_file() for path in named), sorted(p for p in named if not (ROOT / p).is_file())
+    # carried copies (.gpu/b/pack.py) are this folder's scripts
+    carried = set(re.findall(r"\.gpu\d?/[ab]/(\w+\.py)", text))
+    assert all((DEVICE / name).is_file() for name in carried), carried
+    modules = {m for line in re.findall(r'-c "import ([^;"]+)', text) for m in line.split(", ")}
+    taskret_modules = sorted(m.strip() for m in modules if m.strip().startswith("taskret"))
+    assert all(importlib.util.find_spec(m) is not None for m in taskret_modules), taskret_modules
+    assert named or carried or taskret_modules  # the patterns above still match something
