@@ -97,6 +97,24 @@ def test_bm25_components_read_the_query_without_its_instruction_unless_told(tmp_
     assert reads_instruction(str(tmp_path / "index")) is True  # a saved hybrid is not BM25
 
 
+def test_a_spec_given_twice_is_one_index_read_two_ways(tmp_path, pool_examples):
+    # one encoder reading the instructed and the bare query: indexed once, saved once, shared again when loaded
+    query = "play some music"
+    instructed = format_query("set an alarm for seven in the morning and send a text message", query)
+    spec = "hybrid:bm25+bm25?fusion=convex&weight=0.5&read_instruction=1,0"
+    hybrid = make_retriever(spec).index(pool_examples)
+    assert hybrid.components[0] is hybrid.components[1]
+    separate = HybridRetriever([BM25Retriever(), BM25Retriever()], specs=["bm25", "bm25"], fusion="convex",
+                               weight=0.5, read_instruction=[True, False]).index(pool_examples)
+    fused = hybrid.retrieve([instructed], k=8)
+    assert fused.ids == separate.retrieve([instructed], k=8).ids
+    assert np.allclose(fused.scores, separate.retrieve([instructed], k=8).scores, equal_nan=True)
+    hybrid.save(tmp_path / "index")
+    assert (tmp_path / "index" / "component_0").is_dir() and not (tmp_path / "index" / "component_1").exists()
+    loaded = Retriever.load(tmp_path / "index")
+    assert loaded.components[0] is loaded.components[1] and loaded.retrieve([instructed], k=8).ids == fused.ids
+
+
 @pytest.mark.integration
 def test_bm25_plus_minilm_saved_and_loaded_gives_the_same_ranking(tmp_path, pool_examples):
     hybrid = make_retriever("hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.4&depth=10").index(pool_examples)

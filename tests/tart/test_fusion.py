@@ -201,6 +201,17 @@ def test_components_read_the_instruction_as_the_hybrid_will_give_it():
     assert read.mean_ndcg[(1.0, 0.0)] < 100.0
     one = tune_weight("bm25", tasks, second="random", depth=8, use_instruction=True, read_instruction=[True, False])
     assert one.mean_ndcg[1.0] == pytest.approx(read.mean_ndcg[(1.0, 0.0)])
+    # one spec twice, reading the instructed and the bare query: indexed once per task, each share its own reading
+    import taskret.retrieval as retrieval
+
+    built = []
+    original = retrieval.make_retriever
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(retrieval, "make_retriever", lambda spec, **kw: built.append(spec) or original(spec, **kw))
+        twice = tune_weight("bm25", tasks, second="bm25", depth=8, use_instruction=True,
+                            read_instruction=[True, False])
+    assert built == ["bm25"]
+    assert twice.mean_ndcg[1.0] == pytest.approx(read.mean_ndcg[(1.0, 0.0)]) and twice.mean_ndcg[0.0] == 100.0
     with pytest.raises(ValueError, match="one switch per component"):
         tune_weights(["bm25", "random"], tasks, read_instruction=[True])
     with pytest.raises(ValueError, match="use_instruction=True"):

@@ -40,7 +40,11 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
         return DenseRetriever(encoder=arg or "minilm-l6", device=device)
     if name == "hybrid":
         specs, options = parse_hybrid_spec(arg)
-        return HybridRetriever([make_retriever(s, seed=seed, device=device) for s in specs], specs=specs, **options)
+        built: dict[str, Retriever] = {}  # a spec given twice is one component (indexed once), read two ways
+        for s in specs:
+            if s not in built:
+                built[s] = make_retriever(s, seed=seed, device=device)
+        return HybridRetriever([built[s] for s in specs], specs=specs, **options)
     if name in SPEC_PLUGINS:
         module, _, function = SPEC_PLUGINS[name].partition(":")
         return getattr(importlib.import_module(module), function)(arg, device=device)

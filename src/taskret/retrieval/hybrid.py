@@ -211,7 +211,7 @@ class HybridRetriever(Retriever):
             raise RuntimeError("a hybrid retriever needs its component retrievers to index")
         # Components index the same texts under row numbers, so their hits map straight back to our rows.
         rows = [str(i) for i in range(len(texts))]
-        for component in self.components:
+        for component in {id(c): c for c in self.components}.values():  # a shared component indexes once
             component.index_texts(rows, texts)
 
     def _search(self, queries: Sequence[str], k: int):
@@ -235,9 +235,18 @@ class HybridRetriever(Retriever):
         return {"specs": self.specs, "fusion": self.fusion, "weights": self.weights, "rrf_k": self.rrf_k,
                 "depth": self.depth, "field": self.field, "read_instruction": self.read_instruction}
 
+    def _first_of_each_spec(self) -> list[int]:
+        """For each component, the position of the first one with its spec: a spec given twice (the same encoder
+        reading the instructed and the bare query, ``read_instruction=1,0``) is one index, saved once."""
+        return [self.specs.index(spec) for spec in self.specs]
+
     def _save_index(self, directory: Path) -> None:
-        for n, component in enumerate(self.components):
-            component.save(directory / f"component_{n}")
+        for n, first in enumerate(self._first_of_each_spec()):
+            if first == n:
+                self.components[n].save(directory / f"component_{n}")
 
     def _load_index(self, directory: Path) -> None:
-        self.components = [Retriever.load(directory / f"component_{n}") for n in range(len(self.specs))]
+        self.components = []
+        for n, first in enumerate(self._first_of_each_spec()):
+            self.components.append(Retriever.load(directory / f"component_{n}") if first == n
+                                   else self.components[first])

@@ -81,17 +81,36 @@ def rank_tasks(make: Callable[[], object], tasks: Sequence[RetrievalTask], depth
                use_instruction: bool = False) -> dict[str, tuple[list[str], RetrievalResult]]:
     """``{task: (query ids, ranking)}``: a fresh retriever from ``make()`` indexes each task's corpus and
     ranks its judged queries (with the task's instruction when ``use_instruction``)."""
-    out = {}
-    for task in tasks:
-        retriever = make().index_texts(*task.doc_ids_and_texts())
-        qids = [q for q in task.queries if q in task.qrels]
-        instruction = task.instruction if use_instruction else None
-        out[task.name] = (qids, retriever.retrieve([format_query(instruction, task.queries[q]) for q in qids],
-                                                   k=min(depth, len(task.corpus))))
-    return out
+    return {task.name: _rank(make().index_texts(*task.doc_ids_and_texts()), task, depth, use_instruction)
+            for task in tasks}
+
+
+def _rank(retriever, task: RetrievalTask, depth: int, use_instruction: bool) -> tuple[list[str], RetrievalResult]:
+    """(query ids, ranking) of ``task``'s judged queries by ``retriever``, indexed on the task's corpus."""
+    qids = [q for q in task.queries if q in task.qrels]
+    instruction = task.instruction if use_instruction else None
+    return qids, retriever.retrieve([format_query(instruction, task.queries[q]) for q in qids],
+                                    k=min(depth, len(task.corpus)))
 
 
 Rankings = dict[str, tuple[list[str], RetrievalResult]]  # {task: (query ids, ranking)}, as rank_tasks gives
+
+
+def _rank_components(specs: Sequence[str], reads: Sequence[bool], tasks: Sequence[RetrievalTask],
+                     depth: int) -> list[Rankings]:
+    """Each hybrid component's rankings (:func:`rank_tasks`), component ``n`` reading the instruction if
+    ``reads[n]``; a spec given twice (one encoder reading the instructed and the bare query) indexes each task once,
+    as the hybrid it tunes does."""
+    from ..retrieval import make_retriever
+
+    out: list[Rankings] = [{} for _ in specs]
+    for task in tasks:
+        indexed: dict[str, object] = {}
+        for n, (spec, read) in enumerate(zip(specs, reads)):
+            if spec not in indexed:
+                indexed[spec] = make_retriever(spec).index_texts(*task.doc_ids_and_texts())
+            out[n][task.name] = _rank(indexed[spec], task, depth, read)
+    return out
 
 
 def _fused_run(rankings: Sequence[RetrievalResult], qids: Sequence[str],
@@ -278,8 +297,7 @@ def tune_weight(first: str, tasks: Sequence[RetrievalTask], second: str | None =
     _warn_dev_overlap([first, second, reranker if isinstance(reranker, str) else None], tasks)
     if second is not None:
         reads = _component_reads([first, second], use_instruction, read_instruction)
-        first_rankings, other = (rank_tasks(lambda spec=spec: make_retriever(spec), tasks, depth=depth,
-                                            use_instruction=read) for spec, read in zip((first, second), reads))
+        first_rankings, other = _rank_components([first, second], reads, tasks, depth)
         return choose_weight(first_rankings, other, tasks, grid=DEFAULT_GRID if grid is None else grid)
     if read_instruction is not None:
         raise ValueError("read_instruction says which of a hybrid's components read the instruction: give it with "
@@ -301,8 +319,6 @@ def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: in
     Each reads the instruction (``use_instruction``) as the hybrid will give it: ``read_instruction``, one switch
     per spec, or the hybrid's default (BM25 reads the query alone). Warns (:class:`DevOverlapWarning`) when a
     trained model named here was trained on one of ``tasks``."""
-    from ..retrieval import make_retriever
-
     if len(specs) < 2 or any(s.startswith("hybrid:") for s in specs):
         raise ValueError("a hybrid's weights are tuned between two or more plain retrievers (e.g. bm25, "
                          "dense:minilm-l6, dense:e5-small)")
@@ -310,9 +326,7 @@ def tune_weights(specs: Sequence[str], tasks: Sequence[RetrievalTask], depth: in
         raise ValueError("depth must be at least 1")
     _warn_dev_overlap(specs, tasks)
     reads = _component_reads(specs, use_instruction, read_instruction)
-    rankings = [rank_tasks(lambda spec=spec: make_retriever(spec), tasks, depth=depth, use_instruction=read)
-                for spec, read in zip(specs, reads)]
-    return choose_weights(rankings, tasks, grid=grid)
+    return choose_weights(_rank_components(specs, reads, tasks, depth), tasks, grid=grid)
 
 
 def training_tasks(folder: str | os.PathLike) -> set[str] | None:
