@@ -11,19 +11,25 @@ measured by the code a user runs (``taskret tart evaluate --retriever 'hybrid:..
         --spec 'hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.4' \\
         --spec 'hybrid:bm25+dense:runs/tart_distil_len256_neg2_q350_cpu60/distil/model?fusion=convex&weight=0.5'
 
-The weights are the ones ``benchmarks/tart_berri.py`` chose on the four berri-lite dev tasks (its ``weights``).
+The weights are the ones ``benchmarks/tart_berri.py`` chose on the four berri-lite dev tasks (its ``weights``), or
+``taskret tart tune-weight --read-instruction`` chose there. A spec may name one encoder twice
+(``hybrid:dense:S+dense:S?...``): read ``1,0`` it fuses the encoder's rankings of the instructed and of the bare claim,
+a way for TART-dual to read the instruction without giving up the bare claim (indexed once).
 Writes ``benchmarks/results/hybrid_instruction.json``: per spec, ``no_instruction`` and ``instruction``
-(``read_instruction`` -> NDCG@10), the default assignment and the seconds each step took.
+(``read_instruction`` -> NDCG@10), the default assignment and the seconds each step took; ``--merge`` keeps the specs
+and commands already in the file.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from pathlib import Path
 
 from _common import command_line, machine, parser, write_result
 
 from taskret.formats import format_query
+from taskret.io import read_json
 from taskret.retrieval import HybridRetriever, make_retriever
 from taskret.tart.evaluation import compute_metrics
 from taskret.tart.tasks import load_retrieval_task
@@ -60,15 +66,20 @@ def main() -> None:
     p = parser(__doc__, out="benchmarks/results/hybrid_instruction.json")
     p.add_argument("--spec", action="append", required=True, help="a hybrid retriever spec (repeatable)")
     p.add_argument("--task", default="scifact", help="the evaluation task (its test split, all queries)")
+    p.add_argument("--merge", action="store_true", help="keep the specs (and commands) already in --out")
     args = p.parse_args()
     info = machine()
     task = load_retrieval_task(args.task, args.data_dir, "test")
     if not task.instruction:
         raise SystemExit(f"{args.task}: the task has no instruction to route")
+    earlier = read_json(args.out) if args.merge and Path(args.out).is_file() else {}
+    if earlier and earlier.get("task") != task.name:
+        raise SystemExit(f"--merge: {args.out} holds {earlier.get('task')}, not {task.name}")
+    commands = earlier.get("commands", [earlier["command"]] if "command" in earlier else [])
     result = {"task": task.name, "instruction": task.instruction,
               "n_queries": sum(q in task.qrels for q in task.queries),
-              "specs": {spec: measure(spec, task) for spec in args.spec},
-              "machine": info, "command": command_line(args, p)}
+              "specs": {**earlier.get("specs", {}), **{spec: measure(spec, task) for spec in args.spec}},
+              "machine": info, "commands": [*commands, command_line(args, p)]}
     write_result(args.out, result)
 
 

@@ -20,14 +20,24 @@ def test_each_assignment_of_read_instruction_is_measured(tmp_path):
     # the instruction names the coffee document's words: read by BM25, it pulls every claim towards that document
     (folder / "instructions.json").write_text(json.dumps(["coffee consumption sleep quality adults"]))
     out = tmp_path / "result.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hybrid_instruction.py"), "--task", str(folder),
-                           "--spec", "hybrid:bm25+bm25?fusion=convex&weight=0.5", "--out", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr
-    result = json.loads(out.read_text())
+
+    def run(spec: str, *more: str) -> dict:
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hybrid_instruction.py"), "--task",
+                               str(folder), "--spec", spec, "--out", str(out), *more],
+                              capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert done.returncode == 0, done.stderr
+        return json.loads(out.read_text())
+
+    result = run("hybrid:bm25+bm25?fusion=convex&weight=0.5")
     entry = result["specs"]["hybrid:bm25+bm25?fusion=convex&weight=0.5"]
     assert entry["default"] == "0,0" and set(entry["instruction"]) == {"0,0", "0,1", "1,0", "1,1"}
     assert entry["instruction"]["0,0"] == entry["no_instruction"]  # nothing read: the bare claims' ranking
     assert entry["instruction"]["1,1"] < entry["no_instruction"]
     assert result["n_queries"] == 2 and result["instruction"] == "coffee consumption sleep quality adults"
-    assert "hybrid_instruction.py" in result["command"]
+    assert len(result["commands"]) == 1 and "hybrid_instruction.py" in result["commands"][0]
+    # --merge adds a spec and keeps the earlier one; a spec given twice is one index read two ways
+    merged = run("hybrid:bm25+bm25:output?fusion=convex&weight=0.5", "--merge")
+    assert list(merged["specs"]) == ["hybrid:bm25+bm25?fusion=convex&weight=0.5",
+                                     "hybrid:bm25+bm25:output?fusion=convex&weight=0.5"]
+    assert merged["specs"]["hybrid:bm25+bm25?fusion=convex&weight=0.5"] == entry
+    assert len(merged["commands"]) == 2 and "--merge" in merged["commands"][1]
