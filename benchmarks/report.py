@@ -689,6 +689,10 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_distil_len256_neg2_q350_cpu60_seed2": "hybrid: BM25 + the 60-minute CPU TART-dual, seed 2",
               "hybrid+tart_distil_len256_neg2_q350_cpu60_seed2+e5": "hybrid: BM25 + the 60-minute CPU TART-dual, "
                                                                     "seed 2, + e5",
+              "tart_soup_cpu60": "soup of the 60-minute CPU recipe's three seeds (`taskret tart soup`; 155 CPU "
+                                 "minutes of training in all)",
+              "hybrid+tart_soup_cpu60": "hybrid: BM25 + the three-seed soup",
+              "hybrid+tart_soup_cpu60+e5": "hybrid: BM25 + the three-seed soup + e5",
               "tart_distil_len256_neg2_q350_cpu60_seed3": "the same 60-minute CPU recipe, seed 3 "
                                                           "(`tart_distil_len256_neg2_q350_cpu60_seed3.json`)",
               "hybrid+tart_distil_len256_neg2_q350_cpu60_seed3": "hybrid: BM25 + the 60-minute CPU TART-dual, seed 3",
@@ -868,7 +872,8 @@ HELD_OUT_LABELS = {
     "tart_distil_len256_neg2_cpu60": "256-token recipe cut to 60 CPU minutes: 300 queries per task, 2 negatives",
     "tart_distil_len256_neg2_q350_cpu60": "256-token recipe cut to 60 CPU minutes: 350 queries per task, 2 negatives",
     "tart_distil_len256_neg2_q350_cpu60_seed2": "the same 60-minute CPU recipe, seed 2",
-    "tart_distil_len256_neg2_q350_cpu60_seed3": "the same 60-minute CPU recipe, seed 3"}
+    "tart_distil_len256_neg2_q350_cpu60_seed3": "the same 60-minute CPU recipe, seed 3",
+    "tart_soup_cpu60": "soup of the 60-minute CPU recipe's three seeds"}
 
 
 def _pair(cols: dict) -> str:
