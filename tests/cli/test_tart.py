@@ -188,6 +188,21 @@ def test_tune_weight_says_which_components_read_the_instruction(tmp_path):
                     "bm25:output", "--instruction", "--instruction-text", "Find the abstract",
                     "--read-instruction", "0,0,1")
     assert result.exit_code == 0 and "&read_instruction=0,0,1'" in result.output.replace("\n", "")
+    # one retriever twice, reading the instructed and the bare query: the spec to paste says so
+    result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "bm25", "--instruction",
+                    "--instruction-text", "Find the abstract", "--read-instruction", "1,0", "--out", out)
+    saved = json.loads(out.read_text())
+    assert result.exit_code == 0 and saved["read_instruction"] == [True, False]
+    assert f"hybrid:bm25+bm25?fusion=convex&weight={saved['weight']:g}&read_instruction=1,0'" in \
+        result.output.replace("\n", "")
+    # a saved BM25 index reads the query alone by default, here as in the hybrid built from it
+    from taskret.retrieval import BM25Retriever
+
+    BM25Retriever().index_texts(["d1", "d2"], ["aspirin heart", "vitamin cold"]).save(tmp_path / "bm25-index")
+    result = invoke("tune-weight", "--tasks", folder, "--first", str(tmp_path / "bm25-index"), "--second", "random",
+                    "--instruction", "--instruction-text", "Find the abstract", "--out", out)
+    assert result.exit_code == 0 and "read_instruction" not in result.output, result.output
+    assert json.loads(out.read_text())["read_instruction"] == [False, True]
     for bad, message in [("1,2", "expected 0 or 1"), ("1", "one switch per component")]:
         result = invoke("tune-weight", "--tasks", folder, "--first", "bm25", "--second", "random", "--instruction",
                         "--read-instruction", bad)
