@@ -16,8 +16,8 @@ The weights are the ones ``benchmarks/tart_berri.py`` chose on the four berri-li
 (``hybrid:dense:S+dense:S?...``): read ``1,0`` it fuses the encoder's rankings of the instructed and of the bare claim,
 a way for TART-dual to read the instruction without giving up the bare claim (indexed once).
 Writes ``benchmarks/results/hybrid_instruction.json``: per spec, ``no_instruction`` and ``instruction``
-(``read_instruction`` -> NDCG@10), the default assignment and the seconds each step took; ``--merge`` keeps the specs
-and commands already in the file.
+(``read_instruction`` -> NDCG@10), the default assignment, the seconds each step took and the machine that took
+them; ``--merge`` keeps the specs and commands already in the file.
 """
 
 from __future__ import annotations
@@ -76,10 +76,13 @@ def main() -> None:
     if earlier and earlier.get("task") != task.name:
         raise SystemExit(f"--merge: {args.out} holds {earlier.get('task')}, not {task.name}")
     commands = earlier.get("commands", [earlier["command"]] if "command" in earlier else [])
+    # each spec keeps the machine that timed it (a file from before this kept one machine for all)
+    kept = {spec: {**entry, "machine": entry.get("machine", earlier.get("machine"))}
+            for spec, entry in earlier.get("specs", {}).items()}
     result = {"task": task.name, "instruction": task.instruction,
               "n_queries": sum(q in task.qrels for q in task.queries),
-              "specs": {**earlier.get("specs", {}), **{spec: measure(spec, task) for spec in args.spec}},
-              "machine": info, "commands": [*commands, command_line(args, p)]}
+              "specs": {**kept, **{spec: {**measure(spec, task), "machine": info} for spec in args.spec}},
+              "commands": [*commands, command_line(args, p)]}
     write_result(args.out, result)
 
 

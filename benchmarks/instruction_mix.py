@@ -18,7 +18,8 @@ instructed query alone, W = 0 the bare one. For each ``--student``:
     python benchmarks/instruction_mix.py --data-dir ../shared/data \\
         --student tart_distil_len256_neg2_q350_cpu60=runs/tart_distil_len256_neg2_q350_cpu60/distil/model
 
-Writes ``benchmarks/results/instruction_mix.json``; ``--merge`` keeps the students already there.
+Writes ``benchmarks/results/instruction_mix.json`` (each student with the machine it was measured on); ``--merge``
+keeps the students already there.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ DEV_TASKS = "berri-lite/argkp,berri-lite/semeval_cqa,berri-lite/conala,berri-lit
 
 
 def leave_one_task_out(per_task: dict[float, dict[str, float]]) -> dict:
-    """Each task at the weight that is best on the others (ties to the lower weight, as the grid is chosen), with
-    the instructed (1) and bare (0) queries' scores on it."""
+    """Each task at the weight that is best on the others, ties broken as ``tune-weight`` breaks them
+    (:func:`taskret.tart.fusion.choose_weights`: the share nearest 0.5, then the smaller), with the instructed (1)
+    and bare (0) queries' scores on it."""
     weights = sorted(per_task)
     tasks = list(per_task[weights[0]])
     out: dict = {}
     for task in tasks:
         others = [t for t in tasks if t != task]
-        chosen = max(weights, key=lambda w: (sum(per_task[w][t] for t in others), -w))
+        chosen = max(weights, key=lambda w: (round(sum(per_task[w][t] for t in others) / len(others), 9),
+                                             -abs(w - 0.5), -w))
         out[task] = {"weight": chosen, "fused": round(per_task[chosen][task], 2),
                      "instructed": round(per_task[1.0][task], 2), "bare": round(per_task[0.0][task], 2)}
     out["mean"] = {key: round(sum(out[t][key] for t in tasks) / len(tasks), 2)
@@ -56,7 +59,8 @@ def measure_student(name: str, model: str, dev_tasks, scifact) -> dict:
     spec = f"dense:{model}"
     started = time.perf_counter()
     choice = tune_weight(spec, dev_tasks, second=spec, use_instruction=True, read_instruction=[True, False])
-    entry: dict = {"model": model, "weight": choice.weight, "dev_s": round(time.perf_counter() - started, 1),
+    entry: dict = {"model": model, "machine": machine(), "weight": choice.weight,
+                   "dev_s": round(time.perf_counter() - started, 1),
                    "dev": {f"{w:g}": {"mean": round(choice.mean_ndcg[w], 2),
                                       **{t: round(v, 2) for t, v in choice.per_task[w].items()}}
                            for w in DEFAULT_GRID},
@@ -81,7 +85,6 @@ def main() -> None:
     students = [entry.partition("=") for entry in args.student]
     if any(not sep or not name or not model for name, sep, model in students):
         raise SystemExit(f"--student: expected NAME=MODEL_FOLDER, got {args.student}")
-    info = machine()
     dev_tasks = [load_retrieval_task(t, args.data_dir, "test").sample(args.dev_limit, seed=0)
                  for t in args.dev_tasks.split(",")]
     scifact = load_retrieval_task(args.task, args.data_dir, "test")
@@ -91,7 +94,7 @@ def main() -> None:
         raise SystemExit(f"--merge: {args.out} was measured on {[earlier.get(k) for k in setup]}, not {list(setup.values())}")
     result = {"task": scifact.name, "instruction": scifact.instruction, "dev_tasks": [t.name for t in dev_tasks],
               "dev_limit": args.dev_limit, "students": earlier.get("students", {}),
-              "machine": info, "commands": [*earlier.get("commands", []), command_line(args, p)]}
+              "commands": [*earlier.get("commands", []), command_line(args, p)]}
     for name, _, model in students:  # written after each student: an interrupted run keeps the ones done
         result["students"][name] = measure_student(name, model, dev_tasks, scifact)
         write_result(args.out, result)

@@ -23,6 +23,8 @@ sys.path.remove(str(ROOT / "benchmarks"))
 
 def test_leave_one_task_out_scores_each_task_at_the_weight_the_others_chose():
     per_task = {0.0: {"a": 50.0, "b": 40.0, "c": 30.0},
+                0.2: {"a": 0.0, "b": 0.0, "c": 20.0},
+                0.4: {"a": 0.0, "b": 0.0, "c": 20.0},
                 0.5: {"a": 10.0, "b": 60.0, "c": 35.0},
                 1.0: {"a": 70.0, "b": 20.0, "c": 35.0}}
     out = leave_one_task_out(per_task)
@@ -30,6 +32,10 @@ def test_leave_one_task_out_scores_each_task_at_the_weight_the_others_chose():
     assert [out[t]["weight"] for t in "abc"] == [0.5, 1.0, 0.0]
     assert [out[t]["fused"] for t in "abc"] == [10.0, 20.0, 30.0]
     assert out["mean"] == {"fused": 20.0, "instructed": pytest.approx(41.67), "bare": 40.0}
+    # ties as tune-weight breaks them: the share nearest 0.5 first (0.4 over 0.2), then the smaller
+    tied = leave_one_task_out({0.2: {"a": 30.0, "b": 50.0}, 0.4: {"a": 40.0, "b": 50.0},
+                               0.0: {"a": 0.0, "b": 0.0}, 1.0: {"a": 0.0, "b": 0.0}})
+    assert tied["a"]["weight"] == 0.4
 
 
 def test_instruction_mix_writes_dev_choice_held_out_scores_and_the_three_rankings(tmp_path, tiny_bert_dir):

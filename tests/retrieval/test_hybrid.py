@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from taskret.formats import format_query
-from taskret.retrieval import BM25Retriever, HybridRetriever, Retriever, make_retriever
+from taskret.retrieval import BM25Retriever, HybridRetriever, RandomRetriever, Retriever, make_retriever
 from taskret.retrieval.hybrid import fuse_convex, fuse_rrf, parse_hybrid_spec, reads_instruction, strip_instructions
 
 
@@ -60,7 +61,7 @@ def test_hybrid_of_two_bm25_fields_finds_what_either_finds(pool_examples):
     assert by_output.ids == hybrid.ids
 
 
-def test_bm25_components_read_the_query_without_its_instruction_unless_told(tmp_path, pool_examples):
+def test_bm25_components_read_the_query_without_its_instruction_unless_told(tmp_path, pool_examples, monkeypatch):
     query = "play some music"
     instructed = format_query("set an alarm for seven in the morning and send a text message", query)
     default = make_retriever("hybrid:bm25+bm25:output?fusion=convex&weight=1").index(pool_examples)
@@ -95,6 +96,11 @@ def test_bm25_components_read_the_query_without_its_instruction_unless_told(tmp_
     assert [reads_instruction(spec) for spec in (str(tmp_path / "bm25"), "random", "bm25:output")] == \
         [False, True, False]
     assert reads_instruction(str(tmp_path / "index")) is True  # a saved hybrid is not BM25
+    # a keyword wins over a folder of that name, as in make_retriever; a path no system can hold is no index
+    monkeypatch.chdir(tmp_path)
+    BM25Retriever().index(pool_examples).save(tmp_path / "random")
+    assert reads_instruction("random") is True and make_retriever("random").name == "random"
+    assert reads_instruction("dense:" + "x" * 300) is True and reads_instruction("") is True
 
 
 def test_a_spec_given_twice_is_one_index_read_two_ways(tmp_path, pool_examples):
@@ -113,6 +119,20 @@ def test_a_spec_given_twice_is_one_index_read_two_ways(tmp_path, pool_examples):
     assert (tmp_path / "index" / "component_0").is_dir() and not (tmp_path / "index" / "component_1").exists()
     loaded = Retriever.load(tmp_path / "index")
     assert loaded.components[0] is loaded.components[1] and loaded.retrieve([instructed], k=8).ids == fused.ids
+    # two objects that share a spec (or only a name) stay two: each saved, each loaded
+    separate.save(tmp_path / "separate")
+    assert (tmp_path / "separate" / "component_1").is_dir()
+    again = Retriever.load(tmp_path / "separate")
+    assert again.components[0] is not again.components[1]
+    seeded = HybridRetriever([RandomRetriever(seed=0), RandomRetriever(seed=1)]).index(pool_examples)
+    assert seeded.specs == ["random", "random"]
+    seeded.save(tmp_path / "seeded")
+    reloaded = Retriever.load(tmp_path / "seeded")
+    assert [c.seed for c in reloaded.components] == [0, 1]
+    assert reloaded.retrieve([query], k=8).ids == seeded.retrieve([query], k=8).ids
+    shutil.rmtree(tmp_path / "index" / "component_0")
+    with pytest.raises(FileNotFoundError, match="component_0: missing"):
+        Retriever.load(tmp_path / "index")
 
 
 @pytest.mark.integration

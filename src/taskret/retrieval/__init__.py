@@ -20,6 +20,7 @@ __all__ = ["RETRIEVERS", "RetrievalResult", "Retriever", "BM25Retriever", "Dense
 
 #: Spec prefixes served by another subpackage, imported only when used: ``epr:DIR`` is a trained EPR run.
 SPEC_PLUGINS = {"epr": "taskret.epr.training:load_retriever"}
+SPEC_KEYWORDS = ("random", "bm25", "sbert", "dense", "hybrid", *SPEC_PLUGINS)  # before a saved index's folder
 
 
 def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retriever:

@@ -79,10 +79,16 @@ def reads_instruction(spec: str) -> bool:
     """Whether a hybrid's component given by ``spec`` reads the instruction by default: all but BM25, a saved
     BM25 index folder included (its ``meta.json`` names the retriever), so the default tuned and the default built
     are the same."""
-    meta = Path(spec) / "meta.json"
-    if spec and meta.is_file():
-        return read_json(meta).get("retriever") != "bm25"
-    return spec.partition(":")[0] != "bm25"
+    from . import SPEC_KEYWORDS  # the package imports this module
+
+    name = spec.partition(":")[0]
+    if name in SPEC_KEYWORDS or not spec:  # decided as make_retriever decides: a keyword before a folder
+        return name != "bm25"
+    try:
+        meta = read_json(Path(spec) / "meta.json") if (Path(spec) / "meta.json").is_file() else None
+    except OSError:  # not a path this system can hold (too long): not a saved index either
+        meta = None
+    return not (isinstance(meta, dict) and meta.get("retriever") == "bm25")
 
 
 def strip_instructions(queries: Sequence[str]) -> list[str]:
@@ -211,7 +217,7 @@ class HybridRetriever(Retriever):
             raise RuntimeError("a hybrid retriever needs its component retrievers to index")
         # Components index the same texts under row numbers, so their hits map straight back to our rows.
         rows = [str(i) for i in range(len(texts))]
-        for component in {id(c): c for c in self.components}.values():  # a shared component indexes once
+        for component in {id(c): c for c in self.components}.values():  # one object in two positions: once
             component.index_texts(rows, texts)
 
     def _search(self, queries: Sequence[str], k: int):
@@ -235,18 +241,22 @@ class HybridRetriever(Retriever):
         return {"specs": self.specs, "fusion": self.fusion, "weights": self.weights, "rrf_k": self.rrf_k,
                 "depth": self.depth, "field": self.field, "read_instruction": self.read_instruction}
 
-    def _first_of_each_spec(self) -> list[int]:
-        """For each component, the position of the first one with its spec: a spec given twice (the same encoder
-        reading the instructed and the bare query, ``read_instruction=1,0``) is one index, saved once."""
-        return [self.specs.index(spec) for spec in self.specs]
+    # One component object may fill two positions (``make_retriever`` builds a spec given twice once: the same
+    # encoder reading the instructed and the bare query, ``read_instruction=1,0``): it is indexed and saved once,
+    # and a position without its own folder shares the earlier one with its spec when loaded.
 
     def _save_index(self, directory: Path) -> None:
-        for n, first in enumerate(self._first_of_each_spec()):
-            if first == n:
-                self.components[n].save(directory / f"component_{n}")
+        for n, component in enumerate(self.components):
+            if not any(component is earlier for earlier in self.components[:n]):
+                component.save(directory / f"component_{n}")
 
     def _load_index(self, directory: Path) -> None:
         self.components = []
-        for n, first in enumerate(self._first_of_each_spec()):
-            self.components.append(Retriever.load(directory / f"component_{n}") if first == n
-                                   else self.components[first])
+        for n, spec in enumerate(self.specs):
+            folder = directory / f"component_{n}"
+            if folder.is_dir():
+                self.components.append(Retriever.load(folder))
+            elif spec in self.specs[:n]:
+                self.components.append(self.components[self.specs.index(spec)])
+            else:
+                raise FileNotFoundError(f"{folder}: missing, and no earlier component has its spec '{spec}'")

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..formats import format_query
 from ..io import read_json
-from ..retrieval.base import RetrievalResult
+from ..retrieval.base import RetrievalResult, Retriever
 from ..retrieval.hybrid import fuse_convex, parse_hybrid_spec, reads_instruction
 from .evaluation import compute_metrics
 from .tasks import RetrievalTask, doc_text
@@ -85,7 +85,8 @@ def rank_tasks(make: Callable[[], object], tasks: Sequence[RetrievalTask], depth
             for task in tasks}
 
 
-def _rank(retriever, task: RetrievalTask, depth: int, use_instruction: bool) -> tuple[list[str], RetrievalResult]:
+def _rank(retriever: Retriever, task: RetrievalTask, depth: int,
+          use_instruction: bool) -> tuple[list[str], RetrievalResult]:
     """(query ids, ranking) of ``task``'s judged queries by ``retriever``, indexed on the task's corpus."""
     qids = [q for q in task.queries if q in task.qrels]
     instruction = task.instruction if use_instruction else None
@@ -105,11 +106,10 @@ def _rank_components(specs: Sequence[str], reads: Sequence[bool], tasks: Sequenc
 
     out: list[Rankings] = [{} for _ in specs]
     for task in tasks:
-        indexed: dict[str, object] = {}
-        for n, (spec, read) in enumerate(zip(specs, reads)):
-            if spec not in indexed:
-                indexed[spec] = make_retriever(spec).index_texts(*task.doc_ids_and_texts())
-            out[n][task.name] = _rank(indexed[spec], task, depth, read)
+        for spec in dict.fromkeys(specs):  # one index alive at a time: encoders and their indexes can be large
+            retriever = make_retriever(spec).index_texts(*task.doc_ids_and_texts())
+            for n in (n for n, other in enumerate(specs) if other == spec):
+                out[n][task.name] = _rank(retriever, task, depth, reads[n])
     return out
 
 
