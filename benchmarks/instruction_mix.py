@@ -31,23 +31,22 @@ from _common import command_line, machine, parser, write_result
 from hybrid_instruction import measure
 
 from taskret.io import read_json
-from taskret.tart.fusion import DEFAULT_GRID, tune_weight
+from taskret.tart.fusion import DEFAULT_GRID, best_shares, tune_weight
 from taskret.tart.tasks import load_retrieval_task
 
 DEV_TASKS = "berri-lite/argkp,berri-lite/semeval_cqa,berri-lite/conala,berri-lite/liar_plus"
 
 
 def leave_one_task_out(per_task: dict[float, dict[str, float]]) -> dict:
-    """Each task at the weight that is best on the others, ties broken as ``tune-weight`` breaks them
-    (:func:`taskret.tart.fusion.choose_weights`: the share nearest 0.5, then the smaller), with the instructed (1)
-    and bare (0) queries' scores on it."""
-    weights = sorted(per_task)
-    tasks = list(per_task[weights[0]])
+    """Each task at the weight that is best on the others, chosen as ``tune-weight`` chooses
+    (:func:`taskret.tart.fusion.best_shares`: ties to the share nearest 0.5, then the smaller), with the instructed
+    (1) and bare (0) queries' scores on it."""
+    tasks = list(next(iter(per_task.values())))
     out: dict = {}
     for task in tasks:
         others = [t for t in tasks if t != task]
-        chosen = max(weights, key=lambda w: (round(sum(per_task[w][t] for t in others) / len(others), 9),
-                                             -abs(w - 0.5), -w))
+        chosen = best_shares({(w, 1 - w): sum(scores[t] for t in others) / len(others)
+                              for w, scores in per_task.items()})[0]
         out[task] = {"weight": chosen, "fused": round(per_task[chosen][task], 2),
                      "instructed": round(per_task[1.0][task], 2), "bare": round(per_task[0.0][task], 2)}
     out["mean"] = {key: round(sum(out[t][key] for t in tasks) / len(tasks), 2)

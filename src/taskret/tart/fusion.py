@@ -45,7 +45,7 @@ from .evaluation import compute_metrics
 from .tasks import RetrievalTask, doc_text
 
 __all__ = ["WeightChoice", "WeightsChoice", "rank_tasks", "rerank_tasks", "fused_ndcg", "choose_weight",
-           "choose_rerank_weight", "choose_weights", "gain_confidence", "simplex_grid", "tune_weight", "tune_weights",
+           "choose_rerank_weight", "choose_weights", "best_shares", "gain_confidence", "simplex_grid", "tune_weight", "tune_weights",
            "training_tasks", "dev_overlap", "DevOverlapWarning", "DEFAULT_GRID", "RERANK_GRID", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_GRID = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 11))
@@ -172,9 +172,14 @@ def choose_weights(rankings: Sequence[Rankings], tasks: Sequence[RetrievalTask],
         raise ValueError(f"fusion weights must be {len(rankings)} shares in [0, 1], got {grid}")
     per_task = {weights: _fused_ndcgs(rankings, tasks, weights) for weights in grid}
     mean = {w: sum(v.values()) / len(v) for w, v in per_task.items()}
-    equal = 1 / len(rankings)
-    best = max(mean, key=lambda w: (round(mean[w], 9), -sum((x - equal) ** 2 for x in w), [-x for x in w]))
-    return WeightsChoice(best, mean, per_task)
+    return WeightsChoice(best_shares(mean), mean, per_task)
+
+
+def best_shares(mean_ndcg: dict[tuple[float, ...], float]) -> tuple[float, ...]:
+    """The shares with the best mean NDCG@10 (equal to 9 digits counts as a tie); ties go to the shares nearest
+    equal, then to the smaller first shares: the rule every weight choice here follows."""
+    equal = 1 / len(next(iter(mean_ndcg)))
+    return max(mean_ndcg, key=lambda w: (round(mean_ndcg[w], 9), -sum((x - equal) ** 2 for x in w), [-x for x in w]))
 
 
 def gain_confidence(first: Rankings, second: Rankings, tasks: Sequence[RetrievalTask], weight: float,
