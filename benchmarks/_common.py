@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -102,10 +103,10 @@ def command_line(args: argparse.Namespace, parser: argparse.ArgumentParser, leav
         flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
         if value is True:
             parts.append(flag)
-        elif isinstance(value, list):
-            parts += [f"{flag} {item}" for item in value]
+        elif isinstance(value, list):  # quoted where the shell would split or expand them (a label with spaces)
+            parts += [f"{flag} {shlex.quote(str(item))}" for item in value]
         else:
-            parts.append(f"{flag} {value}")
+            parts.append(f"{flag} {shlex.quote(str(value))}")
     return " ".join(parts)
 
 

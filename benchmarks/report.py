@@ -876,6 +876,27 @@ HELD_OUT_LABELS = {
     "tart_soup_cpu60": "soup of the 60-minute CPU recipe's three seeds"}
 
 
+def tart_confidence_table() -> list[str]:
+    d = _load("tart_confidence.json")
+    if d is None:
+        return []
+    out = [f"How sure the SciFact numbers are: 95% bootstrap intervals over the {_first_n(d)} test claims, "
+           f"{d['resamples']:,} resamples; a difference resamples the same claims for both systems (paired), and "
+           f"\"ahead in\" is the share of resamples in which the first system's mean is higher "
+           f"(`{d['commands'][0]}`; per-query scores from `benchmarks/tart_berri.py`).", "",
+           "| NDCG@10 | mean | 95% interval | ahead in |", "|---|---|---|---|"]
+    for spec, r in d["systems"].items():
+        out.append(f"| {r.get('label', spec)} (`{spec}`) | {r['mean']:.2f} | {r['ci95'][0]:.2f} to {r['ci95'][1]:.2f} | |")
+    for spec, r in d["differences"].items():
+        out.append(f"| {r.get('label', spec)} (`{spec}`) | {r['mean']:+.2f} | {r['ci95'][0]:+.2f} to "
+                   f"{r['ci95'][1]:+.2f} | {r['share_above_zero']:.1%} |")
+    return out
+
+
+def _first_n(d: dict) -> int:
+    return next(iter([*d["systems"].values(), *d["differences"].values()]), {}).get("n_queries", 0)
+
+
 def _pair(cols: dict) -> str:
     return " / ".join(f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction"))
 
@@ -1014,7 +1035,7 @@ def tart_full_lm_table() -> list[str]:
 
 GROUPS = (
     ("In-context learning and EPR", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
-    ("TART", (tart_berri_table, tart_held_out_table, tart_held_out_trained_table, tart_distil_sweep_table,
+    ("TART", (tart_berri_table, tart_confidence_table, tart_held_out_table, tart_held_out_trained_table, tart_distil_sweep_table,
               instruction_pooling_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
               tart_x2_scifact_table)),
     ("Speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),

@@ -51,7 +51,7 @@ import numpy as np
 from _common import command_line, machine, parser, write_result
 
 from taskret.formats import format_query
-from taskret.io import read_json, read_jsonl, write_jsonl
+from taskret.io import read_json, read_jsonl, write_json, write_jsonl
 from taskret.models import pick_device
 from taskret.rerank.base import Reranker
 from taskret.retrieval import make_retriever
@@ -78,6 +78,7 @@ DEV_TASKS = ("berri-lite/argkp", "berri-lite/semeval_cqa", "berri-lite/conala", 
 #: tart_instruction: the models trained with instructions (TART-dual, the rerankers) read it, the others do not.
 COLUMNS = {"no_instruction": (False, False, False), "instruction": (True, True, True),
            "rerank_instruction": (True, False, False), "tart_instruction": (True, False, True)}
+PER_QUERY_FILE = "per_query.json"  # each system's NDCG@10 per query, per column (Rankings.save_query_ndcgs)
 RERANK_DEPTH = 10  # first-stage documents a reranker reorders by default; other depths name their rows FIRST+NAME_topN
 
 
@@ -195,8 +196,25 @@ class Rankings:
                                                                    self._doc_texts.__getitem__, top_k=top), column)
 
     def ndcg(self, result: RetrievalResult) -> float:
+        values = list(self.query_ndcgs(result).values())  # summed as compute_metrics sums them: same rounding
+        return round(sum(values) / len(values), 2) if values else 0.0
+
+    def query_ndcgs(self, result: RetrievalResult) -> dict[str, float]:
+        """NDCG@10 of each judged query (percent): what ``ndcg`` averages, and what a confidence interval
+        resamples (benchmarks/tart_confidence.py)."""
         run = {q: {d: float(s) for d, s in zip(ids, row)} for q, ids, row in zip(self.qids, result.ids, result.scores)}
-        return round(compute_metrics({q: self.task.qrels[q] for q in self.qids}, run)["ndcg@10"], 2)
+        rows = compute_metrics({q: self.task.qrels[q] for q in self.qids}, run, per_query=True)["per_query"]
+        return {q: row["ndcg@10"] for q, row in rows.items()}
+
+    def save_query_ndcgs(self, rankings: dict[str, RetrievalResult], column: str) -> Path:
+        """Merge each system's per-query NDCG@10 in ``column`` into ``work/{task}/per_query.json``
+        (``{system: {column: {qid: ndcg}}}``; written atomically; systems and columns not given are kept)."""
+        path = self.work / PER_QUERY_FILE
+        saved = read_json(path) if path.exists() else {}
+        for name, ranking in rankings.items():
+            saved.setdefault(name, {})[column] = {q: round(v, 4) for q, v in self.query_ndcgs(ranking).items()}
+        write_json(path, saved)
+        return path
 
 
 def reranked_name(first: str, reranker: str, depth: int) -> str:
@@ -416,6 +434,7 @@ def main() -> None:
                     d[f"{name}_raw"] = e
         for name, ranking in stages.items():
             result["scifact"].setdefault(name, {})[column] = target.ndcg(ranking)
+        target.save_query_ndcgs(stages, column)
         for r, d in zip(dev, dev_stages):
             result["details"].setdefault(r.task.name, {}).update(
                 {f"{name}.{column}": r.ndcg(ranking) for name, ranking in d.items()})

@@ -1,0 +1,106 @@
+"""``benchmarks/tart_confidence.py``: bootstrap intervals of per-query NDCG@10, and ``tart_berri.py``'s per-query
+file that feeds it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from taskret.retrieval.base import RetrievalResult
+from taskret.tart.tasks import Document, RetrievalTask
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from tart_berri import Rankings  # noqa: E402
+from tart_confidence import interval, paired_difference, query_scores  # noqa: E402
+
+sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _scores(values) -> dict[str, float]:
+    return {f"q{i}": float(v) for i, v in enumerate(values)}
+
+
+def test_interval_holds_the_mean_and_narrows_with_more_queries():
+    rng = np.random.default_rng(1)
+    few, many = _scores(rng.uniform(0, 100, 30)), _scores(rng.uniform(0, 100, 600))
+    small, large = interval(few), interval(many)
+    for out, scores in ((small, few), (large, many)):
+        assert out["ci95"][0] < out["mean"] < out["ci95"][1]
+        assert out["mean"] == pytest.approx(np.mean(list(scores.values())), abs=0.01)
+    assert large["ci95"][1] - large["ci95"][0] < small["ci95"][1] - small["ci95"][0]
+
+
+def test_paired_difference_sees_a_small_consistent_gain_that_unpaired_noise_would_hide():
+    rng = np.random.default_rng(2)
+    base = rng.uniform(0, 100, 300)  # queries differ wildly; the second system is 1 point better on each
+    better = paired_difference(_scores(base + 1.0), _scores(base))
+    assert better["mean"] == pytest.approx(1.0)
+    assert better["ci95"] == [1.0, 1.0] and better["share_above_zero"] == 1.0
+    mixed = paired_difference(_scores(base + rng.normal(0, 5, 300)), _scores(base))
+    assert mixed["ci95"][0] < 0 < mixed["ci95"][1] and 0.0 < mixed["share_above_zero"] < 1.0
+    same = paired_difference(_scores(base), _scores(base))
+    assert same == {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": 300}
+
+
+def test_mismatched_queries_and_missing_systems_are_named():
+    with pytest.raises(ValueError, match="different queries"):
+        paired_difference({"a": 1.0, "b": 2.0}, {"a": 1.0, "c": 2.0})
+    per_query = {"bm25": {"no_instruction": {"a": 1.0}}}
+    with pytest.raises(ValueError, match="no system 'minilm'.*it holds bm25"):
+        query_scores(per_query, "minilm@no_instruction")
+    with pytest.raises(ValueError, match="no column 'instruction'.*it has no_instruction"):
+        query_scores(per_query, "bm25@instruction")
+    with pytest.raises(ValueError, match="SYSTEM@COLUMN"):
+        query_scores(per_query, "bm25")
+
+
+def _task() -> RetrievalTask:
+    corpus = {f"d{i}": Document(f"d{i}", "", f"text {i}") for i in range(4)}
+    return RetrievalTask("facts", corpus, {"q1": "one", "q2": "two", "q3": "three"},
+                         {"q1": {"d0": 1}, "q2": {"d1": 1}, "q3": {"d2": 0}})  # q3 has no relevant document
+
+
+def test_rankings_save_per_query_ndcg_that_average_to_the_reported_ndcg(tmp_path):
+    rankings = Rankings(_task(), tmp_path, depth=4)
+    good = RetrievalResult([["d0", "d1"], ["d1", "d0"], ["d2"]], np.array([[2, 1], [2, 1], [1, np.nan]]))
+    half = RetrievalResult([["d0", "d1"], ["d0", "d1"], ["d2"]], np.array([[2, 1], [2, 1], [1, np.nan]]))
+    path = rankings.save_query_ndcgs({"good": good, "half": half}, "no_instruction")
+    rankings.save_query_ndcgs({"good": half}, "instruction")  # a second column merges, the first stays
+    saved = json.loads(path.read_text())
+    assert path == tmp_path / "facts" / "per_query.json"
+    assert set(saved["good"]) == {"no_instruction", "instruction"}
+    assert saved["good"]["no_instruction"] == {"q1": 100.0, "q2": 100.0}  # q3: nothing relevant, not judged
+    assert saved["half"]["no_instruction"]["q1"] == 100.0 and saved["half"]["no_instruction"]["q2"] < 100.0
+    for name, result in (("good", good), ("half", half)):
+        values = saved[name]["no_instruction"].values()
+        assert rankings.ndcg(result) == pytest.approx(sum(values) / len(values), abs=0.01)
+
+
+def test_the_script_writes_intervals_and_refuses_a_system_it_does_not_have(tmp_path):
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0, 100, 50)
+    source = tmp_path / "per_query.json"
+    source.write_text(json.dumps({"bm25": {"no_instruction": _scores(base)},
+                                  "hybrid": {"no_instruction": _scores(np.minimum(base + 3, 100))}}))
+    out = tmp_path / "conf.json"
+    script = [sys.executable, str(ROOT / "benchmarks" / "tart_confidence.py"), "--per-query", str(source),
+              "--out", str(out), "--resamples", "500"]
+    done = subprocess.run([*script, "--system", "hybrid@no_instruction",
+                           "--difference", "hybrid@no_instruction,bm25@no_instruction"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["systems"]["hybrid@no_instruction"]["n_queries"] == 50
+    gain = result["differences"]["hybrid@no_instruction - bm25@no_instruction"]
+    assert gain["mean"] > 0 and gain["ci95"][0] > 0 and gain["share_above_zero"] == 1.0
+    assert "--resamples 500" in result["commands"][0]
+    before = out.read_text()
+    missing = subprocess.run([*script, "--system", "e5@no_instruction"], capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode != 0 and "no system 'e5'" in missing.stderr
+    assert out.read_text() == before  # a refused run leaves the earlier result as it was
