@@ -886,15 +886,20 @@ def tart_confidence_table() -> list[str]:
            f"(`{d['commands'][0]}`; per-query scores from `benchmarks/tart_berri.py`).", "",
            "| NDCG@10 | mean | 95% interval | ahead in |", "|---|---|---|---|"]
     for spec, r in d["systems"].items():
-        out.append(f"| {r.get('label', spec)} (`{spec}`) | {r['mean']:.2f} | {r['ci95'][0]:.2f} to {r['ci95'][1]:.2f} | |")
+        out.append(f"| {_named(spec, r)} | {r['mean']:.2f} | {r['ci95'][0]:.2f} to {r['ci95'][1]:.2f} | |")
     for spec, r in d["differences"].items():
-        out.append(f"| {r.get('label', spec)} (`{spec}`) | {r['mean']:+.2f} | {r['ci95'][0]:+.2f} to "
+        out.append(f"| {_named(spec, r)} | {r['mean']:+.2f} | {r['ci95'][0]:+.2f} to "
                    f"{r['ci95'][1]:+.2f} | {r['share_above_zero']:.1%} |")
     return out
 
 
-def _first_n(d: dict) -> int:
-    return next(iter([*d["systems"].values(), *d["differences"].values()]), {}).get("n_queries", 0)
+def _named(spec: str, row: dict) -> str:
+    return f"{row['label']} (`{spec}`)" if row.get("label") else f"`{spec}`"
+
+
+def _first_n(d: dict) -> str:
+    counts = sorted({r["n_queries"] for r in [*d["systems"].values(), *d["differences"].values()]})
+    return " / ".join(map(str, counts)) or "0"
 
 
 def _pair(cols: dict) -> str:

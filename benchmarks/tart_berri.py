@@ -208,11 +208,17 @@ class Rankings:
 
     def save_query_ndcgs(self, rankings: dict[str, RetrievalResult], column: str) -> Path:
         """Merge each system's per-query NDCG@10 in ``column`` into ``work/{task}/per_query.json``
-        (``{system: {column: {qid: ndcg}}}``; written atomically; systems and columns not given are kept)."""
+        (``{system: {column: {qid: ndcg}}}``; written atomically; systems and columns not given are kept unless they
+        scored another sample of queries)."""
         path = self.work / PER_QUERY_FILE
         saved = read_json(path) if path.exists() else {}
+        judged = None
         for name, ranking in rankings.items():
-            saved.setdefault(name, {})[column] = {q: round(v, 4) for q, v in self.query_ndcgs(ranking).items()}
+            saved.setdefault(name, {})[column] = scores = {q: round(v, 4) for q, v in self.query_ndcgs(ranking).items()}
+            judged = set(scores)
+        if judged is not None:  # entries of another sample of queries (another --limit) would mix samples: drop them
+            saved = {name: kept for name, cols in saved.items()
+                     if (kept := {c: scores for c, scores in cols.items() if set(scores) == judged})}
         write_json(path, saved)
         return path
 

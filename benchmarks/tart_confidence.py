@@ -7,7 +7,7 @@ the instruction against without, the best pipeline against the same pipeline on 
 intervals; a difference is resampled PAIRED: the same claims for both systems) and writes::
 
     {"systems": {"SYSTEM@COLUMN": {"label", "mean", "ci95": [low, high], "n_queries"}},
-     "differences": {"A@COLUMN - B@COLUMN": {"label", "mean", "ci95", "share_above_zero"}}, "resamples", ...}
+     "differences": {"A@COLUMN - B@COLUMN": {"label", "mean", "ci95", "share_above_zero", "n_queries"}}, ...}
 
 ``share_above_zero`` is the share of resamples in which A's mean is above B's (the paired bootstrap's one-sided
 confidence that A is better on claims like these). Run it after tart_berri.py::
@@ -40,10 +40,10 @@ def parse_system(spec: str) -> tuple[str, str]:
     return system, column
 
 
-def _labelled(entry: str) -> tuple[str, str]:
-    """``LABEL=SPEC`` -> (label, spec); a bare ``SPEC`` is its own label (system names hold no ``=``)."""
+def _labelled(entry: str) -> tuple[str | None, str]:
+    """``LABEL=SPEC`` -> (label, spec); a bare ``SPEC`` has no label."""
     label, sep, spec = entry.partition("=")
-    return (label, spec) if sep else (entry, entry)
+    return (label.strip(), spec.strip()) if sep else (None, entry.strip())
 
 
 def query_scores(per_query: dict, spec: str, source: str = "per_query.json") -> dict[str, float]:
@@ -85,13 +85,14 @@ def paired_difference(first: dict[str, float], second: dict[str, float], resampl
     if len(qids) < 2:
         raise ValueError(f"a confidence interval needs two or more queries, got {len(qids)}")
     gaps = a - b
-    if not gaps.any():  # identical per-query scores: every resample's difference is 0 (scipy cannot bootstrap it)
+    if not gaps.any():  # identical per-query scores: every resample's difference is 0, nothing to resample
         return {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": len(qids)}
     res = bootstrap((gaps,), np.mean, n_resamples=resamples, method="percentile", confidence_level=0.95,
                     rng=np.random.default_rng(seed))
     return {"mean": round(float(gaps.mean()), 2),
             "ci95": [round(float(res.confidence_interval.low), 2), round(float(res.confidence_interval.high), 2)],
-            "share_above_zero": round(float((res.bootstrap_distribution > 0).mean()), 4),
+            # above a hair over 0: a resample of tied claims can sum to 1e-15 rather than 0
+            "share_above_zero": round(float((res.bootstrap_distribution > 1e-9).mean()), 4),
             "n_queries": len(qids)}
 
 
@@ -115,6 +116,7 @@ def main() -> None:
             first, sep, second = pair.partition(",")
             if not sep:
                 raise ValueError(f"--difference: expected [LABEL=]A@COLUMN,B@COLUMN, got {entry!r}")
+            first, second = first.strip(), second.strip()
             result["differences"][f"{first} - {second}"] = {"label": label, **paired_difference(
                 query_scores(per_query, first, str(source)), query_scores(per_query, second, str(source)),
                 args.resamples, args.seed)}

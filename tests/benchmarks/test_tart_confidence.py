@@ -16,6 +16,7 @@ from taskret.tart.tasks import Document, RetrievalTask
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import report  # noqa: E402
 from tart_berri import Rankings  # noqa: E402
 from tart_confidence import interval, paired_difference, query_scores  # noqa: E402
 
@@ -77,6 +78,11 @@ def test_rankings_save_per_query_ndcg_that_average_to_the_reported_ndcg(tmp_path
     assert set(saved["good"]) == {"no_instruction", "instruction"}
     assert saved["good"]["no_instruction"] == {"q1": 100.0, "q2": 100.0}  # q3: nothing relevant, not judged
     assert saved["half"]["no_instruction"]["q1"] == 100.0 and saved["half"]["no_instruction"]["q2"] < 100.0
+    other = Rankings(_task(), tmp_path, depth=4)  # another sample of queries in the same work folder
+    other.qids = ["q1"]
+    other.save_query_ndcgs({"bm25": RetrievalResult([["d0"]], np.array([[1.0]]))}, "no_instruction")
+    assert json.loads(path.read_text()) == {"bm25": {"no_instruction": {"q1": 100.0}}}  # the old sample's are gone
+    path.write_text(json.dumps(saved))
     for name, result in (("good", good), ("half", half)):
         values = saved[name]["no_instruction"].values()
         assert rankings.ndcg(result) == pytest.approx(sum(values) / len(values), abs=0.01)
@@ -92,15 +98,34 @@ def test_the_script_writes_intervals_and_refuses_a_system_it_does_not_have(tmp_p
     script = [sys.executable, str(ROOT / "benchmarks" / "tart_confidence.py"), "--per-query", str(source),
               "--out", str(out), "--resamples", "500"]
     done = subprocess.run([*script, "--system", "hybrid@no_instruction",
-                           "--difference", "hybrid@no_instruction,bm25@no_instruction"],
+                           "--difference", "hybrid - BM25=hybrid@no_instruction, bm25@no_instruction"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["systems"]["hybrid@no_instruction"]["n_queries"] == 50
+    assert result["systems"]["hybrid@no_instruction"]["label"] is None
     gain = result["differences"]["hybrid@no_instruction - bm25@no_instruction"]
     assert gain["mean"] > 0 and gain["ci95"][0] > 0 and gain["share_above_zero"] == 1.0
+    assert gain["label"] == "hybrid - BM25"
     assert "--resamples 500" in result["commands"][0]
+    assert "'hybrid - BM25=hybrid@no_instruction, bm25@no_instruction'" in result["commands"][0]  # quoted: one word
     before = out.read_text()
     missing = subprocess.run([*script, "--system", "e5@no_instruction"], capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode != 0 and "no system 'e5'" in missing.stderr
     assert out.read_text() == before  # a refused run leaves the earlier result as it was
+
+
+def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, monkeypatch):
+    result = {"systems": {"a@no_instruction": {"label": "pipeline", "mean": 74.95, "ci95": [73.1, 76.8],
+                                               "n_queries": 300}},
+              "differences": {"a@x - b@x": {"label": None, "mean": -1.47, "ci95": [-3.06, 0.04],
+                                            "share_above_zero": 0.0275, "n_queries": 300}},
+              "resamples": 10000, "commands": ["python benchmarks/tart_confidence.py"]}
+    (tmp_path / "tart_confidence.json").write_text(json.dumps(result))
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    table = report.tart_confidence_table()
+    assert "over the 300 test claims, 10,000 resamples" in table[0]
+    assert "| pipeline (`a@no_instruction`) | 74.95 | 73.10 to 76.80 | |" in table
+    assert "| `a@x - b@x` | -1.47 | -3.06 to +0.04 | 2.8% |" in table
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "none")
+    assert report.tart_confidence_table() == []  # not run yet: left out, not made up
