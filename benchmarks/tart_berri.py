@@ -196,8 +196,7 @@ class Rankings:
                                                                    self._doc_texts.__getitem__, top_k=top), column)
 
     def ndcg(self, result: RetrievalResult) -> float:
-        values = list(self.query_ndcgs(result).values())  # summed as compute_metrics sums them: same rounding
-        return round(sum(values) / len(values), 2) if values else 0.0
+        return mean_ndcg(self.query_ndcgs(result))
 
     def query_ndcgs(self, result: RetrievalResult) -> dict[str, float]:
         """NDCG@10 of each judged query (percent): what ``ndcg`` averages, and what a confidence interval
@@ -206,21 +205,26 @@ class Rankings:
         rows = compute_metrics({q: self.task.qrels[q] for q in self.qids}, run, per_query=True)["per_query"]
         return {q: row["ndcg@10"] for q, row in rows.items()}
 
-    def save_query_ndcgs(self, rankings: dict[str, RetrievalResult], column: str) -> Path:
-        """Merge each system's per-query NDCG@10 in ``column`` into ``work/{task}/per_query.json``
+    def save_query_ndcgs(self, per_query: dict[str, dict[str, float]], column: str) -> Path:
+        """Merge each system's per-query NDCG@10 (``query_ndcgs``) in ``column`` into ``work/{task}/per_query.json``
         (``{system: {column: {qid: ndcg}}}``; written atomically; systems and columns not given are kept unless they
         scored another sample of queries)."""
         path = self.work / PER_QUERY_FILE
         saved = read_json(path) if path.exists() else {}
-        judged = None
-        for name, ranking in rankings.items():
-            saved.setdefault(name, {})[column] = scores = {q: round(v, 4) for q, v in self.query_ndcgs(ranking).items()}
-            judged = set(scores)
-        if judged is not None:  # entries of another sample of queries (another --limit) would mix samples: drop them
+        for name, scores in per_query.items():
+            saved.setdefault(name, {})[column] = {q: round(v, 4) for q, v in scores.items()}
+        if per_query:  # entries of another sample of queries (another --limit) would mix samples: drop them
+            judged = set(next(iter(per_query.values())))
             saved = {name: kept for name, cols in saved.items()
                      if (kept := {c: scores for c, scores in cols.items() if set(scores) == judged})}
         write_json(path, saved)
         return path
+
+
+def mean_ndcg(per_query: dict[str, float]) -> float:
+    """The mean of per-query NDCG@10, summed as compute_metrics sums them (same rounding), to two decimals."""
+    values = list(per_query.values())
+    return round(sum(values) / len(values), 2) if values else 0.0
 
 
 def reranked_name(first: str, reranker: str, depth: int) -> str:
@@ -438,9 +442,10 @@ def main() -> None:
                 stages[name] = fuse_results([stages[first], stages[f"{name}_raw"]], [weight, 1 - weight])
                 for d, e in zip(dev_stages, dev_ensembles):
                     d[f"{name}_raw"] = e
-        for name, ranking in stages.items():
-            result["scifact"].setdefault(name, {})[column] = target.ndcg(ranking)
-        target.save_query_ndcgs(stages, column)
+        per_query = {name: target.query_ndcgs(ranking) for name, ranking in stages.items()}  # scored once
+        for name, scores in per_query.items():
+            result["scifact"].setdefault(name, {})[column] = mean_ndcg(scores)
+        target.save_query_ndcgs(per_query, column)
         for r, d in zip(dev, dev_stages):
             result["details"].setdefault(r.task.name, {}).update(
                 {f"{name}.{column}": r.ndcg(ranking) for name, ranking in d.items()})

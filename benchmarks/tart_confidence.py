@@ -59,16 +59,21 @@ def query_scores(per_query: dict, spec: str, source: str = "per_query.json") -> 
     return per_query[system][column]
 
 
-def interval(scores: dict[str, float], resamples: int = RESAMPLES, seed: int = 0) -> dict:
-    """The mean NDCG@10 over the queries and its 95% percentile bootstrap interval."""
-    values = np.array(list(scores.values()), dtype=np.float64)
+def _bootstrap(values: np.ndarray, resamples: int, seed: int) -> tuple[dict, np.ndarray]:
+    """The mean of ``values`` and its 95% percentile bootstrap interval (with the query count), and the
+    resampled means."""
     if len(values) < 2:
         raise ValueError(f"a confidence interval needs two or more queries, got {len(values)}")
     res = bootstrap((values,), np.mean, n_resamples=resamples, method="percentile", confidence_level=0.95,
                     rng=np.random.default_rng(seed))
-    return {"mean": round(float(values.mean()), 2),
-            "ci95": [round(float(res.confidence_interval.low), 2), round(float(res.confidence_interval.high), 2)],
-            "n_queries": len(values)}
+    return ({"mean": round(float(values.mean()), 2),
+             "ci95": [round(float(res.confidence_interval.low), 2), round(float(res.confidence_interval.high), 2)],
+             "n_queries": len(values)}, res.bootstrap_distribution)
+
+
+def interval(scores: dict[str, float], resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """The mean NDCG@10 over the queries and its 95% percentile bootstrap interval."""
+    return _bootstrap(np.array(list(scores.values()), dtype=np.float64), resamples, seed)[0]
 
 
 def paired_difference(first: dict[str, float], second: dict[str, float], resamples: int = RESAMPLES,
@@ -79,21 +84,12 @@ def paired_difference(first: dict[str, float], second: dict[str, float], resampl
     if set(first) != set(second):
         only = sorted(set(first) ^ set(second))
         raise ValueError(f"the two systems scored different queries ({len(only)} differ, e.g. {only[:3]})")
-    qids = sorted(first)
-    a = np.array([first[q] for q in qids], dtype=np.float64)
-    b = np.array([second[q] for q in qids], dtype=np.float64)
-    if len(qids) < 2:
-        raise ValueError(f"a confidence interval needs two or more queries, got {len(qids)}")
-    gaps = a - b
-    if not gaps.any():  # identical per-query scores: every resample's difference is 0, nothing to resample
-        return {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": len(qids)}
-    res = bootstrap((gaps,), np.mean, n_resamples=resamples, method="percentile", confidence_level=0.95,
-                    rng=np.random.default_rng(seed))
-    return {"mean": round(float(gaps.mean()), 2),
-            "ci95": [round(float(res.confidence_interval.low), 2), round(float(res.confidence_interval.high), 2)],
-            # above a hair over 0: a resample of tied claims can sum to 1e-15 rather than 0
-            "share_above_zero": round(float((res.bootstrap_distribution > 1e-9).mean()), 4),
-            "n_queries": len(qids)}
+    gaps = np.array([first[q] - second[q] for q in sorted(first)], dtype=np.float64)
+    if len(gaps) >= 2 and not gaps.any():  # identical per-query scores: every resample's difference is 0
+        return {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": len(gaps)}
+    summary, means = _bootstrap(gaps, resamples, seed)
+    # above a hair over 0: a resample of tied claims can sum to 1e-15 rather than 0
+    return {**summary, "share_above_zero": round(float((means > 1e-9).mean()), 4)}
 
 
 def main() -> None:

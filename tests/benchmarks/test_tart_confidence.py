@@ -71,8 +71,9 @@ def test_rankings_save_per_query_ndcg_that_average_to_the_reported_ndcg(tmp_path
     rankings = Rankings(_task(), tmp_path, depth=4)
     good = RetrievalResult([["d0", "d1"], ["d1", "d0"], ["d2"]], np.array([[2, 1], [2, 1], [1, np.nan]]))
     half = RetrievalResult([["d0", "d1"], ["d0", "d1"], ["d2"]], np.array([[2, 1], [2, 1], [1, np.nan]]))
-    path = rankings.save_query_ndcgs({"good": good, "half": half}, "no_instruction")
-    rankings.save_query_ndcgs({"good": half}, "instruction")  # a second column merges, the first stays
+    path = rankings.save_query_ndcgs({"good": rankings.query_ndcgs(good), "half": rankings.query_ndcgs(half)},
+                                     "no_instruction")
+    rankings.save_query_ndcgs({"good": rankings.query_ndcgs(half)}, "instruction")  # a second column merges
     saved = json.loads(path.read_text())
     assert path == tmp_path / "facts" / "per_query.json"
     assert set(saved["good"]) == {"no_instruction", "instruction"}
@@ -80,7 +81,8 @@ def test_rankings_save_per_query_ndcg_that_average_to_the_reported_ndcg(tmp_path
     assert saved["half"]["no_instruction"]["q1"] == 100.0 and saved["half"]["no_instruction"]["q2"] < 100.0
     other = Rankings(_task(), tmp_path, depth=4)  # another sample of queries in the same work folder
     other.qids = ["q1"]
-    other.save_query_ndcgs({"bm25": RetrievalResult([["d0"]], np.array([[1.0]]))}, "no_instruction")
+    other.save_query_ndcgs({"bm25": other.query_ndcgs(RetrievalResult([["d0"]], np.array([[1.0]])))},
+                           "no_instruction")
     assert json.loads(path.read_text()) == {"bm25": {"no_instruction": {"q1": 100.0}}}  # the old sample's are gone
     path.write_text(json.dumps(saved))
     for name, result in (("good", good), ("half", half)):
