@@ -877,13 +877,26 @@ HELD_OUT_LABELS = {
 
 
 def tart_confidence_table() -> list[str]:
-    d = _load("tart_confidence.json")
+    return _confidence_rows(_load("tart_confidence.json"), "How sure the SciFact numbers are: 95% bootstrap intervals "
+                            "over the {n} test claims", "the same claims", "`benchmarks/tart_berri.py`")
+
+
+def tart_confidence_held_out_table() -> list[str]:
+    d = _load("tart_confidence_held_out.json")
+    tasks = [Path(p).parent.name for p in d["source"]] if d and isinstance(d["source"], list) else []
+    return _confidence_rows(d, f"How sure the held-out means are: 95% bootstrap intervals of the mean over "
+                            f"{len(tasks) or 1} tasks ({', '.join(tasks)}), {{n}} dev queries in all, each task's "
+                            "queries resampled among themselves (stratified)", "the same queries",
+                            "`benchmarks/tart_held_out.py`")
+
+
+def _confidence_rows(d: dict | None, opening: str, paired: str, scorer: str) -> list[str]:
+    """A tart_confidence.py result as a table: each system's interval, then each paired difference's."""
     if d is None:
         return []
-    out = [f"How sure the SciFact numbers are: 95% bootstrap intervals over the {_first_n(d)} test claims, "
-           f"{d['resamples']:,} resamples; a difference resamples the same claims for both systems (paired), and "
-           f"\"ahead in\" is the share of resamples in which the first system's mean is higher "
-           f"(`{d['commands'][0]}`; per-query scores from `benchmarks/tart_berri.py`).", "",
+    out = [opening.format(n=_first_n(d)) + f", {d['resamples']:,} resamples; a difference resamples {paired} for "
+           f"both systems (paired), and \"ahead in\" is the share of resamples in which the first system's mean is "
+           f"higher (`{d['commands'][0]}`; per-query scores from {scorer}).", "",
            "| NDCG@10 | mean | 95% interval | ahead in |", "|---|---|---|---|"]
     for spec, r in d["systems"].items():
         out.append(f"| {_named(spec, r)} | {r['mean']:.2f} | {r['ci95'][0]:.2f} to {r['ci95'][1]:.2f} | |")
@@ -1040,8 +1053,9 @@ def tart_full_lm_table() -> list[str]:
 
 GROUPS = (
     ("In-context learning and EPR", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
-    ("TART", (tart_berri_table, tart_confidence_table, tart_held_out_table, tart_held_out_trained_table, tart_distil_sweep_table,
-              instruction_pooling_table, tart_full_lm_table, tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
+    ("TART", (tart_berri_table, tart_confidence_table, tart_held_out_table, tart_held_out_trained_table,
+              tart_confidence_held_out_table, tart_distil_sweep_table, instruction_pooling_table, tart_full_lm_table,
+              tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
               tart_x2_scifact_table)),
     ("Speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
     ("Serving", (serve_table, dense_latency_table)),

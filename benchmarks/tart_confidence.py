@@ -16,6 +16,14 @@ confidence that A is better on claims like these). Run it after tart_berri.py::
         --difference "TART-dual - MiniLM=tart_dual@no_instruction,minilm@no_instruction"
 
 (``LABEL=`` is optional: the label the report prints.)
+
+Several tasks: ``benchmarks/tart_held_out.py`` leaves one ``per_query.json`` per held-out task under
+``WORK/eval/TASK/``; give each with ``--per-query`` and the statistic is the mean of the task means (the held-out
+mean of its table), each task's queries resampled among themselves (a stratified bootstrap)::
+
+    python benchmarks/tart_confidence.py --out benchmarks/results/tart_confidence_held_out.json \
+        --per-query runs/bench/tart_held_out/eval/argkp/per_query.json --per-query ... \
+        --difference "instruction - none=tart_dual@instruction,tart_dual@no_instruction"
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from scipy.stats import bootstrap
 from taskret.io import read_json
 
 RESAMPLES = 10_000
+DEFAULT_PER_QUERY = "runs/bench/tart_berri/scifact/per_query.json"
 
 
 def parse_system(spec: str) -> tuple[str, str]:
@@ -59,34 +68,50 @@ def query_scores(per_query: dict, spec: str, source: str = "per_query.json") -> 
     return per_query[system][column]
 
 
-def _bootstrap(values: np.ndarray, resamples: int, seed: int) -> tuple[dict, np.ndarray]:
-    """The mean of ``values`` and its 95% percentile bootstrap interval (with the query count), and the
-    resampled means."""
-    if len(values) < 2:
-        raise ValueError(f"a confidence interval needs two or more queries, got {len(values)}")
-    res = bootstrap((values,), np.mean, n_resamples=resamples, method="percentile", confidence_level=0.95,
-                    rng=np.random.default_rng(seed))
-    return ({"mean": round(float(values.mean()), 2),
+Strata = list[dict[str, float]]  # per-query scores, one dict per task: a task's queries are resampled among themselves
+
+
+def _strata(scores: dict[str, float] | Strata) -> Strata:
+    return [scores] if isinstance(scores, dict) else list(scores)
+
+
+def _mean_of_means(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean([sample.mean(axis=axis) for sample in samples], axis=0)
+
+
+def _bootstrap(groups: list[np.ndarray], resamples: int, seed: int) -> tuple[dict, np.ndarray]:
+    """The mean of the groups' means (one group: the plain mean) and its 95% percentile bootstrap interval, each
+    group resampled on its own (stratified: a task's share of the mean stays fixed, as in a mean over tasks), with
+    the query count; and the resampled means."""
+    if any(len(values) < 2 for values in groups):
+        raise ValueError(f"a confidence interval needs two or more queries per task, got {[len(v) for v in groups]}")
+    res = bootstrap(tuple(groups), _mean_of_means, n_resamples=resamples, method="percentile",
+                    confidence_level=0.95, rng=np.random.default_rng(seed))
+    return ({"mean": round(float(_mean_of_means(*groups)), 2),
              "ci95": [round(float(res.confidence_interval.low), 2), round(float(res.confidence_interval.high), 2)],
-             "n_queries": len(values)}, res.bootstrap_distribution)
+             "n_queries": sum(len(values) for values in groups)}, res.bootstrap_distribution)
 
 
-def interval(scores: dict[str, float], resamples: int = RESAMPLES, seed: int = 0) -> dict:
-    """The mean NDCG@10 over the queries and its 95% percentile bootstrap interval."""
-    return _bootstrap(np.array(list(scores.values()), dtype=np.float64), resamples, seed)[0]
+def interval(scores: dict[str, float] | Strata, resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """The mean NDCG@10 over the queries (over several tasks: the mean of the task means) and its 95% percentile
+    bootstrap interval."""
+    groups = [np.array(list(task.values()), dtype=np.float64) for task in _strata(scores)]
+    return _bootstrap(groups, resamples, seed)[0]
 
 
-def paired_difference(first: dict[str, float], second: dict[str, float], resamples: int = RESAMPLES,
-                      seed: int = 0) -> dict:
-    """Mean of ``first - second`` over the queries both scored, its 95% paired bootstrap interval, and the share
-    of resamples in which ``first`` is ahead. Both must score the same queries: a difference over different
-    claims would mix systems with samples."""
-    if set(first) != set(second):
-        only = sorted(set(first) ^ set(second))
-        raise ValueError(f"the two systems scored different queries ({len(only)} differ, e.g. {only[:3]})")
-    gaps = np.array([first[q] - second[q] for q in sorted(first)], dtype=np.float64)
-    if len(gaps) >= 2 and not gaps.any():  # identical per-query scores: every resample's difference is 0
-        return {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": len(gaps)}
+def paired_difference(first: dict[str, float] | Strata, second: dict[str, float] | Strata,
+                      resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """Mean of ``first - second`` over the queries both scored (over several tasks: the mean of the task means),
+    its 95% paired bootstrap interval, and the share of resamples in which ``first`` is ahead. Both must score the
+    same queries: a difference over different claims would mix systems with samples."""
+    gaps = []
+    for one, other in zip(_strata(first), _strata(second), strict=True):
+        if set(one) != set(other):
+            only = sorted(set(one) ^ set(other))
+            raise ValueError(f"the two systems scored different queries ({len(only)} differ, e.g. {only[:3]})")
+        gaps.append(np.array([one[q] - other[q] for q in sorted(one)], dtype=np.float64))
+    if all(len(g) >= 2 for g in gaps) and not any(g.any() for g in gaps):  # identical: every resample gives 0
+        return {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": sum(map(len, gaps))}
     summary, means = _bootstrap(gaps, resamples, seed)
     # above a hair over 0: a resample of tied claims can sum to 1e-15 rather than 0
     return {**summary, "share_above_zero": round(float((means > 1e-9).mean()), 4)}
@@ -95,18 +120,23 @@ def paired_difference(first: dict[str, float], second: dict[str, float], resampl
 def main() -> None:
     arg_parser = _parser()
     args = arg_parser.parse_args()
-    source = Path(args.per_query)
-    if not source.exists():
-        raise SystemExit(f"{source}: not found; benchmarks/tart_berri.py writes it (--work {source.parent.parent})")
-    per_query = read_json(source)
+    sources = [Path(p) for p in args.per_query or [DEFAULT_PER_QUERY]]
+    for source in sources:
+        if not source.exists():
+            raise SystemExit(f"{source}: not found; benchmarks/tart_berri.py or tart_held_out.py writes it "
+                             f"(under --work)")
+    per_query = [read_json(source) for source in sources]
     if not args.system and not args.difference:
         raise SystemExit("nothing to do: give --system SYSTEM@COLUMN and/or --difference A@COLUMN,B@COLUMN")
+
+    def strata(spec: str) -> Strata:  # one per file: a file is one task's queries
+        return [query_scores(scores, spec, str(source)) for scores, source in zip(per_query, sources)]
+
     result: dict = {"systems": {}, "differences": {}}
     try:
         for entry in args.system or []:
             label, spec = _labelled(entry)
-            result["systems"][spec] = {"label": label, **interval(query_scores(per_query, spec, str(source)),
-                                                                  args.resamples, args.seed)}
+            result["systems"][spec] = {"label": label, **interval(strata(spec), args.resamples, args.seed)}
         for entry in args.difference or []:
             label, pair = _labelled(entry)
             first, sep, second = pair.partition(",")
@@ -114,20 +144,23 @@ def main() -> None:
                 raise ValueError(f"--difference: expected [LABEL=]A@COLUMN,B@COLUMN, got {entry!r}")
             first, second = first.strip(), second.strip()
             result["differences"][f"{first} - {second}"] = {"label": label, **paired_difference(
-                query_scores(per_query, first, str(source)), query_scores(per_query, second, str(source)),
-                args.resamples, args.seed)}
+                strata(first), strata(second), args.resamples, args.seed)}
     except ValueError as error:
         raise SystemExit(str(error)) from None
-    result.update(resamples=args.resamples, seed=args.seed, method="percentile bootstrap (scipy.stats.bootstrap)",
-                  source=str(source), machine=machine(), commands=[command_line(args, arg_parser)])
+    result.update(resamples=args.resamples, seed=args.seed, method="percentile bootstrap (scipy.stats.bootstrap)"
+                  + (", stratified by task: the mean of the task means" if len(sources) > 1 else ""),
+                  source=str(sources[0]) if len(sources) == 1 else [str(source) for source in sources],
+                  machine=machine(), commands=[command_line(args, arg_parser)])
     write_result(args.out, result)
     print(json.dumps({k: result[k] for k in ("systems", "differences")}, indent=1))
 
 
 def _parser():
     p = parser(__doc__, out="benchmarks/results/tart_confidence.json", data_dir=False)
-    p.add_argument("--per-query", default="runs/bench/tart_berri/scifact/per_query.json",
-                   help="per-query NDCG@10 written by benchmarks/tart_berri.py (default: %(default)s)")
+    p.add_argument("--per-query", action="append", default=None,
+                   help=f"per-query NDCG@10 written by benchmarks/tart_berri.py (default: {DEFAULT_PER_QUERY}) or "
+                        "tart_held_out.py; repeat it for several tasks: their mean of means, each task resampled "
+                        "on its own")
     p.add_argument("--system", action="append", default=None, help="[LABEL=]SYSTEM@COLUMN: its mean and 95%% interval (repeatable)")
     p.add_argument("--difference", action="append", default=None,
                    help="[LABEL=]A@COLUMN,B@COLUMN: the paired interval of A - B (repeatable)")

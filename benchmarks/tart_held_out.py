@@ -14,7 +14,8 @@ left out of them, so the weight never sees the task it is used on.
 
 The numbers go into the ``held_out`` block of ``benchmarks/results/tart_berri.json``
 (``{TASK: {SYSTEM: {"instruction", "no_instruction"}}}``, plus ``held_out_mean``); the rest of that file is
-left as it is. Trainings resume (their stages are skipped when done) and rankings are cached::
+left as it is. Each task's per-query NDCG@10 goes to ``WORK/eval/TASK/per_query.json``, for the intervals of
+``benchmarks/tart_confidence.py --per-query ... --per-query ...``. Trainings resume (their stages are skipped when done) and rankings are cached::
 
     python benchmarks/tart_held_out.py --data-dir ../shared/data
 
@@ -37,9 +38,10 @@ import time
 from pathlib import Path
 
 from _common import command_line, machine, parser, write_result
-from tart_berri import DEV_TASKS, PairCache, Rankings, _choose
+from tart_berri import DEV_TASKS, PairCache, Rankings, _choose, mean_ndcg
 
 from taskret.io import read_json
+from taskret.retrieval import RetrievalResult
 from taskret.retrieval.hybrid import fuse_results
 from taskret.tart.distil import student_model_folder
 from taskret.tart.fusion import training_tasks
@@ -117,6 +119,8 @@ def main() -> None:
 
         reranker = load_reranker(f"upr:{args.upr_lm}" if args.rerank == "upr" else args.rerank)
     rerank_columns = [c.strip() for c in args.rerank_columns.split(",") if c.strip()]
+    if unknown := sorted(set(rerank_columns) - set(COLUMNS)):
+        raise SystemExit(f"--rerank-columns: unknown {', '.join(unknown)}; expected {' and/or '.join(COLUMNS)}")
     held_out_system = args.name
     if args.weights_only:
         if reranker is None:
@@ -153,22 +157,27 @@ def main() -> None:
         rankings = Rankings(task, work / "eval", args.depth)
         if args.tart_dual:
             systems["tart_dual_all_tasks"] = f"dense:{Path(args.tart_dual) / 'model'}"
-        scores: dict = {}
+        stages: dict[str, dict[str, RetrievalResult]] = {column: {} for column in COLUMNS}  # column -> system -> run
         for column in COLUMNS:
             for system, spec in systems.items():
-                ranking = rankings.first_stage(system, spec, column == "instruction")
-                scores.setdefault(system, {})[column] = rankings.ndcg(ranking)
+                stages[column][system] = rankings.first_stage(system, spec, column == "instruction")
         if reranker is not None:
             weights[task.name] = rerank_weight(reranker, name, args)
             for column in rerank_columns:
-                first = rankings.first_stage(held_out_system, systems[held_out_system], column == "instruction")
+                first = stages[column][held_out_system]
                 system = f"{held_out_system}+{args.rerank}"
                 reranked = rankings.reranked(system, reranker, first, column == "instruction", args.rerank_depth,
                                              args.rerank)
-                fused = fuse_results([first, reranked], [weights[task.name]["first_stage"],
-                                                         1 - weights[task.name]["first_stage"]])
-                scores.setdefault(f"{system}_raw", {})[column] = rankings.ndcg(reranked)
-                scores.setdefault(system, {})[column] = rankings.ndcg(fused)
+                stages[column][f"{system}_raw"] = reranked
+                stages[column][system] = fuse_results([first, reranked], [weights[task.name]["first_stage"],
+                                                                          1 - weights[task.name]["first_stage"]])
+        scores: dict = {}
+        for column, named in stages.items():
+            # scored once per query: the means here and the per-query file benchmarks/tart_confidence.py resamples
+            per_query = {system: rankings.query_ndcgs(ranking) for system, ranking in named.items()}
+            for system, values in per_query.items():
+                scores.setdefault(system, {})[column] = mean_ndcg(values)
+            rankings.save_query_ndcgs(per_query, column)
         timings[name]["total_s"] = round(time.perf_counter() - started, 1)
         block[task.name] = scores
         print(f"  {task.name}: " + "; ".join(f"{s} " + " / ".join(f"{c[col]:.1f}" for col in COLUMNS if col in c)

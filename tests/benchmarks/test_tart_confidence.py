@@ -49,6 +49,25 @@ def test_paired_difference_sees_a_small_consistent_gain_that_unpaired_noise_woul
     assert same == {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": 300}
 
 
+def test_several_tasks_give_the_mean_of_task_means_with_each_task_resampled_on_its_own():
+    rng = np.random.default_rng(4)
+    # a small task far above a large one: a pooled mean over queries would be near the large task's 20
+    high, low = _scores(rng.uniform(80, 100, 20)), _scores(rng.uniform(10, 30, 400))
+    both = interval([high, low], resamples=2000)
+    expected = (np.mean(list(high.values())) + np.mean(list(low.values()))) / 2
+    assert both["mean"] == pytest.approx(expected, abs=0.01) and both["n_queries"] == 420
+    assert both["ci95"][0] < both["mean"] < both["ci95"][1]
+    # stratified: each task keeps its share, so the interval is far narrower than the spread between tasks
+    assert both["ci95"][1] - both["ci95"][0] < 10
+    # one task: the same as the plain interval
+    assert interval([low], resamples=500, seed=1) == interval(low, resamples=500, seed=1)
+    gain = paired_difference([_scores(np.full(20, 50.0) + 2), _scores(np.full(30, 10.0))],
+                             [_scores(np.full(20, 50.0)), _scores(np.full(30, 10.0) + 1)], resamples=500)
+    assert gain["mean"] == pytest.approx(0.5) and gain["ci95"] == [0.5, 0.5]  # (+2 and -1) / 2, every resample
+    with pytest.raises(ValueError, match="different queries"):
+        paired_difference([{"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.0}], [{"a": 1.0, "b": 2.0}, {"a": 1.0, "c": 2.0}])
+
+
 def test_mismatched_queries_and_missing_systems_are_named():
     with pytest.raises(ValueError, match="different queries"):
         paired_difference({"a": 1.0, "b": 2.0}, {"a": 1.0, "c": 2.0})
@@ -90,6 +109,13 @@ def test_rankings_save_per_query_ndcg_that_average_to_the_reported_ndcg(tmp_path
         assert rankings.ndcg(result) == pytest.approx(sum(values) / len(values), abs=0.01)
 
 
+def _confidence(out: Path, per_query: list[Path], *args: str) -> subprocess.CompletedProcess:
+    """benchmarks/tart_confidence.py run as a user runs it, one ``--per-query`` per file."""
+    files = [a for f in per_query for a in ("--per-query", str(f))]
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tart_confidence.py"), "--out", str(out),
+                           *files, *args], capture_output=True, text=True, cwd=ROOT)
+
+
 def test_the_script_writes_intervals_and_refuses_a_system_it_does_not_have(tmp_path):
     rng = np.random.default_rng(3)
     base = rng.uniform(0, 100, 50)
@@ -97,11 +123,8 @@ def test_the_script_writes_intervals_and_refuses_a_system_it_does_not_have(tmp_p
     source.write_text(json.dumps({"bm25": {"no_instruction": _scores(base)},
                                   "hybrid": {"no_instruction": _scores(np.minimum(base + 3, 100))}}))
     out = tmp_path / "conf.json"
-    script = [sys.executable, str(ROOT / "benchmarks" / "tart_confidence.py"), "--per-query", str(source),
-              "--out", str(out), "--resamples", "500"]
-    done = subprocess.run([*script, "--system", "hybrid@no_instruction",
-                           "--difference", "hybrid - BM25=hybrid@no_instruction, bm25@no_instruction"],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = _confidence(out, [source], "--resamples", "500", "--system", "hybrid@no_instruction",
+                       "--difference", "hybrid - BM25=hybrid@no_instruction, bm25@no_instruction")
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["systems"]["hybrid@no_instruction"]["n_queries"] == 50
@@ -112,9 +135,30 @@ def test_the_script_writes_intervals_and_refuses_a_system_it_does_not_have(tmp_p
     assert "--resamples 500" in result["commands"][0]
     assert "'hybrid - BM25=hybrid@no_instruction, bm25@no_instruction'" in result["commands"][0]  # quoted: one word
     before = out.read_text()
-    missing = subprocess.run([*script, "--system", "e5@no_instruction"], capture_output=True, text=True, cwd=ROOT)
+    missing = _confidence(out, [source], "--system", "e5@no_instruction")
     assert missing.returncode != 0 and "no system 'e5'" in missing.stderr
     assert out.read_text() == before  # a refused run leaves the earlier result as it was
+
+
+def test_the_script_pools_several_tasks_and_names_the_file_that_lacks_a_system(tmp_path):
+    files = []
+    for task, level in (("argkp", 70.0), ("conala", 40.0)):
+        (tmp_path / task).mkdir()
+        files.append(tmp_path / task / "per_query.json")
+        files[-1].write_text(json.dumps({"student": {"no_instruction": _scores(np.full(10, level)),
+                                                     "instruction": _scores(np.full(10, level + 1))}}))
+    out = tmp_path / "held_out.json"
+    done = _confidence(out, files, "--resamples", "200", "--system", "student@no_instruction",
+                       "--difference", "student@instruction,student@no_instruction")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["systems"]["student@no_instruction"]["mean"] == 55.0
+    assert result["systems"]["student@no_instruction"]["n_queries"] == 20
+    assert result["differences"]["student@instruction - student@no_instruction"]["mean"] == 1.0
+    assert "stratified by task" in result["method"] and result["source"] == [str(f) for f in files]
+    files[1].write_text(json.dumps({"bm25": {"no_instruction": _scores(np.full(10, 1.0))}}))
+    missing = _confidence(out, files, "--system", "student@no_instruction")
+    assert missing.returncode != 0 and f"{files[1]}: no system 'student'" in missing.stderr
 
 
 def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, monkeypatch):
@@ -129,5 +173,12 @@ def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, m
     assert "over the 300 test claims, 10,000 resamples" in table[0]
     assert "| pipeline (`a@no_instruction`) | 74.95 | 73.10 to 76.80 | |" in table
     assert "| `a@x - b@x` | -1.47 | -3.06 to +0.04 | 2.8% |" in table
+    held_out = {**result, "source": ["runs/eval/argkp/per_query.json", "runs/eval/conala/per_query.json"],
+                "systems": {"s@instruction": {"label": None, "mean": 56.7, "ci95": [52.5, 61.0], "n_queries": 199}}}
+    (tmp_path / "tart_confidence_held_out.json").write_text(json.dumps(held_out))
+    table = report.tart_confidence_held_out_table()
+    assert "mean over 2 tasks (argkp, conala), 199 / 300 dev queries in all" in table[0]
+    assert "| `s@instruction` | 56.70 | 52.50 to 61.00 | |" in table
     monkeypatch.setattr(report, "RESULTS", tmp_path / "none")
     assert report.tart_confidence_table() == []  # not run yet: left out, not made up
+    assert report.tart_confidence_held_out_table() == []

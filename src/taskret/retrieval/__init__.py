@@ -4,6 +4,7 @@ or a saved index directory."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 from .base import REGISTRY, RetrievalResult, Retriever
@@ -18,9 +19,27 @@ __all__ = ["RETRIEVERS", "RetrievalResult", "Retriever", "BM25Retriever", "Dense
            "SBERTRetriever", "HybridRetriever", "make_retriever"]
 
 
+def _build_hybrid(arg: str, seed: int, device: str | None) -> HybridRetriever:
+    specs, options = parse_hybrid_spec(arg)
+    built: dict[str, Retriever] = {}  # a spec given twice is one component (indexed once), read two ways
+    for s in specs:
+        if s not in built:
+            built[s] = make_retriever(s, seed=seed, device=device)
+    return HybridRetriever([built[s] for s in specs], specs=specs, **options)
+
+
+#: Spec keyword -> builder of ``(text after the colon, seed, device)``; the one list of keywords, so that
+#: :func:`.hybrid.reads_instruction` decides "keyword or folder" as :func:`make_retriever` does.
+SPEC_BUILDERS: dict[str, Callable[[str, int, str | None], Retriever]] = {
+    "random": lambda arg, seed, device: RandomRetriever(seed=seed),
+    "bm25": lambda arg, seed, device: BM25Retriever(field=arg or "input"),
+    "sbert": lambda arg, seed, device: SBERTRetriever(encoder=arg or "minilm-l6", device=device),
+    "dense": lambda arg, seed, device: DenseRetriever(encoder=arg or "minilm-l6", device=device),
+    "hybrid": _build_hybrid,
+}
 #: Spec prefixes served by another subpackage, imported only when used: ``epr:DIR`` is a trained EPR run.
 SPEC_PLUGINS = {"epr": "taskret.epr.training:load_retriever"}
-SPEC_KEYWORDS = ("random", "bm25", "sbert", "dense", "hybrid", *SPEC_PLUGINS)  # before a saved index's folder
+SPEC_KEYWORDS = (*SPEC_BUILDERS, *SPEC_PLUGINS)  # tried before a saved index's folder
 
 
 def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retriever:
@@ -31,21 +50,8 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
     ``epr:DIR`` (an EPR work folder, its ``retriever/`` training output, or a saved index).
     """
     name, _, arg = spec.partition(":")
-    if name == "random":
-        return RandomRetriever(seed=seed)
-    if name == "bm25":
-        return BM25Retriever(field=arg or "input")
-    if name == "sbert":
-        return SBERTRetriever(encoder=arg or "minilm-l6", device=device)
-    if name == "dense":
-        return DenseRetriever(encoder=arg or "minilm-l6", device=device)
-    if name == "hybrid":
-        specs, options = parse_hybrid_spec(arg)
-        built: dict[str, Retriever] = {}  # a spec given twice is one component (indexed once), read two ways
-        for s in specs:
-            if s not in built:
-                built[s] = make_retriever(s, seed=seed, device=device)
-        return HybridRetriever([built[s] for s in specs], specs=specs, **options)
+    if name in SPEC_BUILDERS:
+        return SPEC_BUILDERS[name](arg, seed, device)
     if name in SPEC_PLUGINS:
         module, _, function = SPEC_PLUGINS[name].partition(":")
         return getattr(importlib.import_module(module), function)(arg, device=device)
@@ -53,4 +59,3 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
         return Retriever.load(spec)
     raise ValueError(f"unknown retriever '{spec}'; expected random, bm25[:input|output|both], sbert, "
                      f"dense:ENCODER, hybrid:SPEC+SPEC, epr:DIR or a saved index directory")
-
