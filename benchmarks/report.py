@@ -883,10 +883,11 @@ def tart_confidence_table() -> list[str]:
 
 def tart_confidence_held_out_table() -> list[str]:
     d = _load("tart_confidence_held_out.json")
-    tasks = [Path(p).parent.name for p in d["source"]] if d and isinstance(d["source"], list) else []
-    return _confidence_rows(d, f"How sure the held-out means are: 95% bootstrap intervals of the mean over "
-                            f"{len(tasks) or 1} tasks ({', '.join(tasks)}), {{n}} dev queries in all, each task's "
-                            "queries resampled among themselves (stratified)", "the same queries",
+    sources = ([d["source"]] if isinstance(d["source"], str) else d["source"]) if d else []
+    tasks = ", ".join(Path(p).parent.name for p in sources)
+    over = (f"of the mean over {len(sources)} tasks ({tasks}), {{n}} dev queries in all, each task's queries "
+            "resampled among themselves (stratified)" if len(sources) > 1 else f"over {tasks}'s {{n}} dev queries")
+    return _confidence_rows(d, f"How sure the held-out means are: 95% bootstrap intervals {over}", "the same queries",
                             "`benchmarks/tart_held_out.py`")
 
 

@@ -104,14 +104,17 @@ def paired_difference(first: dict[str, float] | Strata, second: dict[str, float]
     """Mean of ``first - second`` over the queries both scored (over several tasks: the mean of the task means),
     its 95% paired bootstrap interval, and the share of resamples in which ``first`` is ahead. Both must score the
     same queries: a difference over different claims would mix systems with samples."""
+    first, second = _strata(first), _strata(second)
+    if len(first) != len(second):
+        raise ValueError(f"the two systems' scores cover {len(first)} and {len(second)} tasks: pair them task by task")
     gaps = []
-    for one, other in zip(_strata(first), _strata(second), strict=True):
+    for one, other in zip(first, second):
         if set(one) != set(other):
             only = sorted(set(one) ^ set(other))
             raise ValueError(f"the two systems scored different queries ({len(only)} differ, e.g. {only[:3]})")
         gaps.append(np.array([one[q] - other[q] for q in sorted(one)], dtype=np.float64))
     if all(len(g) >= 2 for g in gaps) and not any(g.any() for g in gaps):  # identical: every resample gives 0
-        return {"mean": 0.0, "ci95": [0.0, 0.0], "share_above_zero": 0.0, "n_queries": sum(map(len, gaps))}
+        return {"mean": 0.0, "ci95": [0.0, 0.0], "n_queries": sum(map(len, gaps)), "share_above_zero": 0.0}
     summary, means = _bootstrap(gaps, resamples, seed)
     # above a hair over 0: a resample of tied claims can sum to 1e-15 rather than 0
     return {**summary, "share_above_zero": round(float((means > 1e-9).mean()), 4)}
@@ -121,6 +124,9 @@ def main() -> None:
     arg_parser = _parser()
     args = arg_parser.parse_args()
     sources = [Path(p) for p in args.per_query or [DEFAULT_PER_QUERY]]
+    if len({source.resolve() for source in sources}) < len(sources):
+        raise SystemExit(f"--per-query: a file is given twice ({', '.join(map(str, sources))}): its task would "
+                         "count double in the mean")
     for source in sources:
         if not source.exists():
             raise SystemExit(f"{source}: not found; benchmarks/tart_berri.py or tart_held_out.py writes it "
@@ -129,8 +135,19 @@ def main() -> None:
     if not args.system and not args.difference:
         raise SystemExit("nothing to do: give --system SYSTEM@COLUMN and/or --difference A@COLUMN,B@COLUMN")
 
-    def strata(spec: str) -> Strata:  # one per file: a file is one task's queries
-        return [query_scores(scores, spec, str(source)) for scores, source in zip(per_query, sources)]
+    def strata(spec: str, like: str | None = None) -> Strata:
+        """``spec``'s scores, one dict per file (a file is one task's queries); with ``like``, each file must hold
+        the same queries for both (a paired difference), or the error names the file."""
+        out = []
+        for scores, source in zip(per_query, sources):
+            values = query_scores(scores, spec, str(source))
+            if len(values) < 2:
+                raise ValueError(f"{source}: {spec} scored {len(values)} query; an interval needs two or more")
+            if like is not None and set(values) != set(other := query_scores(scores, like, str(source))):
+                raise ValueError(f"{source}: {spec} and {like} scored different queries "
+                                 f"({len(set(values) ^ set(other))} differ)")
+            out.append(values)
+        return out
 
     result: dict = {"systems": {}, "differences": {}}
     try:
@@ -144,7 +161,7 @@ def main() -> None:
                 raise ValueError(f"--difference: expected [LABEL=]A@COLUMN,B@COLUMN, got {entry!r}")
             first, second = first.strip(), second.strip()
             result["differences"][f"{first} - {second}"] = {"label": label, **paired_difference(
-                strata(first), strata(second), args.resamples, args.seed)}
+                strata(first, like=second), strata(second), args.resamples, args.seed)}
     except ValueError as error:
         raise SystemExit(str(error)) from None
     result.update(resamples=args.resamples, seed=args.seed, method="percentile bootstrap (scipy.stats.bootstrap)"

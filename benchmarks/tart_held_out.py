@@ -113,14 +113,14 @@ def main() -> None:
     block: dict = {}
     timings: dict = {}
     weights: dict = {}
+    rerank_columns = [c.strip() for c in args.rerank_columns.split(",") if c.strip()]
+    if unknown := sorted(set(rerank_columns) - set(COLUMNS)):
+        raise SystemExit(f"--rerank-columns: unknown {', '.join(unknown)}; expected {' and/or '.join(COLUMNS)}")
     reranker = None
     if args.rerank:
         from taskret.rerank import load_reranker
 
         reranker = load_reranker(f"upr:{args.upr_lm}" if args.rerank == "upr" else args.rerank)
-    rerank_columns = [c.strip() for c in args.rerank_columns.split(",") if c.strip()]
-    if unknown := sorted(set(rerank_columns) - set(COLUMNS)):
-        raise SystemExit(f"--rerank-columns: unknown {', '.join(unknown)}; expected {' and/or '.join(COLUMNS)}")
     held_out_system = args.name
     if args.weights_only:
         if reranker is None:

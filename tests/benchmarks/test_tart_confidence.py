@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import bootstrap
 
 from taskret.retrieval.base import RetrievalResult
 from taskret.tart.tasks import Document, RetrievalTask
@@ -57,15 +58,21 @@ def test_several_tasks_give_the_mean_of_task_means_with_each_task_resampled_on_i
     expected = (np.mean(list(high.values())) + np.mean(list(low.values()))) / 2
     assert both["mean"] == pytest.approx(expected, abs=0.01) and both["n_queries"] == 420
     assert both["ci95"][0] < both["mean"] < both["ci95"][1]
-    # stratified: each task keeps its share, so the interval is far narrower than the spread between tasks
-    assert both["ci95"][1] - both["ci95"][0] < 10
-    # one task: the same as the plain interval
-    assert interval([low], resamples=500, seed=1) == interval(low, resamples=500, seed=1)
+    # stratified: each task keeps its share, so the width is the normal approximation's for a mean of two means
+    # (~2.6 here), not the spread between the tasks (a pooled resample would move the small task's share)
+    spread = 1.96 * np.sqrt(sum(np.var(list(t.values()), ddof=1) / len(t) for t in (high, low))) / 2
+    assert both["ci95"][1] - both["ci95"][0] == pytest.approx(2 * spread, rel=0.2)
+    # one task: exactly scipy's plain percentile bootstrap of the mean
+    plain = bootstrap((np.array(list(low.values())),), np.mean, n_resamples=500, method="percentile",
+                      rng=np.random.default_rng(1)).confidence_interval
+    assert interval([low], resamples=500, seed=1)["ci95"] == [round(plain.low, 2), round(plain.high, 2)]
     gain = paired_difference([_scores(np.full(20, 50.0) + 2), _scores(np.full(30, 10.0))],
                              [_scores(np.full(20, 50.0)), _scores(np.full(30, 10.0) + 1)], resamples=500)
     assert gain["mean"] == pytest.approx(0.5) and gain["ci95"] == [0.5, 0.5]  # (+2 and -1) / 2, every resample
     with pytest.raises(ValueError, match="different queries"):
         paired_difference([{"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.0}], [{"a": 1.0, "b": 2.0}, {"a": 1.0, "c": 2.0}])
+    with pytest.raises(ValueError, match="cover 2 and 1 tasks"):
+        paired_difference([{"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.0}], [{"a": 1.0, "b": 2.0}])
 
 
 def test_mismatched_queries_and_missing_systems_are_named():
@@ -156,6 +163,13 @@ def test_the_script_pools_several_tasks_and_names_the_file_that_lacks_a_system(t
     assert result["systems"]["student@no_instruction"]["n_queries"] == 20
     assert result["differences"]["student@instruction - student@no_instruction"]["mean"] == 1.0
     assert "stratified by task" in result["method"] and result["source"] == [str(f) for f in files]
+    twice = _confidence(out, [files[0], files[0]], "--system", "student@no_instruction")
+    assert twice.returncode != 0 and "given twice" in twice.stderr
+    files[1].write_text(json.dumps({"student": {"no_instruction": _scores(np.full(10, 1.0)),
+                                                "instruction": _scores(np.full(9, 1.0))}}))
+    unpaired = _confidence(out, files, "--difference", "student@instruction,student@no_instruction")
+    assert unpaired.returncode != 0 and f"{files[1]}: student@instruction and student@no_instruction scored " \
+        "different queries (1 differ)" in unpaired.stderr
     files[1].write_text(json.dumps({"bm25": {"no_instruction": _scores(np.full(10, 1.0))}}))
     missing = _confidence(out, files, "--system", "student@no_instruction")
     assert missing.returncode != 0 and f"{files[1]}: no system 'student'" in missing.stderr
@@ -179,6 +193,17 @@ def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, m
     table = report.tart_confidence_held_out_table()
     assert "mean over 2 tasks (argkp, conala), 199 / 300 dev queries in all" in table[0]
     assert "| `s@instruction` | 56.70 | 52.50 to 61.00 | |" in table
+    (tmp_path / "tart_confidence_held_out.json").write_text(json.dumps({**held_out, "source": "e/argkp/q.json"}))
+    assert "over argkp's 199 / 300 dev queries" in report.tart_confidence_held_out_table()[0]  # one task, no mean
     monkeypatch.setattr(report, "RESULTS", tmp_path / "none")
     assert report.tart_confidence_table() == []  # not run yet: left out, not made up
     assert report.tart_confidence_held_out_table() == []
+
+
+def test_held_out_refuses_a_column_it_does_not_score_before_loading_anything(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tart_held_out.py"), "--rerank", "upr",
+                           "--rerank-columns", "no_instruction,rerank_instruction", "--out", str(tmp_path / "o.json")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0
+    assert "--rerank-columns: unknown rerank_instruction; expected no_instruction and/or instruction" in done.stderr
+    assert not (tmp_path / "o.json").exists()
