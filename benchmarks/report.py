@@ -698,6 +698,13 @@ def tart_berri_table() -> list[str]:
               "hybrid+tart_distil_len256_neg2_q350_cpu60_seed3": "hybrid: BM25 + the 60-minute CPU TART-dual, seed 3",
               "hybrid+tart_distil_len256_neg2_q350_cpu60_seed3+e5": "hybrid: BM25 + the 60-minute CPU TART-dual, "
                                                                     "seed 3, + e5",
+              "tart_distil_len256_neg2_q250_all_cpu60_seed3": "the 60-minute CPU recipe over all 14 berri-lite tasks, "
+                                                              "the dev tasks included, 250 queries each, seed 3 "
+                                                              "(`tart_distil_len256_neg2_q250_all_cpu60_seed3.json`)",
+              "hybrid+tart_distil_len256_neg2_q250_all_cpu60_seed3": "hybrid: BM25 + the 60-minute CPU TART-dual over "
+                                                                     "all 14 tasks",
+              "hybrid+tart_distil_len256_neg2_q250_all_cpu60_seed3+e5": "hybrid: BM25 + the 60-minute CPU TART-dual "
+                                                                        "over all 14 tasks, + e5",
               "tart_soup": "TART-dual soup: the dev-out and both GPU students averaged (`taskret tart soup`)",
               "hybrid+tart_soup": "hybrid: BM25 + TART-dual soup",
               "hybrid+tart_soup+e5": "hybrid: BM25 + TART-dual soup + e5",
