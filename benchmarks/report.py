@@ -889,13 +889,18 @@ def tart_confidence_table() -> list[str]:
 
 
 def tart_confidence_held_out_table() -> list[str]:
-    d = _load("tart_confidence_held_out.json")
-    sources = ([d["source"]] if isinstance(d["source"], str) else d["source"]) if d else []
-    tasks = ", ".join(Path(p).parent.name for p in sources)
-    over = (f"of the mean over {len(sources)} tasks ({tasks}), {{n}} dev queries in all, each task's queries "
-            "resampled among themselves (stratified)" if len(sources) > 1 else f"over {tasks}'s {{n}} dev queries")
-    return _confidence_rows(d, f"How sure the held-out means are: 95% bootstrap intervals {over}", "the same queries",
-                            "`benchmarks/tart_held_out.py`")
+    """One table per ``tart_confidence_held_out*.json`` (each a set of held-out tasks), blank-line separated."""
+    out: list[str] = []
+    for path in sorted(RESULTS.glob("tart_confidence_held_out*.json")):
+        d = _load(path.name)
+        sources = [d["source"]] if isinstance(d["source"], str) else d["source"]
+        tasks = ", ".join(Path(p).parent.name for p in sources)
+        over = (f"of the mean over {len(sources)} tasks ({tasks}), {{n}} dev queries in all, each task's queries "
+                "resampled among themselves (stratified)" if len(sources) > 1 else f"over {tasks}'s {{n}} dev queries")
+        out += ([""] if out else []) + _confidence_rows(
+            d, f"How sure the held-out means are: 95% bootstrap intervals {over}", "the same queries",
+            "`benchmarks/tart_held_out.py`")
+    return out
 
 
 def _confidence_rows(d: dict | None, opening: str, paired: str, scorer: str) -> list[str]:

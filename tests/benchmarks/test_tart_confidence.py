@@ -195,6 +195,12 @@ def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, m
     assert "| `s@instruction` | 56.70 | 52.50 to 61.00 | |" in table
     (tmp_path / "tart_confidence_held_out.json").write_text(json.dumps({**held_out, "source": "e/argkp/q.json"}))
     assert "over argkp's 199 / 300 dev queries" in report.tart_confidence_held_out_table()[0]  # one task, no mean
+    # another set of held-out tasks in its own file: a table of its own after the first, a blank line between
+    (tmp_path / "tart_confidence_held_out_capped.json").write_text(json.dumps(held_out))
+    tables = report.tart_confidence_held_out_table()
+    openings = [i for i, line in enumerate(tables) if line.startswith("How sure the held-out means are")]
+    assert len(openings) == 2 and tables[openings[1] - 1] == ""
+    assert "over argkp's" in tables[openings[0]] and "mean over 2 tasks (argkp, conala)" in tables[openings[1]]
     monkeypatch.setattr(report, "RESULTS", tmp_path / "none")
     assert report.tart_confidence_table() == []  # not run yet: left out, not made up
     assert report.tart_confidence_held_out_table() == []
