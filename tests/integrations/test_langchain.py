@@ -92,3 +92,40 @@ def test_async_selection_and_bad_construction(selector, pool_dicts):
 def test_instruction_prefixes_the_query(pool_dicts):
     selector = TaskretExampleSelector.from_examples(pool_dicts, k=1, instruction="Find a command")
     assert selector._query({"input": "play jazz"}) == "Find a command [SEP] play jazz"
+
+
+BRACED = [{"input": "remove every file under the folder", "output": "find . -type f -exec rm {} \\;"},
+          {"input": "print the variable x", "output": "echo {x} {{y}} {% z %} {#"},
+          {"input": "list the folder", "output": "ls -la"}]
+
+
+def test_braces_in_the_examples_render_literally_with_the_documented_template():
+    selector = TaskretExampleSelector.from_examples(BRACED, k=3)
+    rendered = _few_shot(selector).format(input="delete {every} file")
+    assert "find . -type f -exec rm {} \\;" in rendered and "echo {x} {{y}} {% z %} {#" in rendered
+    assert rendered.endswith("\ndelete {every} file\t")
+    assert "ls -la" in rendered
+    raw = TaskretExampleSelector.from_examples(BRACED, k=3, template_format=None)
+    chosen = reversed(raw.select_examples({"input": "delete {every} file"}))  # most similar first, as retrieved
+    assert rendered == PromptBuilder(lambda t: 0, budget=10_000, max_demos=3).build(
+        "delete {every} file", [(e["input"], e["input"], e["output"]) for e in chosen]).text
+
+
+def test_braces_render_literally_in_jinja2_and_chat_templates():
+    from langchain_core.prompts import ChatPromptTemplate, FewShotChatMessagePromptTemplate
+
+    jinja = TaskretExampleSelector.from_examples(BRACED, k=3, template_format="jinja2")
+    prompt = FewShotPromptTemplate(example_selector=jinja, template_format="jinja2",
+                                   example_prompt=PromptTemplate.from_template("{{ input }}\t{{ output }}",
+                                                                               template_format="jinja2"),
+                                   suffix="{{ input }}\t", example_separator="\n", input_variables=["input"])
+    rendered = prompt.format(input="delete every file")
+    assert "find . -type f -exec rm {} \\;" in rendered and "echo {x} {{y}} {% z %} {#" in rendered
+    chat = TaskretExampleSelector.from_examples(BRACED, k=3, template_format=None)
+    messages = FewShotChatMessagePromptTemplate(
+        example_selector=chat, input_variables=["input"],
+        example_prompt=ChatPromptTemplate.from_messages([("human", "{input}"), ("ai", "{output}")]),
+    ).format_messages(input="delete every file")
+    assert "echo {x} {{y}} {% z %} {#" in [m.content for m in messages]
+    with pytest.raises(ValueError, match="template_format must be"):
+        TaskretExampleSelector.from_examples(BRACED, template_format="mustache")

@@ -14,6 +14,13 @@
 The examples come back most similar **last**, next to the test input, as taskret's own prompts place them,
 so the template above renders exactly the prompt ``PromptBuilder`` builds from the same k demonstrations.
 
+Braces in the examples (bash ``find . -exec rm {} \\;``, JSON, code) are shown literally: a
+``FewShotPromptTemplate`` substitutes the example values into ``example_prompt`` and then reads the joined
+text as a template once more, so the selector escapes the values for that second pass. ``template_format``
+names the format of the prompt the examples go into: ``"f-string"`` (default, as LangChain's),
+``"jinja2"``, or ``None`` for prompts that do not re-read the examples (``FewShotChatMessagePromptTemplate``)
+and for using :meth:`select_examples` directly.
+
 ``add_example``: a selector made with :meth:`TaskretExampleSelector.from_examples` owns its pool and
 supports it (the example is appended and the pool re-indexed: fine for BM25 and small pools; a dense
 retriever re-encodes every example). A selector over a saved index folder (:meth:`from_index`) is
@@ -24,7 +31,7 @@ read-only, like the folder, and raises ``NotImplementedError``: re-create the in
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from langchain_core.example_selectors import BaseExampleSelector
 
@@ -34,19 +41,38 @@ from ..retrieval import Retriever, make_retriever
 __all__ = ["TaskretExampleSelector"]
 
 
+def _escape_f_string(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _escape_jinja2(text: str) -> str:
+    # every tag, expression and comment opens with "{": print each one as a string literal
+    return text.replace("{", "{{ '{' }}")
+
+
+# FewShotPromptTemplate formats the joined examples once more in its template_format: escape them for that pass
+_ESCAPES = {"f-string": _escape_f_string, "jinja2": _escape_jinja2, None: lambda text: text}
+
+
 class TaskretExampleSelector(BaseExampleSelector):
     """Select the k examples a taskret retriever ranks highest for the input, most similar last.
 
     ``input_key``/``output_key`` name the keys of the returned dicts (the example prompt's variables);
     the query is ``input_variables[query_key]`` (default: ``input_key``, or the only variable given).
     ``instruction`` (TART) prefixes every query as ``"{instruction} [SEP] {query}"``.
+    ``template_format`` is the ``FewShotPromptTemplate``'s (``"f-string"``, ``"jinja2"``): the returned values
+    are escaped for it, so that the prompt shows the examples' braces literally; ``None`` returns them as they are
+    (``FewShotChatMessagePromptTemplate``, or reading the examples yourself).
     """
 
     def __init__(self, retriever: Retriever, examples: Sequence[Example], *, k: int = 4, input_key: str = "input",
                  output_key: str = "output", query_key: str | None = None, instruction: str | None = None,
-                 prompt_output=None, mutable: bool = False):
+                 prompt_output=None, mutable: bool = False,
+                 template_format: Literal["f-string", "jinja2"] | None = "f-string"):
         if k < 1:
             raise ValueError("k must be at least 1")
+        if template_format not in _ESCAPES:
+            raise ValueError(f"template_format must be 'f-string', 'jinja2' or None (got {template_format!r})")
         pool = {e.id: e for e in examples}
         if not retriever.ids:
             raise ValueError("the retriever has no index: index the examples first, or use from_examples()")
@@ -63,6 +89,7 @@ class TaskretExampleSelector(BaseExampleSelector):
         self.instruction = instruction
         self.prompt_output = prompt_output or (lambda e: e.output)
         self.mutable = mutable
+        self.template_format = template_format
 
     # -- construction ----------------------------------------------------------------------------------
 
@@ -127,7 +154,8 @@ class TaskretExampleSelector(BaseExampleSelector):
         ids = self.retriever.retrieve([self._query(input_variables)], k=self.k).ids[0]
         chosen = [self._pool[i] for i in ids]
         chosen.reverse()
-        return [{self.input_key: e.input, self.output_key: self.prompt_output(e)} for e in chosen]
+        escape = _ESCAPES[self.template_format]
+        return [{self.input_key: escape(e.input), self.output_key: escape(self.prompt_output(e))} for e in chosen]
 
     def add_example(self, example: dict[str, str]) -> str:
         """Add an example to a selector that owns its pool (from_examples) and re-index; returns its id."""
