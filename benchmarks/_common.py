@@ -2,7 +2,8 @@
 result was measured on, the command line that reproduces the run, writing the result (atomically, with
 ``taskret.io.write_json``), and the seeded samples the scripts draw their examples from.
 
-Scripts import it as a sibling module (``python benchmarks/NAME.py`` puts ``benchmarks/`` on ``sys.path``).
+Scripts import it as a sibling module (``python benchmarks/NAME.py`` puts ``benchmarks/`` on ``sys.path``; a study's
+scripts under ``studies/NAME/`` put it there themselves).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from taskret.epr.candidates import mine_candidates, mine_candidates_for
 from taskret.io import write_json
 
 DEFAULT_DATA_DIR = "../shared/data"
+HERE = Path(__file__).resolve().parent  # benchmarks/: scripts are named by their path under it
 
 
 def parser(doc: str | None, out: str | None = None, data_dir: bool = True, task: str | None = None,
@@ -91,7 +93,10 @@ def command_line(args: argparse.Namespace, parser: argparse.ArgumentParser, leav
     """``python benchmarks/SCRIPT.py`` with every argument's value (flags when set; ``--out`` only when not
     its default; ``leave_out``, by default the machine's own ``--data-dir``, never): the command that reproduces
     the run."""
-    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "?"
+    script = "?"
+    if sys.argv and sys.argv[0]:  # its path under benchmarks/ (a study's script lives in studies/NAME/)
+        path = Path(sys.argv[0]).resolve()
+        script = path.relative_to(HERE).as_posix() if path.is_relative_to(HERE) else path.name
     parts = [f"{prefix}python", f"benchmarks/{script}"]
     for action in parser._actions:  # the declared order, which is the order --help shows
         dest = action.dest

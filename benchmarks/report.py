@@ -899,7 +899,7 @@ def tart_confidence_held_out_table() -> list[str]:
                 "resampled among themselves (stratified)" if len(sources) > 1 else f"over {tasks}'s {{n}} dev queries")
         out += ([""] if out else []) + _confidence_rows(
             d, f"How sure the held-out means are: 95% bootstrap intervals {over}", "the same queries",
-            "`benchmarks/tart_held_out.py`")
+            "`benchmarks/studies/tart/tart_held_out.py`")
     return out
 
 
@@ -1008,7 +1008,7 @@ def tart_distil_sweep_table() -> list[str]:
     gpu = d["device"].split(",")[0]
     base, minilm = d["baselines"]["bm25"], d["baselines"]["minilm"]
     out = [f"The 256-token distillation recipe (`{d['base']}`) trained again on a GPU ({gpu}, in "
-           f"{len(d['calls'])} calls of `benchmarks/device/run_sweep.sh`, scored there by `tart_berri.py` and "
+           f"{len(d['calls'])} calls of `benchmarks/studies/tart/device/run_sweep.sh`, scored there by `tart_berri.py` and "
            "`tart_held_out.py --trained-without` as on the CPU): every variant starts from the CPU run's rows and "
            "cached teacher scores and changes only the fields named. SciFact test NDCG@10 alone and in the "
            "dev-weighted hybrid with BM25; held-out dev-task mean over the four dev tasks (100 queries each), never "

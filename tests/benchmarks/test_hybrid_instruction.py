@@ -1,4 +1,4 @@
-"""``benchmarks/hybrid_instruction.py`` on a tiny BEIR folder: every ``read_instruction`` assignment is ranked
+"""``benchmarks/studies/tart/hybrid_instruction.py`` on a tiny BEIR folder: every ``read_instruction`` assignment is ranked
 through the library's hybrid, and an instruction whose words match another document costs only the components
 that read it."""
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from ..tart.builders import write_beir
 
 ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "benchmarks" / "studies" / "tart"  # the TART study's scripts
 
 
 def test_each_assignment_of_read_instruction_is_measured(tmp_path):
@@ -22,7 +23,7 @@ def test_each_assignment_of_read_instruction_is_measured(tmp_path):
     out = tmp_path / "result.json"
 
     def run(spec: str, *more: str) -> dict:
-        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hybrid_instruction.py"), "--task",
+        done = subprocess.run([sys.executable, str(STUDY / "hybrid_instruction.py"), "--task",
                                str(folder), "--spec", spec, "--out", str(out), *more],
                               capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         assert done.returncode == 0, done.stderr

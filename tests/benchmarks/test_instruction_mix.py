@@ -1,4 +1,4 @@
-"""``benchmarks/instruction_mix.py``: the instructed ranking's share chosen on dev tasks, each dev task scored at the
+"""``benchmarks/studies/tart/instruction_mix.py``: the instructed ranking's share chosen on dev tasks, each dev task scored at the
 share the others chose, and the evaluation task's bare, instructed and fused rankings, on tiny BEIR folders and a
 tiny random encoder."""
 
@@ -15,10 +15,11 @@ import pytest
 from ..tart.builders import write_beir
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+STUDY = ROOT / "benchmarks" / "studies" / "tart"  # the TART study's scripts
+sys.path.insert(0, str(STUDY))
 from instruction_mix import leave_one_task_out  # noqa: E402
 
-sys.path.remove(str(ROOT / "benchmarks"))
+sys.path.remove(str(STUDY))
 
 
 def test_leave_one_task_out_scores_each_task_at_the_weight_the_others_chose():
@@ -47,7 +48,7 @@ def test_instruction_mix_writes_dev_choice_held_out_scores_and_the_three_ranking
     out = tmp_path / "mix.json"
 
     def run(name: str, *more: str) -> dict:
-        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "instruction_mix.py"), "--task", str(target),
+        done = subprocess.run([sys.executable, str(STUDY / "instruction_mix.py"), "--task", str(target),
                                "--dev-tasks", ",".join(map(str, dev)), "--student", f"{name}={tiny_bert_dir}",
                                "--out", str(out), *more],
                               capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})

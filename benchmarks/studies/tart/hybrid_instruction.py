@@ -7,7 +7,7 @@ same instructed claims under every assignment of ``read_instruction`` (all 0/1 c
 components, 8 for three), and the bare claims once, so the README's advice on where the instruction goes is
 measured by the code a user runs (``taskret tart evaluate --retriever 'hybrid:...&read_instruction=...'``)::
 
-    python benchmarks/hybrid_instruction.py --data-dir ../shared/data \\
+    python benchmarks/studies/tart/hybrid_instruction.py --data-dir ../shared/data \\
         --spec 'hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.4' \\
         --spec 'hybrid:bm25+dense:runs/tart_distil_len256_neg2_q350_cpu60/distil/model?fusion=convex&weight=0.5'
 
@@ -23,10 +23,13 @@ them; ``--merge`` keeps the specs and commands already in the file.
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from pathlib import Path
 
-from _common import command_line, machine, parser, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+
+from _common import command_line, machine, parser, write_result  # noqa: E402
 
 from taskret.formats import format_query
 from taskret.io import read_json

@@ -1,6 +1,6 @@
 """Here: merge what run_sweep.sh sent back (one logs.tar.gz per device call) into one results file.
 
-    python benchmarks/device/collect_sweep.py CALL1/logs.tar.gz CALL2/logs.tar.gz \
+    python benchmarks/studies/tart/device/collect_sweep.py CALL1/logs.tar.gz CALL2/logs.tar.gz \
         --out benchmarks/results/tart_distil_sweep_gpu.json --logs benchmarks/results/tart_distil_sweep_gpu_logs
 
 Each variant gets its overrides, training time, SciFact NDCG@10 alone and in the dev-weighted hybrid with BM25,

@@ -15,9 +15,9 @@ left out of them, so the weight never sees the task it is used on.
 The numbers go into the ``held_out`` block of ``benchmarks/results/tart_berri.json``
 (``{TASK: {SYSTEM: {"instruction", "no_instruction"}}}``, plus ``held_out_mean``); the rest of that file is
 left as it is. Each task's per-query NDCG@10 goes to ``WORK/eval/TASK/per_query.json``, for the intervals of
-``benchmarks/tart_confidence.py --per-query ... --per-query ...``. Trainings resume (their stages are skipped when done) and rankings are cached::
+``benchmarks/studies/tart/tart_confidence.py --per-query ... --per-query ...``. Trainings resume (their stages are skipped when done) and rankings are cached::
 
-    python benchmarks/tart_held_out.py --data-dir ../shared/data
+    python benchmarks/studies/tart/tart_held_out.py --data-dir ../shared/data
 
 ``--name NAME --merge`` adds another recipe's held-out model (e.g. one whose ``dual`` block sets
 ``exclude_instruction_from_pooling``) beside the existing systems, its setup under ``held_out_setup.more.NAME``.
@@ -34,11 +34,14 @@ command), so weights chosen under an older rule can be checked without retrainin
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
-from _common import command_line, machine, parser, write_result
-from tart_berri import DEV_TASKS, PairCache, Rankings, _choose, mean_ndcg
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+
+from _common import command_line, machine, parser, write_result  # noqa: E402
+from tart_berri import DEV_TASKS, PairCache, Rankings, _choose, mean_ndcg  # noqa: E402
 
 from taskret.io import read_json
 from taskret.retrieval import RetrievalResult
@@ -173,7 +176,7 @@ def main() -> None:
                                                                           1 - weights[task.name]["first_stage"]])
         scores: dict = {}
         for column, named in stages.items():
-            # scored once per query: the means here and the per-query file benchmarks/tart_confidence.py resamples
+            # scored once per query: the means here and the per-query file benchmarks/studies/tart/tart_confidence.py resamples
             per_query = {system: rankings.query_ndcgs(ranking) for system, ranking in named.items()}
             for system, values in per_query.items():
                 scores.setdefault(system, {})[column] = mean_ndcg(values)
@@ -215,7 +218,7 @@ def main() -> None:
 
 def _parser():
     p = parser(__doc__, out="benchmarks/results/tart_berri.json")
-    p.add_argument("--config", default="benchmarks/configs/tart_dual_berri.json", help="the TART-dual recipe")
+    p.add_argument("--config", default="benchmarks/studies/tart/configs/tart_dual_berri.json", help="the TART-dual recipe")
     p.add_argument("--tasks", default=",".join(HELD_OUT), help="berri-lite tasks held out, one run each")
     p.add_argument("--cap", type=int, default=60, help="training queries per task in each held-out run")
     p.add_argument("--limit", type=int, default=100, help="dev queries of the held-out task (seeded sample)")

@@ -6,7 +6,7 @@ holds the top 20 of any convex fusion of them in practice (the script reports th
 fused rankings it finds). Writes one ``pairs.json.xz``: ``{task folder: {"queries": [...], "docs": [...],
 "pairs": [[query index, doc index], ...]}}``, read on the device by ``score_pairs.py``::
 
-    python benchmarks/device/export_pairs.py --work runs/bench/tart_berri --components minilm,e5,tart_distil_ict \
+    python benchmarks/studies/tart/device/export_pairs.py --work runs/bench/tart_berri --components minilm,e5,tart_distil_ict \
         --out .gpu/b/pairs.json.xz
 """
 
@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/: tart_berri
 from tart_berri import COLUMNS, DEV_TASKS, Rankings  # noqa: E402
 
 from taskret.io import read_jsonl  # noqa: E402

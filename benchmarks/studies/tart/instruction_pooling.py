@@ -13,7 +13,7 @@ measures three query forms against the same corpus vectors:
 A model trained that way (``exclude_instruction_from_pooling``, saved with ``include_prompt: false``) is
 measured the same three ways; ``trained_excluding_instruction`` says which models were.
 
-    python benchmarks/instruction_pooling.py --data-dir ../shared/data \\
+    python benchmarks/studies/tart/instruction_pooling.py --data-dir ../shared/data \\
         --model tart_distil=runs/tart_distil_fusion/distil/model \\
         --model tart_distil2=runs/tart_distil_fusion_more/distil/model
 
@@ -23,11 +23,15 @@ Writes ``benchmarks/results/instruction_pooling.json``.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import command_line, machine, parser
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+
+from _common import command_line, machine, parser  # noqa: E402
 
 from taskret.formats import format_query
 from taskret.io import write_json

