@@ -51,6 +51,19 @@ def test_candidates(tmp_path, train):
     assert {c for r in rows for c in r["candidates"]} - {r["id"] for r in rows}  # candidates from the whole pool
 
 
+@pytest.mark.parametrize("stage,extra,option", [
+    ("candidates", ["--n", "0"], "--n"), ("candidates", ["--limit", "0"], "--limit"),
+    ("label", ["--method", "bm25", "--k", "0"], "--k"), ("score", ["--candidates", "c.jsonl", "--shard-size", "0"],
+                                                         "--shard-size"),
+    ("train", ["--labels", "l.jsonl", "--epochs", "0"], "--epochs"),
+    ("train", ["--labels", "l.jsonl", "--batch-size", "-1"], "--batch-size"),
+])
+def test_stage_counts_below_one_are_refused(tmp_path, train, stage, extra, option):
+    result = invoke(stage, "--train", train, *extra, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_candidates_with_a_bad_train_file(tmp_path):
     train = write_jsonl_rows(tmp_path / "train[v2].jsonl", [POOL_ROWS[0], {"key": "x", "q": "no output"}])
     out = tmp_path / "cands.jsonl"

@@ -79,6 +79,39 @@ def test_evaluate_bad_options_fail_clearly(runner, pool_files, tmp_path, extra, 
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("extra,option", [
+    (["--k", "0"], "--k"), (["--k", "-1"], "--k"), (["--limit", "0"], "--limit"), (["--limit", "-5"], "--limit"),
+    (["--max-new-tokens", "0"], "--max-new-tokens"),
+])
+def test_evaluate_refuses_counts_below_one_before_loading_anything(runner, pool_files, tmp_path, monkeypatch,
+                                                                   extra, option):
+    import taskret.backends.base
+
+    monkeypatch.setattr(taskret.backends.base, "load_lm", lambda *a, **k: pytest.fail("the LM was loaded"))
+    train, test = pool_files
+    result = invoke(runner, "evaluate", "--train", train, "--test", test, "--input-field", "q",
+                    "--output-field", "a", "--id-field", "key", "--out", tmp_path / "run", *extra)
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}'" in result.output and "greater than or equal to 1" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_refuses_a_context_with_no_room_for_the_prompt(runner, pool_files, tmp_path, monkeypatch):
+    import taskret.backends.base
+
+    monkeypatch.setattr(taskret.backends.base, "load_lm", lambda *a, **k: pytest.fail("the LM was loaded"))
+    train, test = pool_files
+    result = invoke(runner, "evaluate", "--train", train, "--test", test, "--input-field", "q", "--output-field", "a",
+                    "--context-window", "128", "--max-new-tokens", "128")
+    assert result.exit_code == 2
+    assert "--context-window 128 leaves no room for the prompt" in result.stderr
+
+
+def test_retrieve_refuses_top_k_below_one(runner, tmp_path):
+    result = invoke(runner, "retrieve", "--index", tmp_path, "--top-k", "0", "query")
+    assert result.exit_code == 2 and "Invalid value for '--top-k'" in result.output
+
+
 def test_evaluate_with_missing_files(runner, tmp_path):
     result = invoke(runner, "evaluate", "--train", tmp_path / "nope.jsonl", "--test", tmp_path / "nope.jsonl")
     assert result.exit_code == 2
@@ -92,14 +125,29 @@ def test_index_then_retrieve_round_trip(runner, tmp_path, pool_files):
                     "--id-field", "key", "--retriever", "bm25", "--out", index_dir)
     assert result.exit_code == 0, result.output
     assert (index_dir / "meta.json").exists()
-    result = invoke(runner, "retrieve", "--index", index_dir, "--k", "2",
+    result = invoke(runner, "retrieve", "--index", index_dir, "--k", "2", "--json",
                     "is it sunny in paris tomorrow", "play miles davis")
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["query"] for line in lines] == ["is it sunny in paris tomorrow", "play miles davis"]
     assert [line["ids"][0] for line in lines] == ["weather", "music"]
-    assert all(len(line["ids"]) == len(line["scores"]) == 2 for line in lines)
+    assert all(len(line["ids"]) == len(line["scores"]) == len(line["snippets"]) == 2 for line in lines)
     assert all(line["scores"][0] >= line["scores"][1] for line in lines)
+    assert lines[1]["snippets"][0] == "play some jazz music by miles davis -> PLAY_MUSIC jazz davis"
+
+
+def test_retrieve_prints_the_retrieved_examples(runner, tmp_path, pool_files):
+    train, _ = pool_files
+    index_dir = tmp_path / "index"
+    assert invoke(runner, "index", "--train", train, "--input-field", "q", "--output-field", "a",
+                  "--id-field", "key", "--out", index_dir).exit_code == 0
+    result = invoke(runner, "retrieve", "--index", index_dir, "--k", "2", "play miles davis")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "query: play miles davis" and len(lines) == 3
+    rank, score, shown = lines[1].split("\t")
+    assert rank == "  1. music" and float(score) > 0 and shown == "play some jazz music by miles davis -> PLAY_MUSIC jazz davis"
+    assert lines[2].startswith("  2. ")
 
 
 def test_index_errors(runner, tmp_path):

@@ -68,7 +68,7 @@ def test_example_indexes_are_served_searched_and_retrieved(command, tmp_path, po
     assert len(prompt["ids"]) == 2 and prompt["prompt"].endswith("call john\t")
 
     searched = json.loads(invoke("search", "--index", out, "--json", "--k", 2, "play miles davis").stdout)
-    retrieved = json.loads(invoke("retrieve", "--index", out, "--k", 2, "play miles davis").stdout)
+    retrieved = json.loads(invoke("retrieve", "--index", out, "--json", "--k", 2, "play miles davis").stdout)
     assert searched["ids"] == retrieved["ids"] and len(searched["ids"]) == 2
     records = load_index(out).records
     assert searched["snippets"] == [f"{records[i].text} -> {records[i].output}" for i in searched["ids"]]
@@ -94,7 +94,7 @@ def test_tart_document_index_is_served_searched_and_retrieved(tmp_path):
     searched = json.loads(invoke("search", "--index", out, "--json", "--k", 1, "aspirin heart attacks").stdout)
     assert searched["ids"] == ["d1"]
     assert searched["snippets"] == ["Aspirin and the heart | Aspirin lowers the risk of heart attacks."]
-    assert json.loads(invoke("retrieve", "--index", out, "--k", 1, "aspirin heart attacks").stdout)["ids"] == ["d1"]
+    assert json.loads(invoke("retrieve", "--index", out, "--json", "--k", 1, "aspirin heart attacks").stdout)["ids"] == ["d1"]
 
 
 def test_index_commands_replace_an_index_and_refuse_other_folders(tmp_path, pool_train):
@@ -116,7 +116,7 @@ def test_retrieve_reads_a_bare_retriever_and_serve_refuses_it(tmp_path, pool_exa
     from taskret.retrieval import BM25Retriever
 
     BM25Retriever().index(pool_examples).save(tmp_path / "bare")  # the EPR pipeline's index/
-    assert json.loads(invoke("retrieve", "--index", tmp_path / "bare", "--k", 1, "play miles davis").stdout)["ids"] \
+    assert json.loads(invoke("retrieve", "--index", tmp_path / "bare", "--json", "--k", 1, "play miles davis").stdout)["ids"] \
         == ["music"]
     result = CliRunner().invoke(cli_app, ["serve", "--index", str(tmp_path / "bare")], env=ENV)
     assert result.exit_code == 2 and "holds no texts" in result.stderr

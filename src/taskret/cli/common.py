@@ -153,3 +153,24 @@ def index_pool(retriever, task, train: Path | None = None) -> None:
     except ValueError as err:
         source = str(train) if train is not None else f"task '{task.name}'"
         raise ValueError(f"{source}: {err}") from err
+
+
+def write_ranked(query: str, ids: list[str], scores, records: dict, as_json: bool) -> None:
+    """Print one query's ranked results on stdout: ``rank. id<TAB>score<TAB>snippet`` lines under ``query: ...``
+    (an example's snippet is ``input -> output``, a document's ``title | text``), or with ``as_json`` one JSON line
+    with ``query``, ``ids``, ``scores`` and ``snippets``. ``records`` maps ids to the index's
+    :class:`~taskret.retrieval.index.IndexRecord` (empty for a bare retriever: no snippets)."""
+    import json
+    import sys
+
+    from ..tart.search import snippet
+
+    scores = [round(float(s), 4) for s in scores[: len(ids)]]
+    snippets = [snippet(records[i]) if i in records else "" for i in ids]
+    if as_json:
+        row = {"query": query, "ids": ids, "scores": scores, **({"snippets": snippets} if records else {})}
+        sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return
+    sys.stdout.write(f"query: {query}\n")
+    for rank, (item_id, score, shown) in enumerate(zip(ids, scores, snippets), start=1):
+        sys.stdout.write(f"{rank:3d}. {item_id}\t{score:.4f}\t{shown}".rstrip("\t") + "\n")

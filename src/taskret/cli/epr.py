@@ -38,9 +38,9 @@ def _pool(task, train, input_field, output_field, id_field, fmt, data_dir):
 def candidates(
     task: TaskName = None, train: TrainFile = None, input_field: InputField = None,
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
-    n: int = typer.Option(50, help="candidates per training example"),
+    n: int = typer.Option(50, min=1, help="candidates per training example"),
     field: str = typer.Option("output", help="search BM25 by output, input or both"),
-    limit: Optional[int] = typer.Option(None, help="only a seeded sample of N training examples as queries"),
+    limit: Optional[int] = typer.Option(None, min=1, help="only a seeded sample of N training examples as queries"),
     seed: int = typer.Option(0),
     out: Path = typer.Option(..., help="candidates JSONL to write"),
 ):
@@ -62,7 +62,7 @@ def score(
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
     lm: LMSpec = "smollm2-135m",
     lm_option: LMOptions = None,
-    shard_size: int = typer.Option(32, help="examples per resumable shard"),
+    shard_size: int = typer.Option(32, min=1, help="examples per resumable shard"),
     device: Device = None, dtype: Dtype = "auto",
     ray: Optional[str] = typer.Option(None, "--ray", help="score the shards on a Ray cluster: auto (the running "
                                       "cluster), local (start one here), HOST:PORT or ray://HOST:PORT"),
@@ -94,7 +94,7 @@ def label(
     method: str = typer.Option("lm", help="lm (EPR), bm25 (DR-BM25) or cbr"),
     task: TaskName = None, train: TrainFile = None, input_field: InputField = None,
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
-    k: int = typer.Option(5, help="positives and hard negatives per example"),
+    k: int = typer.Option(5, min=1, help="positives and hard negatives per example"),
     out: Path = typer.Option(..., help="labels JSONL to write"),
 ):
     """Top-k positives and bottom-k hard negatives per example -> JSONL."""
@@ -137,7 +137,8 @@ def train(
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
     base_model: str = typer.Option("minilm-l6"),
     shared_encoder: bool = typer.Option(False, help="one encoder for inputs and examples"),
-    epochs: int = typer.Option(3), batch_size: int = typer.Option(120), mini_batch_size: int = typer.Option(16),
+    epochs: int = typer.Option(3, min=1), batch_size: int = typer.Option(120, min=1),
+    mini_batch_size: int = typer.Option(16, min=1),
     learning_rate: float = typer.Option(2e-5), seed: int = typer.Option(0),
     out: Path = typer.Option(..., help="output folder: model/, training_log.jsonl, epr_config.json"),
 ):
