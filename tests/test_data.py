@@ -166,6 +166,22 @@ def test_load_task_rejects_unknown_names_and_missing_files():
         load_task(train="only_train.jsonl")
 
 
+def test_a_builtin_task_not_installed_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TASKRET_DATA_DIR", str(tmp_path / "cache"))
+    with pytest.raises(FileNotFoundError) as err:
+        load_task("mtop")
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'cache' / 'mtop' / 'train.jsonl'}: the 'mtop' data set is not installed")
+    assert "`taskret data download mtop`" in message and "`taskret data list`" in message
+    with pytest.raises(FileNotFoundError, match=r"`taskret data download break --data-dir .*elsewhere`"):
+        load_task("break", data_dir=tmp_path / "elsewhere")
+    write_jsonl_rows(tmp_path / "smcalflow" / "train.jsonl", SMCAL_TRAIN)  # the test file alone is missing
+    with pytest.raises(FileNotFoundError, match="smcalflow/test.jsonl: the 'smcalflow' data set is not installed"):
+        load_task("smcalflow", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="unknown task 'mtopp'; built-in tasks: break, mtop, smcalflow, demo"):
+        load_task("mtopp")
+
+
 def test_builtin_layouts():
     assert (BUILTIN_TASKS["mtop"].input_field, BUILTIN_TASKS["mtop"].output_field) == ("question", "logical_form")
     assert BUILTIN_TASKS["break"].output_format is BREAK_FORMAT

@@ -144,6 +144,15 @@ def read_examples(
     return examples
 
 
+def _not_installed(name: str, missing: Path, base: Path) -> str:
+    """What to do when a built-in task's file is not in the data folder it is read from."""
+    into = "" if base == download_dir() else f" --data-dir {base}"
+    return (f"{missing}: the '{name}' data set is not installed; download it with `taskret data download "
+            f"{name}{into}` (Python: taskret.download.download('{name}'{', data_dir' if into else ''})), or point "
+            f"--data-dir / data_dir= / $TASKRET_DATA_DIR at the folder that holds {name}/; `taskret data list` "
+            f"shows what is installed")
+
+
 def load_task(
     name: str | None = None,
     *,
@@ -163,10 +172,14 @@ def load_task(
         task = load_task("mtop", train=_PACKAGE_DEMO / "mtop_train.jsonl", test=_PACKAGE_DEMO / "mtop_test.jsonl")
         return replace(task, name="demo")
     if name is not None and name not in BUILTIN_TASKS:
-        raise ValueError(f"unknown task '{name}'; built-in tasks: {', '.join(sorted(BUILTIN_TASKS) + ['demo'])}")
+        raise ValueError(f"unknown task '{name}'; built-in tasks: {', '.join(sorted(BUILTIN_TASKS) + ['demo'])} "
+                         f"(your own data: give train and test files, --train/--test on the command line)")
     spec = BUILTIN_TASKS.get(name) if name else None
     base = Path(data_dir) if data_dir is not None else default_data_dir()
     if spec is not None:
+        for given, relative in ((train, spec.train), (test, spec.test)):
+            if given is None and not (base / relative).exists():
+                raise FileNotFoundError(_not_installed(spec.name, base / relative, base))
         train = train or base / spec.train
         test = test or base / spec.test
         input_field = input_field or spec.input_field
