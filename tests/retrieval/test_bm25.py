@@ -37,3 +37,22 @@ def test_bm25_over_outputs_and_both(pool_examples):
 def test_bm25_rejects_unknown_field():
     with pytest.raises(ValueError, match="unknown field 'question'"):
         BM25Retriever(field="question")
+
+
+def test_bm25_reads_the_query_alone_unless_told_to_read_the_instruction(tmp_path):
+    from taskret.retrieval import make_retriever
+    from taskret.retrieval.index import load_index, save_index
+
+    ids, texts = ["cat", "evidence"], ["the cat sat on the mat", "retrieve scientific evidence about dogs"]
+    query = "Retrieve scientific evidence [SEP] where did the cat sit"
+    bare = make_retriever("bm25").index_texts(ids, texts)
+    instructed = make_retriever("bm25?read_instruction=1").index_texts(ids, texts)
+    assert bare.retrieve([query], k=1).ids == [["cat"]]
+    assert instructed.retrieve([query], k=1).ids == [["evidence"]]  # the instruction's words win the match
+    assert make_retriever("bm25:output?read_instruction=1").field == "output"
+    with pytest.raises(ValueError, match="read_instruction needs a 0 or 1"):
+        make_retriever("bm25?read_instruction=yes")
+    from taskret.data import Example
+
+    save_index(tmp_path / "idx", instructed, [Example(i, t, "out") for i, t in zip(ids, texts)])
+    assert load_index(tmp_path / "idx").retriever.retrieve([query], k=1).ids == [["evidence"]]  # saved as built

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -18,12 +19,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def server(bm25_index):
+@contextmanager
+def running_server(index, cwd=None):
+    """`taskret serve --index INDEX` in a subprocess (from ``cwd``), answering /health: yields its URL."""
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "2000"}
-    process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", "--index", str(bm25_index), "--port",
-                                str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", "--index", str(index), "--port",
+                                str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -46,6 +48,12 @@ def server(bm25_index):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def server(bm25_index):
+    with running_server(bm25_index) as url:
+        yield url
 
 
 def test_serve_answers_health_and_retrieve(server):

@@ -108,5 +108,5 @@ def test_ict_specs_load_as_tasks_for_training_and_evaluation(tmp_path):
     loaded, _ = load_training_tasks([spec], limit=5, task_limits={"trials-ict": 3})
     assert [t.name for t in loaded] == ["trials-ict"] and len(loaded[0].queries) == 3
     assert not set(loaded[0].queries) & set(dev.queries)
-    with pytest.raises(FileNotFoundError, match="not a task name"):
+    with pytest.raises(FileNotFoundError, match="not a built-in task"):
         load_retrieval_task(f"ict:{tmp_path / 'missing'}")

@@ -370,3 +370,44 @@ def test_berri_lite_tasks_load_by_name_with_dev_as_the_held_out_split(tmp_path):
     assert [t.instruction for t in tasks] == ["Do alpha", "Do beta"]
     with pytest.raises(FileNotFoundError, match="no berri-lite task 'gamma'"):
         load_retrieval_task("berri-lite/gamma", root)
+
+
+# --- any corpus, with or without qrels ------------------------------------------------------------
+
+
+def test_load_corpus_reads_a_folder_without_qrels_a_bare_corpus_file_and_a_csv_with_named_fields(tmp_path):
+    from taskret.tart.tasks import load_corpus
+
+    folder = tmp_path / "my-corpus"
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text('{"_id": "d1", "title": "T", "text": "first"}\n'
+                                         '{"_id": "d2", "text": "second"}\n', encoding="utf-8")
+    (folder / "instructions.json").write_text('["Find the passage"]', encoding="utf-8")
+    corpus = load_corpus(folder)  # no queries.jsonl, no qrels/
+    assert corpus.name == "my-corpus" and list(corpus.documents) == ["d1", "d2"]
+    assert corpus.documents["d1"] == Document("d1", "T", "first") and corpus.instructions == ["Find the passage"]
+    bare = load_corpus(folder / "corpus.jsonl")
+    assert bare.name == "my-corpus" and bare.documents == corpus.documents and bare.instructions == []
+
+    table = tmp_path / "faq.csv"
+    table.write_text("question,answer,key\nWhat is it?,An answer,q1\nAnd that?,Another,q2\n", encoding="utf-8")
+    faq = load_corpus(table, text_field="answer", title_field="question", id_field="key")
+    assert faq.name == "faq" and faq.documents["q2"] == Document("q2", "And that?", "Another")
+    numbered = load_corpus(table, text_field="answer", title_field=None)  # no id field: the line number
+    assert list(numbered.documents) == ["2", "3"] and numbered.documents["2"].title == ""
+    with pytest.raises(DataError, match=r"faq.csv, line 2, field 'body': missing field \(fields here: question, "
+                       r"answer, key; name the text's field with --text-field\)"):
+        load_corpus(table, text_field="body")
+    with pytest.raises(FileNotFoundError, match="corpus.jsonl: missing"):
+        load_corpus(tmp_path)
+
+
+def test_an_unknown_berri_lite_task_lists_the_known_ones(tmp_path):
+    from taskret.tart.tasks import load_corpus
+
+    for task in ("medquad", "nl2bash"):
+        (tmp_path / "berri-lite" / task).mkdir(parents=True)
+        (tmp_path / "berri-lite" / task / "corpus.jsonl").write_text('{"_id": "1", "text": "x"}\n', encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match="no berri-lite task 'medqad'; known tasks: medquad, nl2bash"):
+        load_retrieval_task("berri-lite/medqad", tmp_path)
+    assert load_corpus("berri-lite/medquad", tmp_path).name == "medquad"  # a corpus needs no qrels

@@ -30,6 +30,19 @@ def _with_instruction(task, text: Optional[str]):
     return task.with_instructions([text.strip()]) if text is not None else task
 
 
+def _first_stage_reads_instruction(spec: str) -> bool:
+    """Whether any part of a retriever spec reads the instruction: BM25 reads the query alone unless told."""
+    from ..retrieval.hybrid import parse_hybrid_spec, reads_instruction
+
+    if spec.startswith("hybrid:"):
+        components, options = parse_hybrid_spec(spec.partition(":")[2])
+        switches = options.get("read_instruction") or [reads_instruction(c) for c in components]
+        return any(switches)
+    if spec.partition(":")[0].partition("?")[0] == "bm25":
+        return "read_instruction=1" in spec
+    return True
+
+
 def _task_names(tasks: str) -> list[str]:
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not names:
@@ -41,9 +54,11 @@ def _task_names(tasks: str) -> list[str]:
 def evaluate(
     tasks: str = typer.Option("scifact", "--tasks", help="comma-separated: scifact, mtop, mtop-similar, break, ambigqa, "
                               "berri-lite/TASK, or paths of folders in the BEIR layout"),
-    retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER (e.g. dense:minilm-l6), hybrid:SPEC+SPEC "
-                                  "(e.g. hybrid:bm25+dense:minilm-l6; its BM25 reads the query without the "
-                                  "instruction, ?read_instruction=0,1 says it per component), sbert, random"),
+    retriever: str = typer.Option("bm25", "--retriever", "--setup", help="a named setup (docs-fast, docs-rerank: "
+                                  "its reranker too), bm25 (reads the query alone; bm25?read_instruction=1 gives it "
+                                  "the instruction), dense:ENCODER (e.g. dense:minilm-l6), hybrid:SPEC+SPEC (e.g. "
+                                  "hybrid:bm25+dense:minilm-l6; its BM25 reads the query without the instruction, "
+                                  "?read_instruction=0,1 says it per component), sbert, random"),
     setting: str = typer.Option("closed", help="closed (each task's own corpus), pooled (all corpora merged) or both"),
     instruction: bool = typer.Option(True, "--instruction/--no-instruction",
                                      help="prepend each task's instruction to its queries ('{instruction} [SEP] {query}')"),
@@ -56,8 +71,9 @@ def evaluate(
                                          "CrossEncoder folder, or upr:LM (zero-shot query likelihood, e.g. "
                                          "upr:smollm2-135m; options after ?: max_doc_tokens=N, "
                                          "ensemble_bare=true)"),
-    rerank_top_k: int = typer.Option(100, "--rerank-depth", "--rerank-top-k",
-                                     help="how many first-stage documents per query the reranker reorders"),
+    rerank_top_k: Optional[int] = typer.Option(None, "--rerank-depth", "--rerank-top-k", min=1,
+                                               help="how many first-stage documents per query the reranker reorders "
+                                               "(default: the setup's, else 100)"),
     first_stage_instruction: Optional[bool] = typer.Option(
         None, "--first-stage-instruction/--no-first-stage-instruction",
         help="with --rerank: whether the first stage reads the instruction too (default: as --instruction)"),
@@ -76,6 +92,15 @@ def evaluate(
         raise ValueError(f"unknown setting '{setting}'; expected closed, pooled or both")
     if limit is not None and limit < 1:
         raise ValueError("--limit must be at least 1")
+    if k < 1:
+        raise ValueError("--k must be at least 1")
+    retriever, setup = _resolve_setup(retriever)
+    if setup is not None and setup.kind != "documents":
+        raise ValueError(f"setup '{setup.name}' retrieves examples for prompts: evaluate it with `taskret evaluate`")
+    if setup is not None and setup.rerank is not None and rerank is None:
+        rerank, rerank_weight = setup.rerank, setup.rerank_weight if rerank_weight is None else rerank_weight
+        rerank_top_k = setup.rerank_depth if rerank_top_k is None else rerank_top_k
+    rerank_top_k = 100 if rerank_top_k is None else rerank_top_k
     loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
               for name in _task_names(tasks)]
     if instruction:
@@ -83,6 +108,10 @@ def evaluate(
             console.print(f"{task.name}: instruction " + (f"'{task.instruction}'" if task.instruction else
                           "none (the task has no instructions: give --instruction-text, or an instructions.json "
                           "in its folder); its queries are used alone"))
+        if not _first_stage_reads_instruction(retriever):
+            console.print(f"{retriever} reads the query alone" + (", the instruction goes to the reranker" if rerank
+                          else ": the instruction changes nothing here") + " (bm25?read_instruction=1, or a hybrid's "
+                          "read_instruction=1,..., gives it to BM25)")
     start = time.perf_counter()
     reranker = None
     if rerank is not None:
@@ -115,29 +144,70 @@ def evaluate(
     console.print(f"-> {out / 'metrics.json'}")
 
 
+SETUP_HELP = ("a named setup (docs-fast: BM25 + MiniLM, no LM; docs-rerank: the same + SmolLM2 rerank of the top 10, "
+              "the instruction at the reranker only) or any retriever spec: bm25, dense:ENCODER, hybrid:SPEC+SPEC")
+
+
+def _resolve_setup(spec: Optional[str], default: Optional[str] = None):
+    """(retriever spec, Setup or None) of ``--setup``/``--retriever``; prints the full spec a setup stands for."""
+    from ..setups import SETUPS, resolve_setup
+
+    if spec is None:
+        spec = default
+        console.print(f"no --setup given: using {SETUPS[default].describe()}", soft_wrap=True)
+        return SETUPS[default].retriever, SETUPS[default]
+    setup = resolve_setup(spec)
+    if setup is not None:
+        console.print(f"setup {setup.describe()}", soft_wrap=True)
+        return setup.retriever, setup
+    return spec, None
+
+
 @app.command()
 def index(
-    task: str = typer.Option(..., "--task", help="scifact, mtop, mtop-similar, break, ambigqa, or a folder in the BEIR layout"),
-    retriever: str = typer.Option("bm25", help="bm25, dense:ENCODER, sbert"),
-    split: str = typer.Option("test", help="which split's corpus (it differs only for mtop and break)"),
+    corpus: str = typer.Option(..., "--corpus", "--task", help="the documents: a folder with corpus.jsonl (BEIR "
+                               "layout; queries and qrels optional), a corpus file (JSONL, CSV or TSV; see "
+                               "--text-field), a built-in task (scifact, mtop, ...) or berri-lite/TASK"),
+    retriever: Optional[str] = typer.Option(None, "--setup", "--retriever", help=SETUP_HELP + " (default: docs-fast)"),
+    text_field: str = typer.Option("text", help="a corpus file's field (column) holding each document's text"),
+    title_field: Optional[str] = typer.Option("title", help="its field holding the title, if any"),
+    id_field: Optional[str] = typer.Option(None, help="its field holding the id (default: _id, else id, else the "
+                                           "line number)"),
+    split: str = typer.Option("test", help="built-in tasks: which split's corpus (it differs only for mtop and break)"),
     instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
     data_dir: DataDir = None,
-    out: Path = typer.Option(..., help="index folder to write"),
+    out: Path = typer.Option(..., help="index folder to write (self-contained: it can be moved or copied)"),
 ):
-    """Index a task's corpus with the documents' texts and the task's instruction (for `taskret tart search`
-    and `taskret serve`; written atomically)."""
+    """Index a corpus with the documents' texts, its instruction and the setup's reranking, for `taskret tart
+    search` and `taskret serve` (written atomically)."""
     from ..retrieval import make_retriever
     from ..retrieval.index import save_index
-    from ..tart.tasks import load_retrieval_task
+    from ..tart.tasks import load_corpus
 
-    loaded = _with_instruction(load_retrieval_task(task, data_dir, split), instruction_text)
-    with console.status(f"indexing {len(loaded.corpus)} documents with {retriever}"):
-        ids, texts = loaded.doc_ids_and_texts()
-        ret = make_retriever(retriever).index_texts(ids, texts)
-    save_index(out, ret, [loaded.corpus[i] for i in ids], kind="documents", task=loaded.name,
-               retriever_spec=retriever, instruction=loaded.instruction,
-               extra={"split": split, "instructions": loaded.instructions})
-    console.print(f"indexed {len(loaded.corpus)} documents of {loaded.name} with {retriever} -> {out}")
+    spec, setup = _resolve_setup(retriever, default="docs-fast")
+    if setup is not None and setup.kind != "documents":
+        raise ValueError(f"setup '{setup.name}' retrieves examples for prompts; index documents with docs-fast or "
+                         f"docs-rerank (examples: `taskret index --setup {setup.name}`)")
+    if setup is not None and setup.rerank is not None:
+        from ..rerank import load_reranker
+
+        load_reranker(setup.rerank)  # an LM that is not installed fails now, not at the first search
+    loaded = load_corpus(corpus, data_dir, split, id_field=id_field, text_field=text_field, title_field=title_field)
+    instructions = [instruction_text.strip()] if instruction_text and instruction_text.strip() else loaded.instructions
+    if instruction_text is not None and not instruction_text.strip():
+        raise ValueError("--instruction-text is empty")
+    ids = list(loaded.documents)
+    from ..tart.tasks import doc_text
+
+    with console.status(f"indexing {len(ids)} documents with {spec}"):
+        ret = make_retriever(spec).index_texts(ids, [doc_text(loaded.documents[i]) for i in ids])
+    save_index(out, ret, [loaded.documents[i] for i in ids], kind="documents", task=loaded.name,
+               retriever_spec=spec, instruction=instructions[0] if instructions else None,
+               extra={"split": split, "instructions": instructions,
+                      **(setup.search_settings() if setup is not None else {})})
+    console.print(f"indexed {len(ids)} documents of {loaded.name} -> {out}; search it with `taskret tart search "
+                  f"--index {out} \"QUERY\"`" + (f" (reranked by {setup.rerank}, as the setup says)"
+                                                  if setup is not None and setup.rerank else ""))
 
 
 @app.command()
@@ -146,24 +216,38 @@ def search(
     index_dir: Path = typer.Option(..., "--index", help="a folder written by `taskret tart index` (or any taskret "
                                    "index command)"),
     instruction: Optional[str] = typer.Option(None, help="what to find, e.g. 'Retrieve scientific evidence to "
-                                              "verify this claim' (default: the query alone)"),
-    top_k: int = typer.Option(5, "--top-k", "--k", help="how many documents"),
+                                              "verify this claim' (default: the index's, else the query alone); "
+                                              "the setups give it to the reranker only"),
+    top_k: int = typer.Option(5, "--top-k", "--k", min=1, help="how many documents"),
     rerank: Optional[str] = typer.Option(None, help="rerank with a TART-full folder (or any CrossEncoder folder), or "
-                                         "upr:LM"),
-    rerank_depth: int = typer.Option(100, "--rerank-depth", "--rerank-top-k",
-                                     help="how many first-stage documents the reranker reorders"),
+                                         "upr:LM (default: the reranker the index's setup records)"),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="skip the reranker the index records"),
+    rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", "--rerank-top-k", min=1,
+                                               help="how many first-stage documents the reranker reorders (default: "
+                                               "the index's, else 100)"),
     rerank_weight: RerankWeight = None,
     query_encoder: Optional[str] = typer.Option(None, help="encode the queries with this model: one distilled with "
                                                 "--freeze-documents from the dense index's encoder, so the index "
                                                 "serves it as it is (checked on the first document)"),
     as_json: bool = typer.Option(False, "--json", help="JSONL on stdout instead of text"),
 ):
-    """Search an index with an instruction: prints rank, document id, score and the document's title / first 200 chars."""
+    """Search an index with an instruction: prints rank, document id, score and the document's title / first 200
+    chars; an index built from a setup is reranked as the setup says."""
     from ..retrieval.index import load_index
-    from ..tart.search import search_index, snippet
+    from ..tart.search import RECORDED, recorded_rerank, search_index, snippet
 
+    if rerank is not None and no_rerank:
+        raise ValueError("give --rerank or --no-rerank, not both")
     index = load_index(index_dir)
-    texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=rerank,
+    reranker = None if no_rerank else (rerank or RECORDED)
+    if instruction is None and index.instruction:
+        instruction = index.instruction
+        console.print(f"instruction (the index's): '{instruction}'")
+    recorded = recorded_rerank(index)["rerank"]
+    if reranker == RECORDED and recorded:
+        console.print(f"reranking with {recorded} ({index.info.get('setup') or 'as the index records'}; "
+                      f"--no-rerank skips it)")
+    texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=reranker,
                                  rerank_depth=rerank_depth, rerank_weight=rerank_weight, query_encoder=query_encoder)
     for text, ids, scores in zip(texts, result.ids, result.scores):
         snippets = [snippet(index.records[i]) for i in ids]

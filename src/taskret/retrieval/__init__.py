@@ -1,4 +1,5 @@
 """Retrievers, chosen by name: ``random``, ``bm25[:input|output|both]``, ``sbert``, ``dense:ENCODER``,
+``hybrid:SPEC+SPEC``, ``epr:DIR``, a named setup (:mod:`taskret.setups`: ``docs-fast``, ``examples-bm25``, ...)
 or a saved index directory."""
 
 from __future__ import annotations
@@ -7,10 +8,11 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
+from ..setups import resolve_setup, setup_names
 from .base import REGISTRY, RetrievalResult, Retriever
 from .bm25 import BM25Retriever
 from .dense import DenseRetriever, SBERTRetriever
-from .hybrid import HybridRetriever, parse_hybrid_spec
+from .hybrid import HybridRetriever, parse_hybrid_spec, parse_spec_options
 from .random import RandomRetriever
 
 RETRIEVERS = REGISTRY  # name -> class, for loading saved indexes
@@ -28,11 +30,27 @@ def _build_hybrid(arg: str, seed: int, device: str | None) -> HybridRetriever:
     return HybridRetriever([built[s] for s in specs], specs=specs, **options)
 
 
+def _build_bm25(arg: str) -> BM25Retriever:
+    """``bm25[:FIELD][?read_instruction=1]``: BM25 reads the query alone unless told otherwise."""
+    field, _, query = arg.partition("?")
+    options = parse_spec_options("bm25 retriever", f"bm25:{arg}", query, {"read_instruction": _switch})
+    return BM25Retriever(field=field or "input", **options)
+
+
+def _switch(value: str) -> bool:
+    if value not in ("0", "1"):
+        raise ValueError(value)
+    return value == "1"
+
+
+_switch.__name__ = "0 or 1"
+
+
 #: Spec keyword -> builder of ``(text after the colon, seed, device)``; the one list of keywords, so that
 #: :func:`.hybrid.reads_instruction` decides "keyword or folder" as :func:`make_retriever` does.
 SPEC_BUILDERS: dict[str, Callable[[str, int, str | None], Retriever]] = {
     "random": lambda arg, seed, device: RandomRetriever(seed=seed),
-    "bm25": lambda arg, seed, device: BM25Retriever(field=arg or "input"),
+    "bm25": lambda arg, seed, device: _build_bm25(arg),
     "sbert": lambda arg, seed, device: SBERTRetriever(encoder=arg or "minilm-l6", device=device),
     "dense": lambda arg, seed, device: DenseRetriever(encoder=arg or "minilm-l6", device=device),
     "hybrid": _build_hybrid,
@@ -47,9 +65,23 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
 
     ``random``, ``bm25`` (over inputs), ``bm25:output``, ``bm25:both``, ``sbert``, ``dense:ENCODER``,
     ``hybrid:SPEC+SPEC[?fusion=rrf|convex&weight=W]`` (fused first stages, see :mod:`.hybrid`),
-    ``epr:DIR`` (an EPR work folder, its ``retriever/`` training output, or a saved index).
+    ``epr:DIR`` (an EPR work folder, its ``retriever/`` training output, or a saved index), or a named setup
+    without a reranker (:mod:`taskret.setups`: ``docs-fast``, ``examples-bm25``, ``examples-epr:DIR``).
+    Options follow a ``?``: ``bm25?read_instruction=1`` (BM25 reads the instruction too; by default it reads the
+    query alone, as inside a hybrid).
     """
+    setup = resolve_setup(spec)
+    if setup is not None:
+        if setup.rerank is not None:
+            raise ValueError(f"setup '{setup.name}' is a first stage and a reranker ({setup.spec}): build its first "
+                             f"stage with make_retriever('{setup.retriever}') and its reranker with "
+                             f"load_reranker('{setup.rerank}'), or index it with `taskret tart index --setup "
+                             f"{setup.name}` and search that index")
+        spec = setup.retriever
     name, _, arg = spec.partition(":")
+    if "?" in name:  # options without an argument: "bm25?read_instruction=1"
+        name, _, options = name.partition("?")
+        arg = f"?{options}"
     if name in SPEC_BUILDERS:
         return SPEC_BUILDERS[name](arg, seed, device)
     if name in SPEC_PLUGINS:
@@ -57,5 +89,6 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
         return getattr(importlib.import_module(module), function)(arg, device=device)
     if spec and Path(spec).is_dir():
         return Retriever.load(spec)
-    raise ValueError(f"unknown retriever '{spec}'; expected random, bm25[:input|output|both], sbert, "
-                     f"dense:ENCODER, hybrid:SPEC+SPEC, epr:DIR or a saved index directory")
+    raise ValueError(f"unknown retriever '{spec}'; expected a named setup ({', '.join(setup_names())}), random, "
+                     f"bm25[:input|output|both], sbert, dense:ENCODER, hybrid:SPEC+SPEC, epr:DIR or a saved index "
+                     f"directory")

@@ -38,6 +38,36 @@ def example_text(example: Example, field: str) -> str:
     raise ValueError(f"unknown field '{field}'; expected one of {FIELDS}")
 
 
+MODELS_DIR = "models"
+
+
+def _is_local_model(value: str, directory: Path) -> bool:
+    """Whether ``value`` is a model folder on disk outside ``directory`` (a registered name is not a folder)."""
+    path = Path(value)
+    if not path.is_dir():
+        return False
+    try:
+        path.resolve().relative_to(directory.resolve())
+        return False  # already inside the index
+    except ValueError:
+        return True
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy a model folder, hard-linking files where the file system allows (no second copy of the weights)."""
+    import shutil
+
+    def link_or_copy(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, copy_function=link_or_copy)
+
+
 #: Retriever classes by ``name``, filled as each subclass is defined: what :meth:`Retriever.load` reads.
 REGISTRY: dict[str, type["Retriever"]] = {}
 
@@ -100,12 +130,27 @@ class Retriever(ABC):
 
     # -- persistence -----------------------------------------------------------------------------
 
+    #: Config keys that may name a local model folder (a trained encoder). :meth:`save` puts such a folder
+    #: inside the index (``models/KEY``, hard-linked where it can) and records that path relative to the
+    #: index, so a copied or moved index loads from any working directory; registered model names stay names.
+    model_keys: tuple[str, ...] = ("encoder", "query_encoder")
+
     def save(self, directory: str | os.PathLike) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self._save_index(directory)
+        config = self.config()
+        copied: dict[str, str] = {}  # source folder -> its path in the index: a folder used twice is copied once
+        for key in self.model_keys:
+            value = config.get(key)
+            if isinstance(value, str) and _is_local_model(value, directory):
+                source = str(Path(value).resolve())
+                if source not in copied:
+                    copied[source] = f"{MODELS_DIR}/{key}"
+                    _copy_tree(Path(source), directory / copied[source])
+                config[key] = copied[source]
         # meta.json is written last: its presence marks a complete index.
-        write_json(directory / "meta.json", {"retriever": self.name, "ids": self.ids, **self.config()})
+        write_json(directory / "meta.json", {"retriever": self.name, "ids": self.ids, **config})
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Retriever":
@@ -120,6 +165,10 @@ class Retriever(ABC):
         if cls is not Retriever and not issubclass(klass, cls):
             raise ValueError(f"{meta_path}: holds a '{meta['retriever']}' index, not {cls.name}")
         config = {k: v for k, v in meta.items() if k not in ("retriever", "ids")}
+        for key in klass.model_keys:  # a model saved inside the index: its path is relative to the index
+            value = config.get(key)
+            if isinstance(value, str) and value.startswith(f"{MODELS_DIR}/") and (directory / value).is_dir():
+                config[key] = str(directory / value)
         retriever = klass(**config)
         retriever.ids = list(meta["ids"])
         retriever._load_index(directory)

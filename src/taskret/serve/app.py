@@ -3,7 +3,9 @@
 Endpoints (the OpenAPI schema is at ``/openapi.json``, interactive docs at ``/docs``):
 
 - ``POST /retrieve`` ``{"query", "instruction"?, "k"?}``: the top-k ids, scores and texts. With an
-  instruction the query is TART's ``"{instruction} [SEP] {query}"``.
+  instruction the query is TART's ``"{instruction} [SEP] {query}"``. An index built from a named setup with a
+  reranker (``taskret tart index --setup docs-rerank``) is reranked as it records
+  (:func:`~taskret.tart.search.recorded_rerank`).
 - ``POST /prompt`` ``{"input", "max_demos"?, "token_budget"?}`` (example indexes only; ``k`` is accepted
   for ``max_demos``): the in-context-learning prompt ``taskret evaluate`` would build: demonstrations
   ``"{input}\\t{output}"`` filled in retrieval order up to the token budget, most similar last, then
@@ -110,6 +112,7 @@ class HealthResponse(BaseModel):
     query_encoder: Optional[str] = Field(None, description="the model encoding queries, where it is not the "
                                          "index's encoder (`taskret serve --query-encoder`)")
     n: int
+    rerank: Optional[str] = Field(None, description="the reranker the index's setup records, if any")
     token_counter: str
     token_budget: int
     uptime_s: float
@@ -205,6 +208,13 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     index = index_dir if isinstance(index_dir, LoadedIndex) else load_index(index_dir)
     if query_encoder is not None:
         index.use_query_encoder(query_encoder)
+    from ..tart.search import recorded_rerank, search_index
+
+    rerank = recorded_rerank(index)
+    if rerank["rerank"] is not None:  # loaded now: a missing LM fails at start-up, not at the first request
+        from ..rerank import load_reranker
+
+        rerank["rerank"] = load_reranker(rerank["rerank"])
     examples = index.kind == "examples"
     counter = make_token_counter(lm or index.lm) if examples else TokenCounter(None, "none")
     count_tokens, counter_name = counter.count, counter.name
@@ -218,8 +228,6 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     if warmup:
         index.retriever.retrieve(["warm up"], k=1)
     started_at = time.monotonic()
-
-    from ..formats import format_query
 
     app = FastAPI(title="taskret retrieval service", version=__version__,
                   description="Task-aware retrieval (EPR prompt retrieval, TART instruction retrieval) over one "
@@ -238,13 +246,15 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
         return HealthResponse(status="ok", version=__version__, index=str(index.directory), kind=index.kind,
                               retriever=index.retriever.name, query_encoder=query_encoder,
                               n=len(index.retriever.ids), token_counter=counter_name,
+                              rerank=index.info.get("rerank"),
                               token_budget=token_budget, uptime_s=round(time.monotonic() - started_at, 3))
 
     @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_none=True)
     def retrieve(request: RetrieveRequest) -> RetrieveResponse:
-        query = format_query(request.instruction, request.query)
         with lock:
-            result = index.retriever.retrieve([query], k=request.k)
+            (query,), result = search_index(index, [request.query], instruction=request.instruction, top_k=request.k,
+                                            reranker=rerank["rerank"], rerank_depth=rerank["rerank_depth"],
+                                            rerank_weight=rerank["rerank_weight"])
         ids = result.ids[0]
         scores = [float(s) if math.isfinite(s) else None for s in result.scores[0][: len(ids)]]
         records = [index.records[i] for i in ids]

@@ -102,12 +102,14 @@ def _rank_components(specs: Sequence[str], reads: Sequence[bool], tasks: Sequenc
     """Each hybrid component's rankings (:func:`rank_tasks`), component ``n`` reading the instruction if
     ``reads[n]``; a spec given twice (one encoder reading the instructed and the bare query) indexes each task once,
     as the hybrid it tunes does."""
-    from ..retrieval import make_retriever
+    from ..retrieval import BM25Retriever, make_retriever
 
     out: list[Rankings] = [{} for _ in specs]
     for task in tasks:
         for spec in dict.fromkeys(specs):  # one index alive at a time: encoders and their indexes can be large
             retriever = make_retriever(spec).index_texts(*task.doc_ids_and_texts())
+            if isinstance(retriever, BM25Retriever):  # reads[n] decides, as the hybrid's switch does for BM25
+                retriever.read_instruction = True
             for n in (n for n, other in enumerate(specs) if other == spec):
                 out[n][task.name] = _rank(retriever, task, depth, reads[n])
     return out

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
 from ..io import write_json, write_jsonl
-from .tasks import BERRI_LITE, ICT_PREFIX, RETRIEVAL_TASKS, Document, RetrievalTask, _data_root, read_corpus
+from .tasks import ICT_PREFIX, RETRIEVAL_TASKS, Document, RetrievalTask, load_corpus
 
 __all__ = ["ICT_PREFIX", "ICT_INSTRUCTIONS", "IctSettings", "IctDraw", "split_sentences", "draw_ict",
            "inverse_cloze_task", "ict_task", "source_corpus", "write_ict_folder"]
@@ -151,23 +151,11 @@ def inverse_cloze_task(corpus: Mapping[str, Document], *, name: str = "ict", spl
 
 
 def source_corpus(source: str, data_dir: str | os.PathLike | None = None) -> tuple[str, dict[str, Document]]:
-    """(name, corpus) of an ICT source: ``berri-lite/TASK``, a built-in task, a BEIR folder or a corpus.jsonl."""
-    from .tasks import load_retrieval_task
-
-    if source.startswith(BERRI_LITE + "/"):
-        path = _data_root(data_dir) / BERRI_LITE / source.split("/", 1)[1] / "corpus.jsonl"
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no berri-lite task '{source}'; set --data-dir or $TASKRET_DATA_DIR")
-        return source.split("/", 1)[1], read_corpus(path)
-    if source in RETRIEVAL_TASKS:
-        split = next(iter(RETRIEVAL_TASKS[source].splits))
-        return source, load_retrieval_task(source, data_dir, split).corpus
-    path = Path(source)
-    if path.is_dir():
-        return path.name, read_corpus(path / "corpus.jsonl")
-    if path.is_file():
-        return path.parent.name if path.name == "corpus.jsonl" else path.stem, read_corpus(path)
-    raise FileNotFoundError(f"{source}: not a task name, BEIR folder or corpus file to draw an ICT task from")
+    """(name, corpus) of an ICT source: ``berri-lite/TASK``, a built-in task (its first split's corpus), a
+    BEIR folder or a corpus file (:func:`~taskret.tart.tasks.load_corpus`)."""
+    split = next(iter(RETRIEVAL_TASKS[source].splits)) if source in RETRIEVAL_TASKS else "train"
+    corpus = load_corpus(source, data_dir, split)
+    return corpus.name, corpus.documents
 
 
 def ict_task(source: str, data_dir: str | os.PathLike | None = None, split: str = "train",

@@ -7,6 +7,7 @@ examples from ``taskret index`` / ``taskret epr index``). Results are a
 Public API::
 
     search_index(index, queries, instruction, top_k, reranker)   # -> (searched texts, RetrievalResult)
+    recorded_rerank(index)                                       # the reranking an index records (its setup)
     record_text(record)                                          # what a reranker reads of a record
     snippet(record)                                              # "title | first 200 characters..."
 """
@@ -20,7 +21,7 @@ from ..formats import format_query
 from ..retrieval.base import RetrievalResult
 from ..retrieval.index import IndexRecord, LoadedIndex, load_index
 
-__all__ = ["record_text", "snippet", "search_index"]
+__all__ = ["RECORDED", "record_text", "recorded_rerank", "snippet", "search_index"]
 
 
 def record_text(record: IndexRecord) -> str:
@@ -39,14 +40,30 @@ def snippet(record: IndexRecord, width: int = 200) -> str:
     return f"{title} | {text}" if title else text
 
 
+#: ``search_index(reranker=RECORDED)``: rerank as the index records (an index built from a named setup).
+RECORDED = "recorded"
+
+
+def recorded_rerank(index: LoadedIndex) -> dict:
+    """The reranking an index records (``rerank``, ``rerank_depth``, ``rerank_weight``; ``rerank`` None: none):
+    written by ``taskret tart index`` from a named setup such as ``docs-rerank``."""
+    info = index.info
+    return {"rerank": info.get("rerank"), "rerank_depth": info.get("rerank_depth") or 100,
+            "rerank_weight": info.get("rerank_weight")}
+
+
 def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str], instruction: str | None = None,
-                 top_k: int = 5, reranker=None, rerank_depth: int = 100,
+                 top_k: int = 5, reranker=RECORDED, rerank_depth: int | None = None,
                  rerank_weight: float | None = None,
                  query_encoder: str | None = None) -> tuple[list[str], RetrievalResult]:
     """Search ``index`` (a loaded index or its folder) with ``format_query(instruction, query)`` for each
-    query; return those texts and the ``top_k`` best ids and scores of each. With ``reranker`` (a TART-full
-    folder or a :class:`~taskret.rerank.Reranker`), the first stage's top ``rerank_depth`` are
-    reranked, and with ``rerank_weight`` interpolated with the first stage
+    query; return those texts and the ``top_k`` best ids and scores of each. The first stage reads of the
+    instruction what its spec says (BM25, and the named document setups, read the query alone).
+
+    ``reranker``: by default the one the index records (:func:`recorded_rerank`, with its depth and weight,
+    unless ``rerank_depth`` / ``rerank_weight`` are given); None: no reranking; else a TART-full folder, a
+    ``upr:LM`` spec or a :class:`~taskret.rerank.Reranker`. The first stage's top ``rerank_depth`` (default 100)
+    are reranked, and with ``rerank_weight`` interpolated with the first stage
     (:meth:`~taskret.rerank.Reranker.rerank`'s ``first_stage_weight``, the first stage's share).
 
     ``query_encoder``: a dense index is searched with queries encoded by this model, one trained over the
@@ -55,6 +72,12 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
         raise ValueError("top_k must be at least 1")
     if not isinstance(index, LoadedIndex):
         index = load_index(index)
+    if isinstance(reranker, str) and reranker == RECORDED:
+        recorded = recorded_rerank(index)
+        reranker = recorded["rerank"]
+        rerank_depth = rerank_depth if rerank_depth is not None else recorded["rerank_depth"]
+        rerank_weight = rerank_weight if rerank_weight is not None else recorded["rerank_weight"]
+    rerank_depth = rerank_depth if rerank_depth is not None else 100
     if query_encoder is not None:
         index.use_query_encoder(query_encoder)
     texts = [format_query(instruction, q) for q in queries]

@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ..data import _field, default_data_dir, read_examples, sample
 from ..io import DataError, iter_records
@@ -29,6 +29,8 @@ __all__ = [
     "RetrievalTask",
     "doc_text",
     "read_beir",
+    "Corpus",
+    "load_corpus",
     "read_corpus",
     "read_queries",
     "read_qrels",
@@ -222,26 +224,38 @@ def _optional_text(path: Path, line: int, record: dict, name: str) -> str:
     return value
 
 
-def read_corpus(path: str | os.PathLike) -> dict[str, Document]:
-    """A BEIR ``corpus.jsonl``: ``_id``, ``text`` and an optional ``title`` per line."""
+def read_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_field: str = "text",
+                title_field: str | None = "title") -> dict[str, Document]:
+    """Documents from a JSONL, CSV or TSV file: a BEIR ``corpus.jsonl`` (``_id``, ``text`` and an optional
+    ``title`` per line) by default, or any file whose fields are named: ``text_field`` (required),
+    ``title_field`` (optional; None: no title), ``id_field`` (None: ``_id`` if the first record has it, else
+    ``id``, else the line number)."""
     path = Path(path)
     corpus: dict[str, Document] = {}
     first_line: dict[str, int] = {}
+    ids_from = id_field
     for line, record in iter_records(path):
-        doc_id = _field(path, line, record, "_id")
-        if "text" not in record or record["text"] is None:
-            raise DataError(path, line, "text", "missing field")
-        text = _optional_text(path, line, record, "text")
-        title = _optional_text(path, line, record, "title")
+        if ids_from is None:
+            ids_from = next((name for name in ("_id", "id") if name in record), "")
+        doc_id = _field(path, line, record, ids_from) if ids_from else str(line)
+        if text_field not in record or record[text_field] is None:
+            raise DataError(path, line, text_field, "missing field" + _fields_hint(record, text_field))
+        text = _optional_text(path, line, record, text_field)
+        title = _optional_text(path, line, record, title_field) if title_field else ""
         if not (text.strip() or title.strip()):
-            raise DataError(path, line, "text", "empty document (no text and no title)")
+            raise DataError(path, line, text_field, "empty document (no text and no title)")
         if doc_id in corpus:
-            raise DataError(path, line, "_id", f"duplicate id '{doc_id}' (first seen on line {first_line[doc_id]})")
+            raise DataError(path, line, ids_from, f"duplicate id '{doc_id}' (first seen on line {first_line[doc_id]})")
         corpus[doc_id] = Document(doc_id, title, text)
         first_line[doc_id] = line
     if not corpus:
         raise DataError(path, None, None, "no documents in file")
     return corpus
+
+
+def _fields_hint(record: dict, wanted: str) -> str:
+    """``" (fields here: a, b; choose one with --text-field)"``: the hint a user with their own file needs."""
+    return f" (fields here: {', '.join(map(str, record)) or 'none'}; name the text's field with --text-field)"
 
 
 def read_queries(path: str | os.PathLike) -> dict[str, str]:
@@ -557,8 +571,17 @@ def _data_root(data_dir: str | os.PathLike | None) -> Path:
 
 # berri-lite: a BERRI-style collection of BEIR folders with one instructions.json for all of them.
 BERRI_LITE = "berri-lite"
-# ict:SOURCE: the inverse cloze task drawn from SOURCE's corpus (taskret.tart.ict).
+# ict:SOURCE: the inverse cloze task drawn from SOURCE's corpus, built by taskret.tart.ict, which imports this
+# module: named by its import path and imported when used, so the two modules do not import each other.
 ICT_PREFIX = "ict:"
+ICT_TASK = "taskret.tart.ict:ict_task"
+
+
+def _plugin(path: str) -> Callable:
+    import importlib
+
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def berri_lite_tasks(data_dir: str | os.PathLike | None = None) -> list[str]:
@@ -569,21 +592,36 @@ def berri_lite_tasks(data_dir: str | os.PathLike | None = None) -> list[str]:
     return [f"{BERRI_LITE}/{p.parent.parent.name}" for p in sorted(root.glob("*/qrels/train.tsv"))]
 
 
-def _berri_lite_task(name: str, data_dir: str | os.PathLike | None, split: str) -> RetrievalTask:
-    """``berri-lite/TASK``: its dev qrels are the held-out split (``test`` reads them too); its instructions
-    come from the collection's ``instructions.json`` (``{task: [instructions]}``)."""
-    from ..io import read_json
-
+def _berri_lite_folder(name: str, data_dir: str | os.PathLike | None) -> Path:
+    """The folder of ``berri-lite/TASK``; an unknown TASK is refused with the list of known ones."""
     root = _data_root(data_dir) / BERRI_LITE
     task = name.split("/", 1)[1]
     folder = root / task
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no berri-lite task '{task}'; set --data-dir or $TASKRET_DATA_DIR")
-    instructions_path = root / INSTRUCTIONS_FILE
+    if not folder.is_dir() or not task:
+        known = sorted(p.name for p in root.glob("*") if (p / "corpus.jsonl").is_file()) if root.is_dir() else []
+        raise FileNotFoundError(f"{folder}: no berri-lite task '{task}'; " + (
+            f"known tasks: {', '.join(known)}" if known else f"{root} holds none: set --data-dir or $TASKRET_DATA_DIR"))
+    return folder
+
+
+def _berri_lite_task(name: str, data_dir: str | os.PathLike | None, split: str) -> RetrievalTask:
+    """``berri-lite/TASK``: its dev qrels are the held-out split (``test`` reads them too); its instructions
+    come from the collection's ``instructions.json`` (``{task: [instructions]}``)."""
+    folder = _berri_lite_folder(name, data_dir)
+    return read_beir(folder, "dev" if split == "test" else split, _berri_lite_instructions(name, data_dir),
+                     name=folder.name)
+
+
+def _berri_lite_instructions(name: str, data_dir: str | os.PathLike | None) -> list[str]:
+    """The instructions of ``berri-lite/TASK``, from the collection's ``instructions.json`` (``{task: [...]}``)."""
+    from ..io import read_json
+
+    task = name.split("/", 1)[1]
+    instructions_path = _data_root(data_dir) / BERRI_LITE / INSTRUCTIONS_FILE
     table = read_json(instructions_path) if instructions_path.exists() else {}
     if not isinstance(table, dict) or not isinstance(table.get(task, []), list):
         raise DataError(instructions_path, None, task, "expected {task: [instructions]}")
-    return read_beir(folder, "dev" if split == "test" else split, table.get(task, []), name=task)
+    return list(table.get(task, []))
 
 
 def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, split: str = "test") -> RetrievalTask:
@@ -593,14 +631,13 @@ def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, sp
     if name.startswith(BERRI_LITE + "/"):
         return _berri_lite_task(name, data_dir, split)
     if name.startswith(ICT_PREFIX):
-        from .ict import ict_task
-
-        return ict_task(name[len(ICT_PREFIX):], data_dir, split)
+        return _plugin(ICT_TASK)(name[len(ICT_PREFIX):], data_dir, split)
     if name not in RETRIEVAL_TASKS:
         if Path(name).is_dir():
             return read_beir(name, split)
         raise ValueError(f"unknown retrieval task '{name}'; built-in tasks: {', '.join(RETRIEVAL_TASKS)}, "
-                         f"{BERRI_LITE}/TASK (or the path of a folder in the BEIR layout)")
+                         f"{BERRI_LITE}/TASK (or the path of a folder in the BEIR layout; to index or search a "
+                         f"corpus without queries, `taskret tart index --corpus PATH`)")
     entry = RETRIEVAL_TASKS[name]
     if split not in entry.splits:
         raise ValueError(f"task '{name}' has no split '{split}'; splits: {', '.join(entry.splits)}")
@@ -609,6 +646,60 @@ def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, sp
     if not path.exists():
         raise FileNotFoundError(f"{path}: data of task '{name}' ({split}) not found; set --data-dir or $TASKRET_DATA_DIR")
     return entry.build(path, split)
+
+
+class Corpus(NamedTuple):
+    """A corpus to index: its name, its documents by id, and the instructions that came with it (none for a
+    bare file)."""
+
+    name: str
+    documents: dict[str, Document]
+    instructions: list[str]
+
+
+def load_corpus(source: str | os.PathLike, data_dir: str | os.PathLike | None = None, split: str = "test", *,
+                id_field: str | None = None, text_field: str = "text", title_field: str | None = "title") -> Corpus:
+    """The documents of ``source``, with or without queries and qrels (those are for evaluation only):
+
+    - a built-in task (``scifact``, ``mtop``, ...; ``split`` picks MTOP's and Break's corpus) or
+      ``berri-lite/TASK``, with its instructions;
+    - a folder holding ``corpus.jsonl`` (the BEIR layout; qrels optional), with its ``instructions.json`` if any;
+    - a file: a BEIR ``corpus.jsonl``, or any JSONL / CSV / TSV whose fields are named by ``text_field``,
+      ``title_field`` and ``id_field`` (see :func:`read_corpus`).
+    """
+    text = str(source)
+    if text in RETRIEVAL_TASKS:
+        splits = RETRIEVAL_TASKS[text].splits
+        task = load_retrieval_task(text, data_dir, split if split in splits else next(iter(splits)))
+        return Corpus(task.name, task.corpus, task.instructions)
+    if text.startswith(BERRI_LITE + "/"):
+        folder = _berri_lite_folder(text, data_dir)
+        return Corpus(folder.name, read_corpus(folder / "corpus.jsonl"), _berri_lite_instructions(text, data_dir))
+    path = Path(source)
+    if path.is_dir():
+        corpus_path = path / "corpus.jsonl"
+        if not corpus_path.is_file():
+            raise FileNotFoundError(f"{corpus_path}: missing; a corpus folder holds corpus.jsonl (the BEIR layout), "
+                                    f"or give the corpus file itself with --text-field / --title-field")
+        documents = read_corpus(corpus_path, id_field=id_field, text_field=text_field, title_field=title_field)
+        return Corpus(path.name, documents, _folder_instructions(path, split))
+    if path.is_file():
+        documents = read_corpus(path, id_field=id_field, text_field=text_field, title_field=title_field)
+        return Corpus(path.parent.name if path.name == "corpus.jsonl" else path.stem, documents, [])
+    raise FileNotFoundError(f"{source}: not a built-in task ({', '.join(RETRIEVAL_TASKS)}, {BERRI_LITE}/TASK), a "
+                            f"folder with corpus.jsonl, or a JSONL / CSV file of documents")
+
+
+def _folder_instructions(folder: Path, split: str) -> list[str]:
+    """A corpus folder's instructions for ``split``, or its first list when it has none for that split."""
+    try:
+        return beir_instructions(folder, split)
+    except DataError:
+        from ..io import read_json
+
+        data = read_json(folder / INSTRUCTIONS_FILE)
+        lists = [v for v in data.values() if isinstance(v, list) and v] if isinstance(data, dict) else []
+        return [str(i).strip() for i in lists[0]] if lists else []
 
 
 def split_task_spec(spec: str, default_split: str) -> tuple[str, str]:
