@@ -1,20 +1,23 @@
-"""Render the benchmark results in benchmarks/results/ as Markdown: the README's headline table and the
-documentation's full benchmark page.
+"""Render the benchmark results in benchmarks/results/ as Markdown: the README's results table and the
+documentation's benchmark page.
 
     python benchmarks/report.py                             # print every table
-    python benchmarks/report.py --readme                    # rewrite README.md's headline block
-    python benchmarks/report.py --docs docs/benchmarks.md   # rewrite the docs page's block of every table
+    python benchmarks/report.py --readme                    # rewrite README.md's results block
+    python benchmarks/report.py --docs docs/benchmarks.md   # rewrite the docs page's blocks, one per question
 
-Each rewrites only the lines between its file's ``<!-- BENCHMARKS:START ... -->`` and
-``<!-- BENCHMARKS:END -->`` markers; the prose around them is left alone. Every number comes from a JSON file
-a benchmark script wrote, and every table names the command that wrote it; a benchmark that has not been run
-yet is left out rather than shown with made-up values.
+The README has one block (``<!-- BENCHMARKS:START (...) -->`` ... ``<!-- BENCHMARKS:END -->``): at most six rows,
+each a number beside its baseline, and the commands that reproduce them (``make bench`` runs each). The docs page has
+one named block per question (``<!-- BENCHMARKS:START NAME (...) -->``, NAME from ``SECTIONS``) holding that
+question's tables; the question, its answer and the discussion around the blocks are written by hand. Every number
+comes from a JSON file a benchmark script wrote, and every table names the command that wrote it; a benchmark that
+has not been run yet is left out rather than shown with made-up values.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from _common import describe_machine
@@ -454,175 +457,82 @@ def _p(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.2f}"
 
 
-README_COMMANDS = 1  # commands a README footnote shows of a results file many runs merged into
+# The README's results and the commands that reproduce them, in the order `make bench` runs them (the Makefile's
+# bench target holds each, with --data-dir; a results file's own "commands" keep the history of how it was filled).
+CPU60 = ("tart_distil_len256_neg2_q350_cpu60", "tart_distil_len256_neg2_q350_cpu60_seed2",
+         "tart_distil_len256_neg2_q350_cpu60_seed3")  # the 60-minute CPU recipe's three seeds
+README_COMMANDS = {
+    "icl": "python benchmarks/icl_baselines.py --tasks mtop,break --methods random,sbert,bm25 --lm smollm2-135m "
+           "--n 300 --seed 0 --context-window 640 --max-new-tokens 128",
+    "epr_small": "taskret epr run benchmarks/configs/epr_mtop_small.json",
+    "epr_full": "taskret epr run benchmarks/configs/epr_mtop_full.json",
+    "docs": "python benchmarks/tart_berri.py --systems bm25,minilm,hybrid,upr --columns no_instruction,rerank_instruction "
+            "--rerank-first hybrid --merge",
+    "docs_e5": "python benchmarks/tart_berri.py --systems bm25,minilm,e5,hybrid,upr --rerank-depth 20 "
+               "--columns no_instruction,rerank_instruction --rerank-first hybrid+minilm+e5 --merge",
+    **{f"train_{n}": f"taskret tart run benchmarks/configs/{n}.json" for n in CPU60},
+    "tart_dual": "python benchmarks/tart_berri.py --systems bm25 " + " ".join(
+        f"--tart-dual {n}=runs/{n}/distil" for n in CPU60) + " --merge",
+}
 
 
-def headline_table() -> list[str]:
-    """The README's few numbers: EPR against BM25 on MTOP, and TART as it stands; each with its command."""
-    rows, commands = [], []
+def readme_table() -> list[str]:
+    """The README's results: at most six rows, each a number beside its baseline, each with its commands."""
+    rows, notes = [], []
+    cited: list[str] = []
 
-    def cite(*cmds: str, merged_into: str | None = None) -> str:
-        # A results file that dozens of runs merged into (--merge) carries all their commands: the README shows the
-        # first and points to the file and to the page that lists them all, so the table stays readable.
-        shown = cmds[:README_COMMANDS] if merged_into else cmds
-        text = "; ".join(f"`{c}`" for c in shown)
-        if len(shown) < len(cmds):
-            text += (f"; then {len(cmds) - len(shown)} more runs merged into `{merged_into}`, each listed there "
-                     "(`commands`) and with its table in docs/benchmarks.md")
-        commands.append(text)
-        return f"[{len(commands)}]"
+    def cite(*keys: str) -> str:
+        marks = []
+        for key in keys:
+            if key not in cited:
+                cited.append(key)
+            marks.append(f"[{cited.index(key) + 1}]")
+        return " ".join(marks)
 
     icl = _load("icl_baselines.json")
-    if icl:
-        em = {r["retriever"]: r["metrics"]["em"] for r in icl["results"] if r["task"] == "mtop"}
-        bm25 = _correct(RESULTS / "icl_baselines/mtop/bm25/predictions.jsonl")
-        epr, versus = [], []
-        for name, scale in (("epr_mtop_small", "300 x 8"), ("epr_mtop_full", "1,237 x 50")):
-            summary = _load(f"{name}/eval/summary.json")
-            mine = _correct(RESULTS / f"{name}/eval/predictions.jsonl")
-            if summary and mine and bm25 and mine.keys() == bm25.keys():
-                only_epr, only_bm25, p = mcnemar(mine, bm25)
-                epr.append(f"**{summary['metrics']['em']:.1f}** ({scale} labels)")
-                versus.append(f"{only_epr} / {only_bm25} ({_p(p)})")
-        if epr and "bm25" in em:
-            ref = cite(icl["command"], "taskret epr run benchmarks/configs/epr_mtop_small.json",
-                       "taskret epr run benchmarks/configs/epr_mtop_full.json")
-            rows.append(f"| MTOP in-context learning with SmolLM2-135M, exact match, 300 test examples | "
-                        f"{em['bm25']:.1f} (random {em['random']:.1f}, SBERT {em['sbert']:.1f}) | EPR "
-                        + ", ".join(epr) + "; examples only EPR / only BM25 solves: " + ", ".join(versus)
-                        + f" | {ref} |")
+    bm25_correct = _correct(RESULTS / "icl_baselines/mtop/bm25/predictions.jsonl")
+    if icl and bm25_correct:
+        bm25 = next(r["metrics"]["em"] for r in icl["results"] if r["task"] == "mtop" and r["retriever"] == "bm25")
+        for name, scale, key in (("epr_mtop_small", "300 x 8", "epr_small"), ("epr_mtop_full", "1,237 x 50", "epr_full")):
+            summary, mine = _load(f"{name}/eval/summary.json"), _correct(RESULTS / f"{name}/eval/predictions.jsonl")
+            if summary and mine and mine.keys() == bm25_correct.keys():
+                only_epr, only_bm25, p = mcnemar(mine, bm25_correct)
+                rows.append(f"| MTOP in-context examples for SmolLM2-135M, exact match, {summary['n']} test inputs | "
+                            f"`examples-epr:DIR`, {scale} LM-scored pairs | **{summary['metrics']['em']:.1f}** "
+                            f"(`examples-bm25` {bm25:.1f}; {only_epr} / {only_bm25} solved by one only, {_p(p)}) | "
+                            f"{cite('icl', key)} |")
     berri = _load("tart_berri.json")
-    zero = _load("tart_trained.json")
-    if berri and "tart_dual" in berri["scifact"]:
-        sci = berri["scifact"]
-
-        def both(name: str, digits: int = 1) -> str:
-            cols = sci.get(name, {})
-            text = f"{cols['no_instruction']:.{digits}f}" if "no_instruction" in cols else "-"
-            text += f" ({cols['instruction']:.{digits}f})" if "instruction" in cols else ""
-            if "rerank_instruction" in cols and cols["rerank_instruction"] != cols.get("no_instruction"):
-                text = ((text + "; " if text != "-" else "") + f"{cols['rerank_instruction']:.{digits}f} with the "
-                        "instruction at the reranker only")
-            return text
-
-        best = max((n for n in sci if ("tart_dual" in n or "tart_distil" in n) and not n.endswith("_raw")),
-                   key=lambda n: max(sci[n].values(), default=0.0))  # with or without the instruction
-        distilled = (f"; distilled from BM25 + MiniLM on berri-lite {both('tart_distil')}"
-                     if "tart_distil" in sci else "")
-        if "tart_distil2" in sci:
-            distilled += f", {both('tart_distil2')} after a second round"
-        if "tart_distil3" in sci:
-            distilled += f", {both('tart_distil3')} after a third with the instruction left out of the pooling"
-        if "tart_distil_len256" in sci:
-            gain = sci["tart_distil_len256"]["no_instruction"] - sci["minilm"]["no_instruction"]
-            distilled += (f"; trained on 256 tokens instead of 128 **{both('tart_distil_len256')}** "
-                          f"({gain:+.2f} over untrained MiniLM)")
-            sweep = _load("tart_distil_sweep_gpu.json")
-            if sweep is not None:  # the same recipe trained again on a GPU: seeds, and the dev tasks' pick
-                seeds = [name for name, v in sweep["variants"].items() if set(v["overrides"]) == {"seed"}]
-                chosen = sweep["variants"][sweep["selected"]]
-                distilled += (f", {len(seeds)} seeds on a GPU {_seed_spread(sweep['variants'], seeds, 'no_instruction')}"
-                              f"; with the instruction kept out of the pooling and "
-                              f"dropped from a quarter of the queries (chosen on the dev tasks) "
-                              f"{chosen['scifact']['no_instruction']:.1f} ({chosen['scifact']['instruction']:.1f})")
-        if "tart_distil_len256_neg2_q350_cpu60" in sci:  # the same recipe inside the 60-minute CPU budget
-            gain = sci["tart_distil_len256_neg2_q350_cpu60"]["no_instruction"] - sci["minilm"]["no_instruction"]
-            distilled += (f"; in 53 min on 2 cores (2 negatives per query instead of 4) "
-                          f"**{both('tart_distil_len256_neg2_q350_cpu60')}** ({gain:+.2f})")
-            gains = [gain]
-            for seed in (2, 3):  # the same recipe's other seeds: the spread of the CPU budget's result
-                name = f"tart_distil_len256_neg2_q350_cpu60_seed{seed}"
-                if name in sci:
-                    gains.append(sci[name]["no_instruction"] - sci["minilm"]["no_instruction"])
-                    distilled += f", seed {seed} {both(name)} ({gains[-1]:+.2f})"
-            if len(gains) > 1:
-                distilled += f"; {sum(gains) / len(gains):+.2f} over the {len(gains)} seeds"
-        if "tart_distil_query" in sci:
-            distilled += f"; its query encoder alone distilled (documents keep MiniLM's vectors) {both('tart_distil_query')}"
-        three_way = (f"; BM25 + MiniLM + e5 {both('hybrid+minilm+e5')}, + UPR rerank {both('hybrid+minilm+e5+upr')}"
-                     if "hybrid+minilm+e5+upr" in sci else "")
-        if three_way and "hybrid+minilm+e5+upr_top20" in sci:
-            gpu_full = "hybrid+minilm+e5+yesno_gpu+upr_top20"  # UPR averaged with the GPU-trained yes/no TART-full
-            top20 = both("hybrid+minilm+e5+upr_top20")
-            three_way += f", reranking the top 20 {top20 if gpu_full in sci else f'**{top20}**'}"
-            if gpu_full in sci:
-                three_way += f", averaged with SmolLM2 fine-tuned as TART-full on a GPU **{both(gpu_full)}**"
-        three_stage = "hybrid+minilm+e5"
-        trained_full = ""
-        # SmolLM2 fine-tuned as TART-full: on the CPU budget, and on a GPU (scored there: tart_berri.py --scored)
-        for tuned, log, where in ((f"{three_stage}+yesno_tuned", "tart_full_smollm2_cpu", "CPU"),
-                                  (f"{three_stage}+yesno_gpu_top20", "tart_full_smollm2_gpu", "H100"),
-                                  (f"{three_stage}+tart_ql_gpu_top20", "tart_full_ql_smollm2_gpu", "H100")):
-            run = _load(f"tart_berri_logs/{log}.tart_full_config.json")  # its training run's summary
-            if tuned not in sci or not run:
-                continue
-            weights = berri["weights"].get(tuned, {})
-            kept = [c for c, w in weights.items() if w.get(three_stage) == 1.0]  # the guard said noise
-            minutes = run["wall_time_s"] / 60
-            objective = " by query likelihood" if run.get("objective") == "query_likelihood" else ""
-            trained_full += (f"; SmolLM2 fine-tuned{objective} as TART-full ({minutes:.0f} {where} min, {run['n_pairs']:,} pairs) "
-                             f"over BM25 + MiniLM + e5 {both(tuned)}")
-            if len(kept) == len(weights):
-                trained_full += " (its dev gain is noise: the first stage's order kept)"
-            elif kept:
-                column = {"no_instruction": "without the instruction", "instruction": "with the instruction"}
-                trained_full += f" (its dev gain is noise {column[kept[0]]}: the first stage's order kept there)"
-        ref = cite(*berri["commands"], merged_into="benchmarks/results/tart_berri.json")
-        side = "above" if sci["tart_dual"].get("no_instruction", 0) > sci["minilm"].get("no_instruction", 0) else "below"
-        rows.append("| SciFact zero-shot (no SciFact data in any training), NDCG@10, 300 claims; with the instruction in "
-                    f"brackets | {both('bm25')}; untrained MiniLM {both('minilm')}; hybrid BM25 + MiniLM "
-                    f"{both('hybrid')}, + UPR rerank {both('hybrid+upr')}{three_way} | TART-dual {both('tart_dual')}, trained on "
-                    f"berri-lite + MTOP + Break ({side} untrained MiniLM){distilled}; best pipeline with a trained TART-dual: {best} "
-                    f"{both(best, digits=2)}{trained_full} | {ref} |")
-        zero = None
-    if zero:
-        r = zero["scifact_test"]["results"]
-        ref = cite(zero["command"])
-        rows.append("| SciFact zero-shot (no model saw it), NDCG@10, 300 claims; with instruction in brackets | "
-                    f"{r['bm25']['no_instruction']['ndcg@10']:.1f} ({r['bm25']['instruction']['ndcg@10']:.1f}); "
-                    f"untrained MiniLM {r['minilm_untrained']['no_instruction']['ndcg@10']:.1f} "
-                    f"({r['minilm_untrained']['instruction']['ndcg@10']:.1f}) | TART-dual "
-                    f"{r['tart_dual']['no_instruction']['ndcg@10']:.1f} ({r['tart_dual']['instruction']['ndcg@10']:.1f}),"
-                    " trained on 300 queries each of MTOP, Break, AmbigQA | " + ref + " |")
-    x2, x2_trained = _load("tart_x2_mtop.json"), _load("tart_x2_mtop_trained.json")
-    if x2 and x2_trained:
-        base = x2["cross_task"]["results"]["bm25"]
-        mine = x2_trained["cross_task"]["results"]["dense:runs/bench/tart_x2/dual/model"]
-        x2_sci = _load("tart_x2_scifact.json")
-        x2_berri = _load("tart_x2_mtop_berri.json")
-        berri_gap = ""
-        if x2_berri:
-            gaps = next(iter(x2_berri["cross_task"]["results"].values()))
-            berri_gap = (f"; the berri-lite mixture's TART-dual {gaps['instruction']['gap_ndcg@10']['mean']:+.2f} "
-                         f"with the instruction, {gaps['no_instruction']['gap_ndcg@10']['mean']:+.2f} without")
-        x2_negatives = _load("tart_x2_mtop_berri_negatives.json")
-        if x2_negatives:
-            name, best = max(x2_negatives["cross_task"]["results"].items(),
-                             key=lambda item: item[1]["instruction"]["gap_ndcg@10"]["mean"])
-            berri_gap += (f", {best['instruction']['gap_ndcg@10']['mean']:+.2f} with the instruction "
-                          f"({X2_NAMES.get(name, name).removeprefix('same, ')})")
-        ref = cite(*([x2_sci["command"]] if x2_sci else []), x2["command"], x2_trained["command"],
-                   *(d["command"] for d in (x2_berri, x2_negatives) if d))
-        rows.append("| MTOP pooled with its X^2 twin (same queries, two intents), mean pooled - closed NDCG@10 | "
-                    f"{base['no_instruction']['gap_ndcg@10']['mean']:+.2f} "
-                    f"(instruction {base['instruction']['gap_ndcg@10']['mean']:+.2f}) | TART-dual "
-                    f"**{mine['instruction']['gap_ndcg@10']['mean']:+.2f}** with the instruction, "
-                    f"{mine['no_instruction']['gap_ndcg@10']['mean']:+.2f} without (trained on MTOP, MTOP-similar, "
-                    f"Break, AmbigQA){berri_gap} | {ref} |")
-    full = _load("tart_trained_scifact_train.json")
-    if full:
-        r = full["scifact_test"]["results"]
-        f = r["bm25+tart_full"]
-        ref = cite(full["command"])
-        rows.append("| SciFact in domain, TART-full (MiniLM cross-encoder) reranking BM25's top 20, NDCG@10 | "
-                    f"{r['bm25']['no_instruction']['ndcg@10']:.1f} | {f['no_instruction']['ndcg@10']:.1f} "
-                    f"({f['instruction']['ndcg@10']:.1f} with the instruction): undertrained on a CPU, "
-                    f"below BM25 | {ref} |")
+    sci = berri["scifact"] if berri else {}
+    if {"bm25", "hybrid"} <= sci.keys():
+        claims = f"SciFact zero-shot, NDCG@10, {berri['n_scifact_queries']} claims"
+        bm25, hybrid = sci["bm25"]["no_instruction"], sci["hybrid"]["no_instruction"]
+        rows.append(f"| {claims} | `docs-fast` | **{hybrid:.1f}** (BM25 {bm25:.1f}) | {cite('docs')} |")
+        upr = sci.get("hybrid+upr", {})
+        if "rerank_instruction" in upr:
+            rows.append(f"| {claims} | `docs-rerank`, the instruction at the reranker | **{upr['rerank_instruction']:.1f}** "
+                        f"(`docs-fast` {hybrid:.1f}) | {cite('docs')} |")
+        elif "no_instruction" in upr:  # recorded before the instruction went to the reranker: say which it is
+            rows.append(f"| {claims} | `docs-rerank`, the reranker given no instruction | **{upr['no_instruction']:.1f}** "
+                        f"(`docs-fast` {hybrid:.1f}) | {cite('docs')} |")
+            notes.append("`docs-rerank` with the instruction at the reranker (its default) is not recorded yet: "
+                         f"`make bench` runs it ({cite('docs')}).")
+        best = sci.get("hybrid+minilm+e5+upr_top20", {})
+        if {"rerank_instruction", "no_instruction"} <= best.keys():
+            rows.append(f"| {claims} | `docs-rerank` + e5 in the first stage, top 20 reranked | "
+                        f"**{best['rerank_instruction']:.1f}** (the reranker without the instruction "
+                        f"{best['no_instruction']:.1f}) | {cite('docs_e5')} |")
+        students = [n for n in CPU60 if n in sci]
+        if students and "minilm" in sci:
+            minilm = sci["minilm"]["no_instruction"]
+            first = sci[students[0]]["no_instruction"]
+            mean = sum(sci[n]["no_instruction"] for n in students) / len(students)
+            rows.append(f"| {claims}, the first stage alone | TART-dual distilled in 53 min on 2 cores | **{first:.1f}**, "
+                        f"{len(students)} seeds {mean:.1f} (untrained MiniLM {minilm:.1f}) | {cite('docs', *(f'train_{n}' for n in students), 'tart_dual')} |")
     if not rows:
         return []
-    return ["| benchmark | BM25 (other baselines) | taskret | command |", "|---|---|---|---|", *rows, "",
-            *(f"{i}. {c}" for i, c in enumerate(commands, 1)), "",
-            f"Machine: {MACHINE}. Raw results: `benchmarks/results/`."]
+    return ["| job, metric | setup | result (baseline) | command |", "|---|---|---|---|", *rows, "",
+            *(f"{i}. `{README_COMMANDS[key]}`" for i, key in enumerate(cited, 1)), "", *notes,
+            *([""] if notes else []), f"Machine: {MACHINE}."]
 
 
 def tart_berri_table() -> list[str]:
@@ -1064,61 +974,93 @@ def tart_full_lm_table() -> list[str]:
             f"would take ~{d['recipe_epoch_hours']} h here: a GPU job."]
 
 
-GROUPS = (
-    ("In-context learning and EPR", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
-    ("TART", (tart_berri_table, tart_confidence_table, tart_held_out_table, tart_held_out_trained_table,
-              tart_confidence_held_out_table, tart_distil_sweep_table, instruction_pooling_table, tart_full_lm_table,
-              tart_table, tart_trained_table, tart_in_domain_table, tart_pooled_table, tart_x2_table,
-              tart_x2_scifact_table)),
-    ("Speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
-    ("Serving", (serve_table, dense_latency_table)),
-    ("Robustness", (robustness_table,)),
+# The benchmark page's sections, each a question (docs/benchmarks.md asks it and answers it by hand above its block):
+# each block ``<!-- BENCHMARKS:START NAME ... -->`` holds NAME's tables.
+SECTIONS = (
+    ("machine", ()),
+    ("epr", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
+    ("scifact", (tart_berri_table,)),
+    ("tart-dual", (tart_distil_sweep_table, tart_table, tart_trained_table)),
+    ("confidence", (tart_confidence_table, tart_confidence_held_out_table)),
+    ("instructions", (tart_held_out_table, tart_held_out_trained_table, instruction_pooling_table)),
+    ("pooled", (tart_pooled_table, tart_x2_table, tart_x2_scifact_table)),
+    ("tart-full", (tart_full_lm_table, tart_in_domain_table)),
+    ("speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
+    ("serving", (serve_table, dense_latency_table)),
+    ("robustness", (robustness_table,)),
 )
+
+# Where the TART study's scripts and configs live now (benchmarks/studies/tart/): a results file's recorded
+# commands keep the paths they ran with; the rendered tables show the paths to run them with today.
+STUDY = "benchmarks/studies/tart"
+STUDY_SCRIPTS = ("hybrid_instruction", "instruction_mix", "instruction_pooling", "tart_held_out", "tart_confidence",
+                 "tart_full_lm")
+TOP_CONFIGS = ("epr_mtop_small", "epr_mtop_full", *CPU60)  # benchmarks/configs/ keeps the README's
+
+
+def current_paths(text: str) -> str:
+    """``text`` with the moved scripts', configs' and device folder's old paths replaced by their new ones."""
+    text = re.sub(r"(?<![\w/])benchmarks/device/", f"{STUDY}/device/", text)
+    text = re.sub(r"(?<![\w/])benchmarks/configs/(?!(?:" + "|".join(TOP_CONFIGS) + r")\.json)(\w+\.json)",
+                  rf"{STUDY}/configs/\1", text)
+    return re.sub(r"(?<![\w/])benchmarks/(" + "|".join(STUDY_SCRIPTS) + r")\.py", rf"{STUDY}/\1.py", text)
 
 
 def _sections(functions) -> str:
     return "\n".join("\n".join(section) + "\n" for section in (f() for f in functions) if section)
 
 
-def render(headings: bool = False) -> str:
-    """Every table; with ``headings``, under a ``##`` heading per group (the docs page)."""
-    if not headings:
-        return _sections(f for _, functions in GROUPS for f in functions)
-    parts = []
-    for title, functions in GROUPS:
-        body = _sections(functions)
-        if body:
-            parts.append(f"## {title}\n\n{body}")
-    return "\n".join(parts)
+def render() -> str:
+    """Every table, one after another."""
+    return current_paths(_sections(f for _, functions in SECTIONS for f in functions))
+
+
+def docs_blocks() -> dict[str, str]:
+    """The benchmark page's blocks by name: the machine line, then each question's tables."""
+    blocks = {name: current_paths(_sections(functions)) for name, functions in SECTIONS}
+    blocks["machine"] = f"All numbers on this page: {MACHINE}; raw results in `benchmarks/results/`.\n"
+    return blocks
+
+
+MARKER = re.compile(r"^<!-- BENCHMARKS:START(?: (?P<name>[\w-]+))? \(.*\) -->$", re.M)
 
 
 def rewrite_block(path: Path, body: str) -> None:
-    """Replace the lines between ``path``'s BENCHMARKS markers with ``body``, atomically."""
+    """Replace the lines between ``path``'s one unnamed pair of BENCHMARKS markers with ``body``, atomically."""
+    rewrite_blocks(path, {None: body})
+
+
+def rewrite_blocks(path: Path, bodies: dict[str | None, str]) -> None:
+    """Replace the lines between each ``<!-- BENCHMARKS:START [NAME] (...) -->`` and the next
+    ``<!-- BENCHMARKS:END -->`` with ``bodies[NAME]``, atomically; every block needs a body and every body a block."""
     text = path.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{path}: no {START} ... --> ... {END} block to rewrite")
-    head, rest = text.split(START, 1)
-    marker, rest = rest.split("\n", 1)
-    _, tail = rest.split(END, 1)
+    found = [m.group("name") for m in MARKER.finditer(text)]
+    if sorted(map(str, found)) != sorted(map(str, bodies)):
+        raise SystemExit(f"{path}: blocks {found} do not match the report's {list(bodies)}")
+    parts, at = [], 0
+    for m in MARKER.finditer(text):
+        stop = text.index(END, m.end())
+        parts += [text[at:m.end()], "\n", bodies[m.group("name")]]
+        at = stop
+    parts.append(text[at:])
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(f"{head}{START}{marker}\n{body}{END}{tail}")
+    tmp.write_text("".join(parts))
     tmp.replace(path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--readme", action="store_true", help="rewrite README.md's headline block in place")
+    parser.add_argument("--readme", action="store_true", help="rewrite README.md's results block in place")
     parser.add_argument("--docs", type=Path, metavar="PAGE",
-                        help="rewrite this Markdown page's block with every table (docs/benchmarks.md)")
+                        help="rewrite this Markdown page's blocks, each question's tables (docs/benchmarks.md)")
     args = parser.parse_args()
     if not (args.readme or args.docs):
         print(render())
         return
     if args.readme:
-        rewrite_block(README, "\n".join(headline_table()) + "\n")
+        rewrite_block(README, current_paths("\n".join(readme_table()) + "\n"))
     if args.docs:
-        rewrite_block(args.docs, f"All numbers below: {MACHINE}; raw results in `benchmarks/results/`.\n\n"
-                      + render(headings=True))
+        rewrite_blocks(args.docs, docs_blocks())
 
 
 if __name__ == "__main__":
