@@ -17,6 +17,8 @@ One factory per kind of component, by name, each imported only when used::
     retriever = taskret.make_retriever("bm25")          # or "dense:minilm-l6", "epr:runs/epr", a saved index
     lm = taskret.load_lm("smollm2-135m")                # or "openai:http://host:8000/v1#name", "vllm:..."
     reranker = taskret.load_reranker("runs/tart/full")  # a TART-full folder (taskret.rerank)
+    corpus = taskret.load_corpus("my-corpus/")          # a BEIR folder (qrels optional), a JSONL or CSV file
+    setup = taskret.resolve_setup("docs-rerank")        # a named setup: .retriever, .rerank, .spec
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ _FACTORIES = {
     "load_reranker": "taskret.rerank",
     "load_task": "taskret.data",
     "load_retrieval_task": "taskret.tart.tasks",
+    "load_corpus": "taskret.tart.tasks",
+    "resolve_setup": "taskret.setups",
+    "save_index": "taskret.retrieval.index",
+    "load_index": "taskret.retrieval.index",
+    "search_index": "taskret.tart.search",
 }
 
 __all__ = ["__version__", *_FACTORIES]

@@ -67,6 +67,15 @@ def test_an_index_reranks_as_its_setup_records_unless_told_otherwise(tmp_path, t
     assert recorded.ids == explicit.ids
     assert recorded.scores == pytest.approx(explicit.scores)
     assert plain.scores.tolist() != recorded.scores.tolist()  # BM25's own scores, not fused ones
+    from fastapi.testclient import TestClient
+
+    from taskret.serve.app import create_app
+
+    client = TestClient(create_app(index))  # the service reranks as the index records, unasked
+    assert client.get("/health").json()["rerank"] == spec
+    served = client.post("/retrieve", json={"query": queries[0], "k": 3}).json()
+    assert served["ids"] == recorded.ids[0]
+    assert served["scores"] == pytest.approx(recorded.scores[0].tolist(), abs=1e-5)
 
 
 @pytest.mark.integration
