@@ -172,9 +172,12 @@ def test_run_a_bm25_pipeline(tmp_path, train, tiny_model_dir, tiny_bert_dir):
         "eval_limit": 2, "context_window": 256, "max_new_tokens": 4}))
     result = invoke("run", config)
     assert result.exit_code == 0, result.output
-    for stage in ("candidates: 8 examples x 4", "labels: 8 rows (bm25)", "training: ->", "index: 8 examples",
-                  "EPR on train: em"):
+    for stage in ("candidates: 8 examples x 4", "labels: 8 rows (bm25)",
+                  "training: 2 steps, final loss", f"(trainer log: {work / 'logs' / 'run.log'}) -> {work / 'retriever'}",
+                  "index: 8 examples", "EPR on train: em"):
         assert stage in result.stderr, stage
+    assert result.stdout == "" and "'loss'" not in result.stderr and "it/s]" not in result.stderr  # no trainer output
+    assert '"loss": ' in (work / "logs" / "run.log").read_text(encoding="utf-8")
     assert json.loads((work / "eval" / "summary.json").read_text())["n"] == 2
     again = invoke("run", config)
     assert again.exit_code == 0

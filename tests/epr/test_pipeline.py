@@ -179,3 +179,51 @@ def test_a_work_dir_made_with_another_config_is_refused(tmp_path):
     changed = first.model_copy(update={"n_candidates": 8})
     with pytest.raises(ValueError, match="changed: n_candidates"):
         run_pipeline(changed)
+
+
+def test_a_work_folder_copied_elsewhere_resumes_without_redoing_a_stage(lm_run, tmp_path):
+    import shutil
+    from io import StringIO
+
+    from rich.console import Console
+
+    work, config, summary = lm_run
+    copy = tmp_path / "moved" / "work"
+    shutil.copytree(work, copy)
+    shutil.move(str(work), str(tmp_path / "original"))  # the old folder is gone: nothing may be read from it
+    try:
+        before = _stamps(copy)
+        lines = StringIO()
+        lms: dict = {}
+        resumed = run_pipeline(config.model_copy(update={"work_dir": str(copy)}), console=Console(file=lines),
+                               progress=False, lms=lms)
+        assert resumed["metrics"] == summary["metrics"]
+        assert lms == {}  # no LM loaded: every stage was skipped
+        after = _stamps(copy)
+        assert {k: v for k, v in after.items() if not k.startswith("logs")} == \
+            {k: v for k, v in before.items() if not k.startswith("logs")}
+        printed = lines.getvalue()
+        assert printed.count("exists, skipped") == 4 and "exists, loaded" in printed
+    finally:
+        shutil.move(str(tmp_path / "original"), str(work))
+
+
+def test_library_logs_go_to_the_work_folder_and_the_terminal_gets_stage_lines(tmp_path, data_files, tiny_model_dir,
+                                                                               tiny_bert_dir, tiny_lm, capfd):
+    from io import StringIO
+
+    from rich.console import Console
+
+    work = tmp_path / "work"
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, labels="bm25", eval_limit=1)
+    lines = StringIO()
+    run_pipeline(config, console=Console(file=lines, width=400), progress=True, lms={str(tiny_model_dir): tiny_lm})
+    terminal = capfd.readouterr()
+    assert terminal.out == ""  # no trainer dicts on stdout
+    assert "'loss'" not in terminal.err and "it/s]" not in terminal.err  # nor tqdm bars on stderr
+    assert "training: 2/2" in terminal.err  # taskret's own bar counts the steps
+    log = work / "logs" / "run.log"
+    training_line = next(line for line in lines.getvalue().splitlines() if line.startswith("training:"))
+    assert training_line.startswith("training: 2 steps, final loss ") and f"(trainer log: {log})" in training_line
+    text = log.read_text(encoding="utf-8")
+    assert "taskret.training: step 1: {\"loss\": " in text and "***** Running training *****" in text

@@ -152,3 +152,22 @@ def test_a_distillation_only_run_learns_from_a_fusion_teacher(tmp_path, beir, ti
 
     # trained at 32 tokens, the student encodes with its base's own length (the tiny BERT's 128)
     assert SentenceTransformer(str(work / "distil" / "model")).max_seq_length == 128
+
+
+def test_a_work_folder_copied_elsewhere_resumes_without_redoing_a_stage(finished, tmp_path):
+    import shutil
+
+    work, config, summary, _ = finished
+    copy = tmp_path / "moved"
+    shutil.copytree(work, copy)
+    say = Say()
+    assert run_pipeline(config.model_copy(update={"work_dir": str(copy)}), console=say, progress=False) == summary
+    assert sum("skipped" in line for line in say.lines) == 8
+    assert "taskret.training: step 1: " in (copy / "logs" / "run.log").read_text(encoding="utf-8")
+
+
+def test_the_training_stage_lines_say_where_the_trainer_log_is(finished):
+    work, _, _, say = finished
+    for stage in ("train-dual", "train-full", "distil"):
+        line = next(line for line in say.lines if line.startswith(f"{stage}:"))
+        assert " steps, final loss " in line and f"(trainer log: {work / 'logs' / 'run.log'})" in line, line

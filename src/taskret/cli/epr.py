@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from .common import (
     App,
@@ -184,4 +185,4 @@ def run(config: Path = typer.Argument(..., help="EPR config (JSON); see taskret.
     from ..epr.pipeline import EPRConfig, run_pipeline
 
     cfg = EPRConfig.from_file(config)
-    run_pipeline(cfg, console=console)
+    run_pipeline(cfg, console=Console(stderr=True, soft_wrap=True))  # a stage line with a long path stays one line

@@ -8,6 +8,9 @@ Layout of the work folder (every file can be inspected, and each stage can be ru
     retriever/           model/ (sentence-transformers dual encoder), training_log.jsonl, epr_config.json
     index/               FAISS index of the training set (meta.json, index.faiss)
     eval/                predictions.jsonl, summary.json
+    logs/run.log         the libraries' logs and warnings, the trainer's log dicts (appended by every run)
+    pipeline_config.json the config the folder was made with; a run with another is refused, except for where
+                         the work runs (work_dir, ray*): a work folder copied elsewhere resumes
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..data import Task, load_task, sample
 from ..pipeline import Stage, guard_config, read_config
+
+LOG_FILE = "logs/run.log"
 
 if TYPE_CHECKING:
     from .distributed import RayOptions
@@ -60,8 +65,10 @@ class EPRConfig(BaseModel):
     def from_file(cls, path: str | Path) -> "EPRConfig":
         return read_config(cls, path)
 
-    # Where the work runs, not what it computes: a finished work folder may be resumed with other values.
-    EXECUTION_FIELDS: ClassVar[frozenset] = frozenset({"ray", "ray_workers", "ray_gpus_per_worker", "ray_cpus_per_worker"})
+    # Where the work runs, not what it computes: a finished work folder may be resumed with other values (a work
+    # folder copied or moved elsewhere, or scored on another cluster).
+    EXECUTION_FIELDS: ClassVar[frozenset] = frozenset({"work_dir", "ray", "ray_workers", "ray_gpus_per_worker",
+                                                       "ray_cpus_per_worker"})
 
     def load_task(self) -> Task:
         return load_task(self.task, train=self.train, test=self.test, input_field=self.input_field,
@@ -77,22 +84,36 @@ class EPRConfig(BaseModel):
 
 def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: dict | None = None) -> dict:
     """Run every stage whose output is missing. ``lms`` caches loaded LMs by name (the scoring and the
-    inference LM are often the same model, and a caller such as the demo may already hold it)."""
+    inference LM are often the same model, and a caller such as the demo may already hold it).
+
+    ``console`` gets one line per stage and ``progress`` shows taskret's own bars; the libraries' logs, warnings
+    and the trainer's log dicts go to ``work_dir/logs/run.log`` (:func:`~taskret.training.logs.library_logs`)."""
     from rich.markup import escape
 
+    from ..training.logs import library_logs
+
+    lms = {} if lms is None else lms
+    say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
+    work = Path(config.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    guard_config(work / "pipeline_config.json", config, ignore=config.EXECUTION_FIELDS)
+    with library_logs(work / LOG_FILE) as log:
+        return _run_stages(config, work, say, progress, lms, log)
+
+
+def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, log: Path) -> dict:
     from ..backends.base import LMBackend
     from ..backends.base import load_lm as load_backend
     from ..icl.evaluation import evaluate
     from ..io import read_json, write_jsonl
     from ..progress import progress_bar
     from ..retrieval import DenseRetriever, Retriever
+    from ..training.logs import trained
     from .candidates import mine_candidates, read_candidates, write_candidates
     from .distributed import run_scoring
     from .labels import bm25_labels, cbr_labels, lm_labels
     from .scoring import read_scores
-    from .training import TrainingConfig, train_dual_encoder
-
-    lms = {} if lms is None else lms
+    from .training import CONFIG_FILE, TrainingConfig, train_dual_encoder
 
     def load_lm(name: str, options: dict) -> LMBackend:
         key = name if not options else f"{name} {json.dumps(options, sort_keys=True)}"
@@ -100,10 +121,6 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
             lms[key] = load_backend(name, options)
         return lms[key]
 
-    say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
-    work = Path(config.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    guard_config(work / "pipeline_config.json", config, ignore=config.EXECUTION_FIELDS)
     task = config.load_task()
     examples = {e.id: e for e in task.train}
     queries = sample(task.train, config.max_train_examples, seed=config.seed)
@@ -141,8 +158,9 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
     training = TrainingConfig(**{"seed": config.seed, **config.training})
     retriever_dir = work / "retriever"
 
-    def train(out: Path) -> None:
+    def train(out: Path) -> str:
         train_dual_encoder(task.train, labels.output, out, training, progress=progress)
+        return trained(out / CONFIG_FILE, log)
 
     Stage("training", retriever_dir, marker=retriever_dir / "model", say=say).run(train)
 

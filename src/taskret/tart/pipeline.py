@@ -5,7 +5,9 @@ Stages: build-data -> train-dual -> train-full -> (re-denoise with TART-full) ->
 (e.g. ``fusion:minilm-l6``, BM25 + MiniLM: :mod:`taskret.rerank.fusion`).
 Layout of the work folder (every file can be inspected, and each stage can be run alone)::
 
-    pipeline_config.json   the config the folder was made with (a changed config is refused)
+    pipeline_config.json   the config the folder was made with (a changed config is refused; work_dir may
+                           differ: a work folder copied elsewhere resumes)
+    logs/run.log           the libraries' logs and warnings, the trainer's log dicts (appended by every run)
     train.jsonl            training rows (instruction, query, positive, negatives); train_stats.json
     dual/                  TART-dual: model/, training_log.jsonl, tart_dual_config.json
     full/                  TART-full: model/ (a CrossEncoder), training_log.jsonl, tart_full_config.json
@@ -30,6 +32,10 @@ from ..io import read_json, write_json
 from ..pipeline import Stage, guard_config, read_config
 
 __all__ = ["TartRunConfig", "run_pipeline"]
+
+LOG_FILE = "logs/run.log"
+#: Where the work is, not what it computes: a work folder copied or moved elsewhere resumes.
+LOCATION_FIELDS = frozenset({"work_dir"})
 
 
 class TartRunConfig(BaseModel):
@@ -168,7 +174,26 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     """Run every stage whose output is missing; return ``{system: mean metrics}`` (also in ``metrics.json``)."""
     from rich.markup import escape
 
+    from ..training.logs import library_logs
+
+    say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
+    work = Path(config.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    if config.eval_setting not in ("closed", "pooled", "both"):
+        raise ValueError(f"unknown eval_setting '{config.eval_setting}'; expected closed, pooled or both")
+    # Every training config is checked before anything runs.
+    dual_config, full_config = config.dual_config(), config.full_config()
+    distil_config = config.distil_config(work / "dual" / "model") if config.distil is not None else None
+    _check_leakage(config)
+    guard_config(work / "pipeline_config.json", config, ignore=LOCATION_FIELDS)
+    with library_logs(work / LOG_FILE) as log:
+        return _run_stages(config, work, say, progress, log, dual_config, full_config, distil_config)
+
+
+def _run_stages(config: TartRunConfig, work: Path, say, progress: bool, log: Path, dual_config, full_config,
+                distil_config) -> dict:
     from ..rerank import load_reranker, make_denoiser
+    from ..training.logs import trained
     from .cross_encoder import CONFIG_FILE as FULL_FILE
     from .cross_encoder import train_tart_full
     from .distil import CONFIG_FILE as DISTIL_FILE
@@ -180,16 +205,6 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
     from .training_data import read_training_examples
     from .validation import dual_validator, full_validator
 
-    say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
-    work = Path(config.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    if config.eval_setting not in ("closed", "pooled", "both"):
-        raise ValueError(f"unknown eval_setting '{config.eval_setting}'; expected closed, pooled or both")
-    # Every training config is checked before anything runs.
-    dual_config, full_config = config.dual_config(), config.full_config()
-    distil_config = config.distil_config(work / "dual" / "model") if config.distil is not None else None
-    _check_leakage(config)
-    guard_config(work / "pipeline_config.json", config)
 
     data = Stage("build-data", work / "train.jsonl", say=say)
     data.run(lambda out: _build_rows(config, out, work / "train_stats.json", say, progress=progress))
@@ -199,16 +214,18 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
            for name, split in (split_task_spec(spec, "dev") for spec in config.dev_tasks)
            ] if config.validate_steps and config.dev_tasks else []
 
-    def train_dual(out: Path) -> None:
+    def train_dual(out: Path) -> str:
         validate = dual_validator(dev, use_instruction=dual_config.use_instruction) if dev else None
         train_tart_dual(rows, out, dual_config, progress=progress, source=str(data.output), validate=validate,
                         validate_steps=config.validate_steps)
+        return trained(out / DUAL_FILE, log)
 
-    def train_full(out: Path) -> None:
+    def train_full(out: Path) -> str:
         validate = full_validator(dev, first_stage=config.rerank_first_stage, top_k=min(config.rerank_top_k, 20),
                                   use_instruction=full_config.use_instruction) if dev else None
         train_tart_full(rows, out, full_config, progress=progress, source=str(data.output), validate=validate,
                         validate_steps=config.validate_steps)
+        return trained(out / FULL_FILE, log)
 
     if dual_config is not None:
         Stage("train-dual", work / "dual", marker=work / "dual" / DUAL_FILE, say=say).run(train_dual)
@@ -225,10 +242,11 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
         distil_data = Stage("re-denoise", work / "train.denoised.jsonl", say=say)
         distil_data.run(redenoise)
     if distil_config is not None:
-        def distil(out: Path) -> None:
+        def distil(out: Path) -> str:
             teacher = config.distil_teacher or work / "full"
             train_tart_distil(read_training_examples(distil_data.output), teacher, out, distil_config,
                               progress=progress, source=str(distil_data.output))
+            return trained(out / DISTIL_FILE, log)
 
         Stage("distil", work / "distil", marker=work / "distil" / DISTIL_FILE, say=say).run(distil)
 

@@ -9,6 +9,9 @@ the entry every model calls: per-epoch row sampling, then :func:`fit_and_record`
     fit_and_record(config, ...)        # fit with a config's settings, then write the run's summary file
     quiet(progress), replace_dir(tmp, target)
 
+Under :func:`~taskret.training.logs.library_logs` (``taskret epr run``, ``taskret tart run``), :func:`fit` prints
+nothing itself: with ``progress`` taskret's own bar counts the steps, and the trainer's log dicts go to the log file.
+
 Design notes
 ------------
 * Every training run walks a dataset made of consecutive per-epoch blocks (each epoch draws its own
@@ -26,16 +29,18 @@ Design notes
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from ..progress import progress_bar
 from .batching import fractional_epochs, make_block_sampler
 
 __all__ = ["FitResult", "Validation", "fit", "fit_and_record", "quiet", "replace_dir", "LOG_FILE", "RUN_KEYS"]
@@ -55,23 +60,17 @@ def quiet(progress: bool) -> Iterator[None]:
     if progress:
         yield
         return
-    import datasets
     from transformers.utils import logging as hf_logging
 
-    bars = hf_logging.is_progress_bar_enabled()
+    from .logs import no_library_bars
+
     verbosity = hf_logging.get_verbosity()
-    ds_bars = datasets.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    datasets.disable_progress_bars()
     try:
-        yield
+        with no_library_bars():
+            yield
     finally:
-        if bars:
-            hf_logging.enable_progress_bar()
         hf_logging.set_verbosity(verbosity)
-        if ds_bars:
-            datasets.enable_progress_bars()
 
 
 def replace_dir(tmp: Path, target: Path) -> None:
@@ -169,6 +168,14 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
     import torch
     from transformers import PrinterCallback, TrainerCallback, set_seed
 
+    from .logs import TRAINER_LOGGER, library_log
+
+    # Under library_logs() the terminal gets no tqdm bar and no log dicts: taskret's own bar counts the steps.
+    logged_to = library_log()
+    steps_bar = progress and logged_to is not None
+    progress = progress and logged_to is None
+    trainer_logger = logging.getLogger(TRAINER_LOGGER)
+
     if cross_encoder:
         from sentence_transformers.cross_encoder import CrossEncoderTrainer as Trainer
         from sentence_transformers.cross_encoder import (
@@ -193,7 +200,7 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
         (out_dir / marker).unlink(missing_ok=True)  # a finished run's marker, rewritten last by the caller
     work = Path(tempfile.mkdtemp(prefix=".train-", dir=out_dir))
     try:
-        with quiet(progress):
+        with quiet(progress or logged_to is not None):  # library_logs() has turned the bars off, kept the logs
             set_seed(seed)
             model = build_model()
             loss = build_loss(model)
@@ -245,10 +252,14 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
                     return fractions[step - 1] if 0 < step <= len(fractions) else float("nan")
 
                 def on_train_begin(self, args_, state, control, **kwargs):
+                    if steps_bar:
+                        self.advance = bars.enter_context(progress_bar(state.max_steps, "training", unit="step"))
                     if checks is not None:
                         checks.check(model, 0)
 
                 def on_step_end(self, args_, state, control, **kwargs):
+                    if steps_bar:
+                        self.advance(1)
                     if checks is not None and (state.global_step % checks.every == 0
                                                or state.global_step == state.max_steps):
                         checks.check(model, state.global_step)
@@ -257,6 +268,8 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
                         epoch_end_times[int(epoch)] = time.perf_counter()
 
                 def on_log(self, args_, state, control, logs=None, **kwargs):
+                    if logs:
+                        trainer_logger.info("step %d: %s", state.global_step, json.dumps(logs))
                     if not logs or "loss" not in logs:
                         return
                     epoch = self._epoch_at(state.global_step)
@@ -273,7 +286,8 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
                 if not progress:
                     trainer.remove_callback(PrinterCallback)  # prints every log dict when tqdm is off
                 train_start = time.perf_counter()
-                result = trainer.train()
+                with ExitStack() as bars:
+                    result = trainer.train()
             finally:
                 log_file.close()
             model_tmp = work / "model"
