@@ -194,3 +194,24 @@ def test_the_shared_task_options_take_a_known_format(tmp_path):
     assert [r["id"] for r in read_jsonl_rows(out)] == [f"s{i}" for i in range(5)]  # ids from the layout's id field
     result = invoke("candidates", "--train", train, "--format", "squad", "--out", out)
     assert result.exit_code == 2 and "unknown format 'squad'" in result.stderr
+
+
+def test_the_stages_read_the_task_options_from_a_config(tmp_path, train, tiny_bert_dir):
+    pytest.importorskip("sentence_transformers")
+    config = tmp_path / "pipeline_config.json"
+    config.write_text(json.dumps({"train": str(train), "input_field": "q", "output_field": "a", "id_field": "key"}))
+    cands, labels, model, index = (tmp_path / name for name in ("cands.jsonl", "labels.jsonl", "retriever", "index"))
+    assert invoke("candidates", "--config", config, "--n", 3, "--out", cands).exit_code == 0
+    assert [r["id"] for r in read_jsonl_rows(cands)] == [r["key"] for r in POOL_ROWS]  # the id field was read
+    assert invoke("label", "--method", "cbr", "--candidates", cands, "--config", config, "--k", 1,
+                  "--out", labels).exit_code == 0
+    result = invoke("train", "--labels", labels, "--config", config, "--base-model", tiny_bert_dir, "--epochs", 1,
+                    "--batch-size", 4, "--mini-batch-size", 4, "--out", model)
+    assert result.exit_code == 0, result.output
+    assert f"(trainer log: {model / 'logs' / 'train.log'})" in result.stderr and result.stdout == ""
+    result = invoke("index", "--model", model, "--config", config, "--out", index)
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads((index / "meta.json").read_text())["ids"]) == sorted(r["key"] for r in POOL_ROWS)
+    # an option given on the command line wins over the config's
+    result = invoke("candidates", "--config", config, "--id-field", "nope", "--n", 3, "--out", cands)
+    assert result.exit_code == 0 and read_jsonl_rows(cands)[0]["id"] == "train-1"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -29,8 +29,23 @@ from .common import (
 app = App(help="EPR: learn a prompt retriever from language-model scores.")
 
 
-def _pool(task, train, input_field, output_field, id_field, fmt, data_dir):
-    """The task whose training pool the stages use (a --train file alone is enough)."""
+ConfigFile = Annotated[Optional[Path], typer.Option(
+    "--config", help="an EPR config (`taskret epr run`'s, or WORK/pipeline_config.json): its task, train, "
+    "input_field, output_field, id_field and data_dir stand in for those options when they are not given")]
+
+
+def _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config=None):
+    """The task whose training pool the stages use (a --train file alone is enough); ``config``, an EPR config
+    file, gives the task options not given on the command line."""
+    if config is not None:
+        from ..epr.pipeline import EPRConfig
+
+        cfg = EPRConfig.from_file(config)
+        if task is None and train is None:
+            task, train = cfg.task, Path(cfg.train) if cfg.train else None
+        input_field, output_field = input_field or cfg.input_field, output_field or cfg.output_field
+        id_field = id_field or cfg.id_field
+        data_dir = data_dir or (Path(cfg.data_dir) if cfg.data_dir else None)
     return load_task_from_options(task, train=train, input_field=input_field, output_field=output_field,
                                   id_field=id_field, fmt=fmt, data_dir=data_dir, pool_only=True)
 
@@ -39,6 +54,7 @@ def _pool(task, train, input_field, output_field, id_field, fmt, data_dir):
 def candidates(
     task: TaskName = None, train: TrainFile = None, input_field: InputField = None,
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
+    config: ConfigFile = None,
     n: int = typer.Option(50, min=1, help="candidates per training example"),
     field: str = typer.Option("output", help="search BM25 by output, input or both"),
     limit: Optional[int] = typer.Option(None, min=1, help="only a seeded sample of N training examples as queries"),
@@ -49,7 +65,7 @@ def candidates(
     from ..data import sample
     from ..epr.candidates import mine_candidates, write_candidates
 
-    loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir)
+    loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config)
     wanted = {e.id for e in sample(loaded.train, limit, seed=seed)}
     rows = [r for r in mine_candidates(loaded.train, n=n, field=field) if r["id"] in wanted]
     write_candidates(out, rows)
@@ -61,6 +77,7 @@ def score(
     candidates_file: Path = typer.Option(..., "--candidates", help="candidates JSONL"),
     task: TaskName = None, train: TrainFile = None, input_field: InputField = None,
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
+    config: ConfigFile = None,
     lm: LMSpec = "smollm2-135m",
     lm_option: LMOptions = None,
     shard_size: int = typer.Option(32, min=1, help="examples per resumable shard"),
@@ -79,7 +96,7 @@ def score(
     from ..epr.candidates import read_candidates
     from ..epr.distributed import RayOptions, run_scoring
 
-    loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir)
+    loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config)
     examples = {e.id: e for e in loaded.train}
     rows = read_candidates(candidates_file, known_ids=set(examples))
     on_ray = RayOptions(ray, ray_workers, ray_gpus_per_worker, ray_cpus_per_worker) if ray is not None else None
@@ -95,6 +112,7 @@ def label(
     method: str = typer.Option("lm", help="lm (EPR), bm25 (DR-BM25) or cbr"),
     task: TaskName = None, train: TrainFile = None, input_field: InputField = None,
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
+    config: ConfigFile = None,
     k: int = typer.Option(5, min=1, help="positives and hard negatives per example"),
     out: Path = typer.Option(..., help="labels JSONL to write"),
 ):
@@ -121,7 +139,7 @@ def label(
                                  f"candidate (as `taskret epr candidates` writes)")
             rows = bm25_labels(cands, k=k)
         else:
-            loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir)
+            loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config)
             examples = {e.id: e for e in loaded.train}
             cands = read_candidates(candidates_file, known_ids=set(examples))
             rows = cbr_labels(cands, examples, k=k)
@@ -136,6 +154,7 @@ def train(
     labels: Path = typer.Option(..., help="labels JSONL"),
     task: TaskName = None, train_file: TrainFile = None, input_field: InputField = None,
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
+    config: ConfigFile = None,
     base_model: str = typer.Option("minilm-l6"),
     shared_encoder: bool = typer.Option(False, help="one encoder for inputs and examples"),
     epochs: int = typer.Option(3, min=1), batch_size: int = typer.Option(120, min=1),
@@ -144,14 +163,16 @@ def train(
     out: Path = typer.Option(..., help="output folder: model/, training_log.jsonl, epr_config.json"),
 ):
     """Train the dual encoder with the DPR loss (in-batch + hard negatives, cached for large batches)."""
-    from ..epr.training import TrainingConfig, train_dual_encoder
+    from ..epr.training import CONFIG_FILE, TrainingConfig, train_dual_encoder
+    from ..training.logs import library_logs, trained
 
-    loaded = _pool(task, train_file, input_field, output_field, id_field, fmt, data_dir)
-    config = TrainingConfig(base_model=base_model, shared_encoder=shared_encoder, epochs=epochs,
-                            batch_size=batch_size, mini_batch_size=mini_batch_size, learning_rate=learning_rate,
-                            seed=seed)
-    path = train_dual_encoder(loaded.train, labels, out, config)
-    console.print(f"trained retriever -> {path}")
+    loaded = _pool(task, train_file, input_field, output_field, id_field, fmt, data_dir, config)
+    settings = TrainingConfig(base_model=base_model, shared_encoder=shared_encoder, epochs=epochs,
+                              batch_size=batch_size, mini_batch_size=mini_batch_size, learning_rate=learning_rate,
+                              seed=seed)
+    with library_logs(out / "logs" / "train.log") as log:
+        path = train_dual_encoder(loaded.train, labels, out, settings)
+    say(f"trained retriever: {trained(out / CONFIG_FILE, log)} -> {path}")
 
 
 @app.command()
@@ -159,6 +180,7 @@ def index(
     model: Path = typer.Option(..., help="a training output folder (with model/)"),
     task: TaskName = None, train: TrainFile = None, input_field: InputField = None,
     output_field: OutputField = None, id_field: IdField = None, fmt: FormatName = None, data_dir: DataDir = None,
+    config: ConfigFile = None,
     lm: Optional[str] = typer.Option(None, help="the LM whose tokenizer `taskret serve` counts prompt tokens with "
                                      "(default: whitespace-separated words)"),
     out: Path = typer.Option(..., help="index folder to write"),
@@ -169,7 +191,7 @@ def index(
     from ..retrieval import make_retriever
     from ..retrieval.index import output_format_name, save_index
 
-    loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir)
+    loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config)
     if lm is not None:
         resolve_model(lm)  # an unknown LM fails now, not when the index is served
     retriever = make_retriever(f"epr:{model}")
