@@ -76,3 +76,53 @@ def test_bar_resume_on_a_terminal(monkeypatch, capsys):
         advance(10)
     captured = capsys.readouterr()
     assert "30/30" in captured.out + captured.err and "tty: 30/30" not in captured.err  # the rich bar, not lines
+
+
+def test_stages_are_silent_unless_reporting_is_on(capsys):
+    from taskret.progress import reporting, reporting_enabled, stage
+
+    with stage(4, "encoding", unit="texts") as advance:
+        advance(4)
+    assert capsys.readouterr() == ("", "")
+    with reporting():
+        assert reporting_enabled()
+        with reporting(False):  # a block may turn it off again; the outer setting comes back after it
+            with stage(4, "inner") as advance:
+                advance(4)
+        with stage(4, "encoding", unit="texts", log_every=3600.0) as advance:
+            advance(4)
+    assert not reporting_enabled()
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("encoding: 4/4 (100%)") and "inner" not in err
+    with stage(2, "asked for", enabled=True) as advance:  # a call site may turn on its own stage
+        advance(2)
+    assert "asked for: 2/2" in capsys.readouterr().err
+
+
+def test_the_terminal_bar_goes_to_stderr_not_into_stdout(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with progress_bar(3, "reranking", unit="pairs") as advance:
+        advance(3)
+    out, err = capsys.readouterr()
+    assert out == "" and "reranking" in err
+
+
+def test_in_chunks_keeps_the_items_order_and_reports_each_chunk():
+    import numpy as np
+
+    from taskret.progress import in_chunks
+
+    words = ["a", "abcd", "ab", "abcdef", "abc"]
+    seen_chunks, advanced = [], []
+
+    def lengths(chunk):
+        seen_chunks.append(list(chunk))
+        return np.array([[len(w)] for w in chunk])
+
+    out = in_chunks(words, lengths, 2, advanced.append, size=len)
+    assert out[:, 0].tolist() == [1, 4, 2, 6, 3]
+    assert seen_chunks == [["abcdef", "abcd"], ["abc", "ab"], ["a"]]  # longest first
+    assert advanced == [2, 2, 1]
+    assert in_chunks(words, lengths, 10)[:, 0].tolist() == [1, 4, 2, 6, 3]

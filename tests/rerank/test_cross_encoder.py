@@ -158,3 +158,18 @@ def test_an_lm_without_a_known_chat_format_is_refused(tiny_bert_dir):
 
     with pytest.raises(ValueError, match="no known chat format"):
         relevance_chat_template(AutoTokenizer.from_pretrained(str(tiny_bert_dir)))
+
+
+def test_scoring_goes_by_chunks_in_order_and_reports_progress_only_when_asked(plain_folder, capsys):
+    from taskret.progress import reporting
+
+    pairs = [(QUERY, d) for d in DOCS * 3]
+    whole = CrossEncoderReranker(plain_folder, device="cpu").score_pairs(pairs)
+    chunked = CrossEncoderReranker(plain_folder, device="cpu", batch_size=1)  # chunks of 4 pairs, longest first
+    capsys.readouterr()
+    np.testing.assert_allclose(chunked.score_pairs(pairs), whole, atol=1e-5)
+    assert capsys.readouterr() == ("", "")
+    with reporting():
+        chunked.score_pairs(pairs)
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(f"reranking with {chunked.name}: 9/9 (100%)")

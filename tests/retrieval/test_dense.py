@@ -9,7 +9,7 @@ import faiss
 import numpy as np
 import pytest
 
-from taskret.retrieval import DenseRetriever, Retriever, SBERTRetriever
+from taskret.retrieval import DenseRetriever, Retriever, SBERTRetriever, make_retriever
 from taskret.retrieval.dense import build_faiss_index
 
 from .builders import QUERIES, assert_same_results
@@ -164,3 +164,92 @@ def test_an_engine_encoder_is_refused_as_a_base_model():
 
     with pytest.raises(ValueError, match="cannot be loaded by transformers, trained or used as a base model"):
         resolve_model("e5-small")
+
+
+# -- the encoders' dtype, and progress while encoding ------------------------------------------------------------
+
+
+def _weights_dtype(retriever: DenseRetriever):
+    return next(next(iter(retriever._encoders.values())).parameters()).dtype
+
+
+def test_bfloat16_vectors_are_float32_unit_vectors_close_to_float32_ones(tiny_bert_dir, pool_examples):
+    texts = [e.input for e in pool_examples]
+    exact = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", dtype="float32").encode(texts)
+    bf16 = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", dtype="bfloat16")
+    fast = bf16.encode(texts)
+    assert str(_weights_dtype(bf16)) == "torch.bfloat16"
+    assert fast.dtype == np.float32 and np.allclose(np.linalg.norm(fast, axis=1), 1.0, atol=1e-6)
+    cosines = (exact * fast).sum(axis=1)
+    assert cosines.min() > 0.99
+    assert not np.array_equal(exact, fast)  # it did run in another precision
+
+
+def test_the_dtype_is_recorded_in_meta_json_and_loaded_back(tiny_bert_dir, pool_examples, tmp_path):
+    built = make_retriever(f"dense:{tiny_bert_dir}?dtype=bf16").index(pool_examples)
+    assert built.encoder_name == str(tiny_bert_dir) and built.dtype == "bfloat16"  # the canonical name
+    built.save(tmp_path / "bf16")
+    assert json.loads((tmp_path / "bf16" / "meta.json").read_text())["dtype"] == "bfloat16"
+    loaded = Retriever.load(tmp_path / "bf16")
+    assert loaded.dtype == "bfloat16"
+    assert_same_results(built.retrieve(QUERIES, k=3), loaded.retrieve(QUERIES, k=3))
+    assert str(_weights_dtype(loaded)) == "torch.bfloat16"  # its queries were encoded as its documents were
+    loaded.dtype = "float32"  # overridden after loading: the queries' encoder is loaded again in float32
+    loaded.retrieve(QUERIES, k=3)
+    assert {str(next(m.parameters()).dtype) for m in loaded._encoders.values()} == {"torch.bfloat16", "torch.float32"}
+
+
+def test_an_index_saved_before_the_dtype_option_loads_as_float32(tiny_bert_dir, pool_examples, tmp_path, monkeypatch):
+    DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", dtype="float32").index(pool_examples).save(tmp_path / "old")
+    meta = json.loads((tmp_path / "old" / "meta.json").read_text())
+    del meta["dtype"]
+    (tmp_path / "old" / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.setenv("TASKRET_ENCODER_DTYPE", "bfloat16")  # the default of new indexes, not of old ones
+    assert Retriever.load(tmp_path / "old").dtype == "float32"
+    assert DenseRetriever(encoder=str(tiny_bert_dir), device="cpu").dtype == "bfloat16"
+
+
+def test_auto_follows_the_cpus_native_bfloat16(monkeypatch):
+    import taskret.models
+
+    monkeypatch.delenv("TASKRET_ENCODER_DTYPE", raising=False)
+    monkeypatch.setattr(taskret.models, "_cpu_has_fast_bf16", lambda: True)
+    assert DenseRetriever(device="cpu").dtype == "bfloat16"
+    assert DenseRetriever(device="cpu", dtype="float32").dtype == "float32"
+    monkeypatch.setattr(taskret.models, "_cpu_has_fast_bf16", lambda: False)  # emulated bf16 is slower: float32
+    assert DenseRetriever(device="cpu").dtype == "float32"
+    assert DenseRetriever(device="cpu").config()["dtype"] == "float32"
+
+
+def test_a_bad_dtype_is_refused_before_anything_is_encoded():
+    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
+        make_retriever("dense:minilm-l6?dtype=int8")
+    with pytest.raises(ValueError, match="unknown option 'precision=bf16'"):
+        make_retriever("dense:minilm-l6?precision=bf16")
+
+
+def test_indexing_reports_progress_on_stderr_only_when_asked(tiny_bert_dir, pool_examples, capsys):
+    from taskret.progress import reporting
+
+    retriever = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", dtype="float32", batch_size=1)
+    retriever.encode(["load the encoder"])
+    capsys.readouterr()  # transformers' own bar while it loads the weights
+    retriever.index(pool_examples)
+    retriever.retrieve(QUERIES, k=2)
+    assert capsys.readouterr() == ("", "")  # the Python API is quiet unless asked
+    with reporting():
+        retriever.index(pool_examples)
+        retriever.retrieve(QUERIES, k=2)  # a handful of queries: no stage of its own
+    out, err = capsys.readouterr()
+    n = len(pool_examples)
+    assert out == ""
+    assert len(err.splitlines()) == 1  # one line for the stage, not one per batch (8 here) or chunk (2)
+    assert err.startswith(f"encoding {n} texts with {tiny_bert_dir} (float32): {n}/{n} (100%)") and "texts/s" in err
+
+
+def test_chunked_encoding_returns_the_texts_in_their_order(tiny_bert_dir, pool_examples):
+    texts = [e.input for e in pool_examples]
+    retriever = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", dtype="float32", batch_size=1)
+    chunked = retriever.encode(texts)  # two chunks of 4 texts, the longest first, put back in order
+    one_by_one = np.concatenate([retriever.encode([text]) for text in texts])
+    np.testing.assert_allclose(chunked, one_by_one, atol=1e-5)

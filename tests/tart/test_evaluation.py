@@ -161,6 +161,20 @@ def test_a_dense_retriever_evaluates_through_the_same_api(fruit_tasks, tiny_bert
             assert all(0.0 <= v <= 100.0 for v in entry["metrics"].values())
 
 
+def test_progress_reports_each_corpus_encoding_on_stderr_when_asked(fruit_tasks, tiny_bert_dir, capsys, monkeypatch):
+    from transformers.utils import logging
+
+    monkeypatch.setattr(logging, "_tqdm_active", False)  # transformers' own bar while it loads the weights
+    spec = f"dense:{tiny_bert_dir}?dtype=float32"
+    quiet = evaluate_retriever(spec, fruit_tasks, use_instruction=False, k=10)
+    assert capsys.readouterr() == ("", "")
+    shown = evaluate_retriever(spec, fruit_tasks, use_instruction=False, k=10, progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and [line.split(":")[0] for line in err.splitlines()] == [
+        f"encoding 3 texts with {tiny_bert_dir} (float32)"] * 2  # one line per task's corpus, none for 3 queries
+    assert shown["mean"] == quiet["mean"]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"setting": "mixed"}, "unknown setting 'mixed'"),
     ({"k": 0}, "k must be at least 1"),

@@ -17,6 +17,8 @@ Documents are cut to ``max_doc_tokens`` of the LM's tokenizer (UPR and our measu
 cost is linear in prompt length, and a passage's start carries most of what a query asks about. A spec
 sets it after a ``?``: ``upr:smollm2-135m?max_doc_tokens=384`` (where documents run longer, as SciFact's
 abstracts do: median 290 SmolLM2 tokens).
+
+Scoring reports its progress (pairs/s, ETA) on stderr within :func:`taskret.progress.reporting`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from ..formats import split_query
+from ..progress import stage
 from .base import Reranker
 
 __all__ = ["CausalLMReranker", "UPR_PROMPT", "UPR_INSTRUCTED_PROMPT"]
@@ -120,7 +123,9 @@ class CausalLMReranker(Reranker):
         for i in twins:
             prompts.append(bare_prompts[i])
             targets.append(targets[i])
-        scores = np.asarray([s.logprob for s in self.lm.score(prompts, targets)], dtype=np.float32)
+        with stage(len(prompts), f"reranking with {self.name}", unit="pairs") as advance:
+            scores = np.asarray([s.logprob for s in self.lm.score(prompts, targets, progress=advance)],
+                                dtype=np.float32)
         if twins:
             scores[twins] = (scores[twins] + scores[len(pairs):]) / 2
         return scores[:len(pairs)]

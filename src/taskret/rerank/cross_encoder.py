@@ -130,11 +130,21 @@ class CrossEncoderReranker(Reranker):
         self.name = f"cross-encoder:{spec}"
 
     def _predict(self, pairs: Sequence[tuple[str, str]], **kwargs) -> np.ndarray:
+        """The first output of each pair, a few batches at a time (longest pairs first, padded little), so that
+        within :func:`taskret.progress.reporting` a long reranking reports its rate and ETA."""
+        from ..progress import in_chunks, stage
+
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        scores = self.model.predict([tuple(p) for p in pairs], batch_size=self.batch_size, show_progress_bar=False,
-                                    convert_to_numpy=True, **kwargs)
-        return np.asarray(scores, dtype=np.float32).reshape(len(pairs), -1)[:, 0]
+
+        def predict(chunk: list[tuple[str, str]]) -> np.ndarray:
+            scores = self.model.predict(chunk, batch_size=self.batch_size, show_progress_bar=False,
+                                        convert_to_numpy=True, **kwargs)
+            return np.asarray(scores, dtype=np.float32).reshape(len(chunk), -1)[:, 0]
+
+        with stage(len(pairs), f"reranking with {self.name}", unit="pairs") as advance:
+            return in_chunks([tuple(p) for p in pairs], predict, 4 * self.batch_size, advance,
+                             size=lambda pair: len(pair[0]) + len(pair[1]))
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """Raw logits (no activation)."""

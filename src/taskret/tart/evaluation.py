@@ -199,7 +199,7 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
                        use_instruction: bool = True, k: int = 100, run_dir: str | Path | None = None,
                        indexes: dict | None = None, make: Callable | None = None, reranker=None,
                        rerank_top_k: int = 100, first_stage_instruction: bool | None = None,
-                       rerank_weight: float | None = None) -> dict:
+                       rerank_weight: float | None = None, progress: bool = False) -> dict:
     """Evaluate one retriever (a ``make_retriever`` spec) on ``tasks``.
 
     ``setting``: ``closed``, ``pooled`` or ``both``. Queries are ``format_query(task.instruction, query)``
@@ -218,7 +218,18 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
     then also holds rerank_s, rerank_pairs and rerank_pairs_per_s. ``rerank_weight`` (the first stage's share,
     0-1) interpolates the reranking with its first stage (:meth:`~taskret.rerank.Reranker.rerank`'s
     ``first_stage_weight``); None keeps the reranker's order.
+
+    ``progress``: the long stages (encoding a corpus, reranking) report their rate and ETA on stderr
+    (:func:`taskret.progress.reporting`); without it they are as quiet as the caller's setting.
     """
+    if progress:
+        from ..progress import reporting
+
+        with reporting():
+            return evaluate_retriever(retriever_spec, tasks, setting=setting, use_instruction=use_instruction, k=k,
+                                      run_dir=run_dir, indexes=indexes, make=make, reranker=reranker,
+                                      rerank_top_k=rerank_top_k, first_stage_instruction=first_stage_instruction,
+                                      rerank_weight=rerank_weight)
     if k < 1:
         raise ValueError("k must be at least 1")
     if reranker is not None:
