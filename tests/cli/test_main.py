@@ -150,6 +150,16 @@ def test_retrieve_prints_the_retrieved_examples(runner, tmp_path, pool_files):
     assert lines[2].startswith("  2. ")
 
 
+def test_retrieve_from_a_bare_retriever_says_why_there_are_no_texts(runner, tmp_path, pool_examples):
+    from taskret.retrieval import BM25Retriever
+
+    BM25Retriever().index(pool_examples).save(tmp_path / "bare")  # the EPR pipeline's index/
+    result = invoke(runner, "retrieve", "--index", tmp_path / "bare", "--k", "1", "play miles davis")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].split("\t")[0] == "  1. music"
+    assert "without the examples' texts" in result.stderr and "`taskret epr index`" in result.stderr
+
+
 def test_index_errors(runner, tmp_path):
     result = invoke(runner, "index", "--train", tmp_path / "missing.csv", "--out", tmp_path / "index")
     assert result.exit_code == 2 and "cannot read file" in result.stderr

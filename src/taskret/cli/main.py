@@ -29,6 +29,7 @@ from .common import (
     console,
     index_pool,
     load_task_from_options,
+    say,
     write_ranked,
 )
 
@@ -203,6 +204,9 @@ def retrieve(
 
     # A bare retriever (the EPR pipeline's index/) has ids and scores to print, if no texts.
     index = load_index(index_dir, texts_required=False)
+    if index.kind == "retriever":
+        say(f"{index_dir} holds a retriever without the examples' texts: ids and scores only (`taskret index` or "
+            f"`taskret epr index` write an index with them)")
     result = index.retriever.retrieve(query, k=top_k)
     for text, ids, scores in zip(query, result.ids, result.scores):
         write_ranked(text, ids, scores, index.records, as_json)
