@@ -76,7 +76,7 @@ def test_lm_pipeline_writes_every_stage(lm_run):
     assert all(len(r["positives"]) == 1 and len(r["negatives"]) == 1 for r in labels)
     meta = json.loads((work / "index" / "meta.json").read_text())
     assert meta["retriever"] == "dense" and sorted(meta["ids"]) == sorted(train_ids)
-    assert meta["encoder"] == str(work / "retriever" / "model")
+    assert meta["encoder"] == "models/encoder" and (work / "index" / "models" / "encoder").is_dir()  # kept inside
     predictions = read_jsonl_rows(work / "eval" / "predictions.jsonl")
     assert len(predictions) == 4
     assert json.loads((work / "eval" / "summary.json").read_text()) == summary
