@@ -119,11 +119,13 @@ def evaluate(
 
         with console.status(f"loading the reranker {rerank}"):
             reranker = load_reranker(rerank)
-    with console.status(f"evaluating {retriever}{' + ' + str(rerank) if rerank else ''} on "
-                        f"{', '.join(t.name for t in loaded)}"):
-        result = evaluate_retriever(retriever, loaded, setting=setting, use_instruction=instruction, k=k,
-                                    run_dir=out / "runs", reranker=reranker, rerank_top_k=rerank_top_k,
-                                    first_stage_instruction=first_stage_instruction, rerank_weight=rerank_weight)
+    # A line, not a status spinner: the stages' progress bars would share its line on a terminal.
+    console.print(f"evaluating {retriever}{' + ' + str(rerank) if rerank else ''} on "
+                  f"{', '.join(t.name for t in loaded)}")
+    result = evaluate_retriever(retriever, loaded, setting=setting, use_instruction=instruction, k=k,
+                                run_dir=out / "runs", reranker=reranker, rerank_top_k=rerank_top_k,
+                                first_stage_instruction=first_stage_instruction, rerank_weight=rerank_weight,
+                                progress=True)
     result.update({"split": split, "limit": limit, "seed": seed, "wall_time_s": round(time.perf_counter() - start, 2)})
     write_json(out / "metrics.json", result)
     from rich.table import Table
@@ -180,6 +182,7 @@ def index(
 ):
     """Index a corpus with the documents' texts, its instruction and the setup's reranking, for `taskret tart
     search` and `taskret serve` (written atomically)."""
+    from ..progress import reporting
     from ..retrieval import make_retriever
     from ..retrieval.index import save_index
     from ..tart.tasks import load_corpus
@@ -199,7 +202,7 @@ def index(
     ids = list(loaded.documents)
     from ..tart.tasks import doc_text
 
-    with console.status(f"indexing {len(ids)} documents with {spec}"):
+    with reporting():  # the encoding's progress, rate and ETA on stderr (a status spinner would share its line)
         ret = make_retriever(spec).index_texts(ids, [doc_text(loaded.documents[i]) for i in ids])
     save_index(out, ret, [loaded.documents[i] for i in ids], kind="documents", task=loaded.name,
                retriever_spec=spec, instruction=instructions[0] if instructions else None,
@@ -233,6 +236,7 @@ def search(
 ):
     """Search an index with an instruction: prints rank, document id, score and the document's title / first 200
     chars; an index built from a setup is reranked as the setup says."""
+    from ..progress import reporting
     from ..retrieval.index import load_index
     from ..tart.search import RECORDED, recorded_rerank, search_index, snippet
 
@@ -247,8 +251,10 @@ def search(
     if reranker == RECORDED and recorded:
         console.print(f"reranking with {recorded} ({index.info.get('setup') or 'as the index records'}; "
                       f"--no-rerank skips it)")
-    texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=reranker,
-                                 rerank_depth=rerank_depth, rerank_weight=rerank_weight, query_encoder=query_encoder)
+    with reporting():  # a reranking's progress on stderr (stdout carries the results)
+        texts, result = search_index(index, query, instruction=instruction, top_k=top_k, reranker=reranker,
+                                     rerank_depth=rerank_depth, rerank_weight=rerank_weight,
+                                     query_encoder=query_encoder)
     for text, ids, scores in zip(texts, result.ids, result.scores):
         snippets = [snippet(index.records[i]) for i in ids]
         if as_json:
