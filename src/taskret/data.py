@@ -21,8 +21,10 @@ __all__ = [
     "Task",
     "TaskSpec",
     "BUILTIN_TASKS",
+    "GENERATION_TASKS",
     "read_examples",
     "load_task",
+    "load_beir_task",
     "default_data_dir",
     "break_to_prompt",
     "break_from_prompt",
@@ -71,6 +73,17 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
     "smcalflow": TaskSpec(
         "smcalflow", "smcalflow/train.jsonl", "smcalflow/test.jsonl", "user_utterance", "lispress", "idx",
     ),
+}
+
+#: Generation tasks built from the berri-lite retrieval collection (its BEIR folders) for in-context learning:
+#: name -> what the input and the output are. A query is the input, its relevant document the output; the train
+#: qrels give the pool, the dev qrels the test set (:func:`load_beir_task`). Exact match says little on them
+#: (a command or a sentence can be right in many spellings): they report chrF beside it
+#: (:data:`taskret.icl.evaluation.TASK_GRADED`).
+GENERATION_TASKS: dict[str, str] = {
+    "berri-lite/nl2bash": "English description of a shell task -> the Bash one-liner",
+    "berri-lite/conala": "programming intent (a rewritten StackOverflow question) -> the Python snippet",
+    "berri-lite/asset_simplification": "complex Wikipedia sentence -> its simplification",
 }
 
 # Field names of known formats, so `--format smcalflow` works on any file in that layout.
@@ -153,6 +166,32 @@ def _not_installed(name: str, missing: Path, base: Path) -> str:
             f"shows what is installed")
 
 
+def load_beir_task(folder: str | os.PathLike, name: str | None = None, train_split: str = "train",
+                   test_split: str = "dev") -> Task:
+    """An in-context-learning task from a folder in the BEIR layout (``corpus.jsonl``, ``queries.jsonl``,
+    ``qrels/{split}.tsv``): each judged query is an example whose input is the query and whose output is the
+    text of its relevant document (the most relevant; on a tie the first listed in the qrels file; a document's
+    title, if any, is left out). The pool is ``train_split``'s queries, the test set ``test_split``'s; ids are the
+    query ids. What turns a retrieval task whose documents are *answers* (a command, a code snippet, a simpler
+    sentence) into a generation task; a bad file is refused naming the file, line and field."""
+    from .tart.tasks import read_beir
+
+    folder = Path(folder)
+    splits = {}
+    for split in (train_split, test_split):
+        task = read_beir(folder, split, instructions=[])
+        examples = []
+        for qid, judged in task.qrels.items():
+            positive = max(judged, key=lambda doc_id: judged[doc_id])  # max keeps the first of equal scores
+            if judged[positive] <= 0:
+                continue  # judged, but nothing relevant: no output to show
+            examples.append(Example(qid, task.queries[qid], task.corpus[positive].text))
+        if not examples:
+            raise DataError(folder / "qrels" / f"{split}.tsv", None, "score", "no query with a relevant document")
+        splits[split] = examples
+    return Task(name=name or folder.name, train=splits[train_split], test=splits[test_split])
+
+
 def load_task(
     name: str | None = None,
     *,
@@ -163,16 +202,26 @@ def load_task(
     id_field: str | None = None,
     data_dir: str | os.PathLike | None = None,
 ) -> Task:
-    """Load a built-in task by name (``mtop``, ``break``, ``smcalflow``, ``demo``) or any files.
+    """Load a built-in task by name (``mtop``, ``break``, ``smcalflow``, ``demo``, a berri-lite generation task of
+    :data:`GENERATION_TASKS` such as ``berri-lite/nl2bash``) or any files.
 
     ``name`` picks the field names and output format; ``train``/``test`` override the files, and
     the ``*_field`` arguments override the field names, so a new task needs no code.
     """
+    if name in GENERATION_TASKS and train is None and test is None:
+        base = Path(data_dir) if data_dir is not None else default_data_dir()
+        folder = base / name
+        if not (folder / "qrels").is_dir():
+            raise FileNotFoundError(f"{folder}: the '{name}' task is read from the berri-lite collection, which is "
+                                    f"not in this data folder; point --data-dir / data_dir= / $TASKRET_DATA_DIR at "
+                                    f"the folder that holds berri-lite/")
+        return load_beir_task(folder, name=name)
     if name == "demo":
         task = load_task("mtop", train=_PACKAGE_DEMO / "mtop_train.jsonl", test=_PACKAGE_DEMO / "mtop_test.jsonl")
         return replace(task, name="demo")
     if name is not None and name not in BUILTIN_TASKS:
-        raise ValueError(f"unknown task '{name}'; built-in tasks: {', '.join(sorted(BUILTIN_TASKS) + ['demo'])} "
+        raise ValueError(f"unknown task '{name}'; built-in tasks: "
+                         f"{', '.join(sorted(BUILTIN_TASKS) + ['demo'] + list(GENERATION_TASKS))} "
                          f"(your own data: give train and test files, --train/--test on the command line)")
     spec = BUILTIN_TASKS.get(name) if name else None
     base = Path(data_dir) if data_dir is not None else default_data_dir()

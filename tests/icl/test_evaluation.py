@@ -154,3 +154,62 @@ def test_mcnemar_counts_discordant_examples_and_gives_the_exact_p_value():
 def test_mcnemar_refuses_unpaired_examples():
     with pytest.raises(ValueError, match="same examples"):
         mcnemar({"1": True}, {"2": True})
+
+
+# --- graded metrics (chrF) ------------------------------------------------------------------------------
+
+
+def test_chrf_is_sacrebleus_corpus_chrf():
+    sacrebleu = pytest.importorskip("sacrebleu")
+    from taskret.icl.evaluation import chrf_corpus, chrf_sentence
+
+    predictions = ["find . -name '*.txt' -delete", "ls -la /tmp", "The cat sat on a mat."]
+    golds = ["find . -type f -name '*.txt' -delete", "ls -l /tmp", "The cat sat on the mat."]
+    expected = sacrebleu.corpus_chrf(predictions, [golds]).score
+    assert chrf_corpus(predictions, golds) == pytest.approx(expected)
+    assert 0 < expected < 100
+    # the corpus score sums n-gram statistics: it is not the mean of the sentence scores
+    assert chrf_corpus(predictions, golds) != pytest.approx(
+        sum(chrf_sentence(p, g) for p, g in zip(predictions, golds)) / 3)
+    assert chrf_sentence("ls -l /tmp", "ls -l /tmp") == pytest.approx(100.0)
+    assert chrf_corpus([], []) == 0.0
+
+
+def test_chrf_is_reported_beside_exact_match():
+    pytest.importorskip("sacrebleu")
+    from taskret.icl.evaluation import chrf_corpus, chrf_sentence, graded_metrics_for
+
+    task = Task("mtop", train=[], test=[])
+    examples = [Example("a", "q", "ls -l /tmp"), Example("b", "q", "du -sh .")]
+    predictions = [_prediction(examples[0], "ls -l /tmp"), _prediction(examples[1], "du -h .")]
+    assert graded_metrics_for(task) == []
+    assert graded_metrics_for(task, ["em", "chrf"]) == ["chrf"]
+    scores = score_predictions(task, predictions, ["chrf"])
+    assert scores["em"] == 50.0
+    assert scores["chrf"] == pytest.approx(chrf_corpus(["ls -l /tmp", "du -h ."], ["ls -l /tmp", "du -sh ."]))
+    rows = prediction_rows(task, predictions, ["chrf"])
+    assert rows[0]["chrf"] == pytest.approx(100.0) and rows[0]["correct"] is True
+    assert rows[1]["chrf"] == pytest.approx(chrf_sentence("du -h .", "du -sh ."), abs=1e-4)
+
+
+def test_generation_tasks_report_chrf_by_default_and_unknown_metrics_are_refused():
+    pytest.importorskip("sacrebleu")
+    from taskret.icl.evaluation import graded_metrics_for
+
+    assert graded_metrics_for(Task("berri-lite/nl2bash", [], [])) == ["chrf"]
+    assert graded_metrics_for(Task("break", [], []), ["normalized_match"]) == []
+    with pytest.raises(ValueError, match="unknown metric 'bleu' for task 'mtop'; known: chrf, em"):
+        graded_metrics_for(Task("mtop", [], []), ["bleu"])
+
+
+def test_evaluate_writes_chrf(tmp_path, demo_task, tiny_lm):
+    pytest.importorskip("sacrebleu")
+    summary = evaluate(demo_task, BM25Retriever().index(demo_task.train), tiny_lm, demo_task.test[:2], tmp_path,
+                       retriever_name="bm25", context_window=200, max_new_tokens=4, metrics=["chrf"])
+    rows = read_jsonl_rows(tmp_path / "predictions.jsonl")
+    import sacrebleu
+
+    expected = sacrebleu.corpus_chrf([r["prediction"] for r in rows], [[r["gold"] for r in rows]]).score
+    assert list(summary["metrics"]) == ["em", "chrf"]
+    assert summary["metrics"]["chrf"] == pytest.approx(expected)
+    assert all("chrf" in r for r in rows)

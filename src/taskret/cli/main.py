@@ -83,19 +83,51 @@ def evaluate(
     device: Device = None,
     dtype: Dtype = "auto",
     out: Path = typer.Option(Path("runs/evaluate"), help="output folder: predictions.jsonl and summary.json"),
+    metric: Optional[list[str]] = typer.Option(None, "--metric", help="a graded metric to report beside exact match, "
+                                               "repeatable: chrf (sacrebleu's chrF; on by default for the berri-lite "
+                                               "generation tasks)"),
+    select: Optional[str] = typer.Option(None, "--select", help="choose each prompt's demonstrations as a set from "
+                                         "the retriever's top --select-candidates: dpp (greedy MAP of CEIL's kernel) "
+                                         "or mmr; default: the ranking's top"),
+    select_weight: Optional[float] = typer.Option(None, "--select-weight", min=0.0, max=1.0,
+                                                  help="with --select: relevance's share (0-1; 1 is the retriever's "
+                                                  "order); default: dpp 0.909 (CEIL's scale factor 0.1), mmr 0.7"),
+    select_candidates: int = typer.Option(50, "--select-candidates", min=1,
+                                          help="with --select: how many of the retriever's results to choose from"),
+    select_encoder: str = typer.Option("minilm-l6", "--select-encoder",
+                                       help="with --select: the encoder whose vectors compare examples when the "
+                                       "retriever has none of its own (a dense retriever's own are used)"),
+    tune_weights: Optional[str] = typer.Option(None, "--tune-weights", help="with --select: choose --select-weight "
+                                               "among these (comma-separated, e.g. 0.5,0.7,0.9) on --tune-n held-out "
+                                               "training examples first (never the test set); costs one evaluation "
+                                               "of --tune-n inputs per weight"),
+    tune_n: int = typer.Option(100, "--tune-n", min=1, help="with --tune-weights: held-out training examples"),
 ):
     """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
     from ..backends.base import load_lm, parse_options
     from ..epr.methods import TEST_TIME_METHODS, rank_test_examples
+    from ..icl.evaluation import choose_selection_weight, graded_metrics_for
     from ..icl.evaluation import evaluate as run_evaluation
+    from ..icl.selection import Selection
     from ..progress import progress_bar
     from ..retrieval import make_retriever
 
     if context_window <= max_new_tokens:
         raise ValueError(f"--context-window {context_window} leaves no room for the prompt: it must exceed "
                          f"--max-new-tokens ({max_new_tokens})")
+    selection = Selection(select, select_weight, select_candidates, select_encoder) if select else None
+    if selection is None and (select_weight is not None or tune_weights):
+        raise ValueError("--select-weight and --tune-weights need --select dpp or --select mmr")
+    weights = _weights(tune_weights) if tune_weights else None
+    if weights is not None and retriever in TEST_TIME_METHODS:
+        raise ValueError(f"--tune-weights needs a retriever to rank held-out training examples; {retriever} ranks "
+                         f"with the test outputs or the scoring LM: give --select-weight")
     loaded = load_task_from_options(task, train=train, test=test, input_field=input_field, output_field=output_field,
                                     id_field=id_field, fmt=fmt, data_dir=data_dir)
+    try:
+        graded_metrics_for(loaded, metric or ())
+    except ImportError as err:
+        raise MissingExtra(str(err)) from None
     examples = sample(loaded.test, limit, seed=seed)
     with console.status(f"loading {lm}"):
         model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
@@ -112,12 +144,38 @@ def evaluate(
         if not ret.ids:
             with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
                 index_pool(ret, loaded, train)
-    with progress_bar(len(examples), f"{loaded.name} / {retriever}") as advance:
+    extra = None
+    if selection is not None and weights is not None:
+        tuning_metric = next(iter(graded_metrics_for(loaded, metric or ())), "em")
+        with progress_bar(len(weights) * min(tune_n, len(loaded.train)), f"tuning --select-weight on {tune_n} "
+                          f"training examples") as advance:
+            best, scores = choose_selection_weight(loaded, ret, model, selection, weights, n=tune_n, seed=seed,
+                                                   metric=tuning_metric, context_window=context_window,
+                                                   max_new_tokens=max_new_tokens, max_demos=k, progress=advance)
+        say(f"--select-weight {best} ({tuning_metric} on {tune_n} held-out training examples: "
+            + ", ".join(f"{w}: {v:.1f}" for w, v in scores.items()) + ")")
+        selection = Selection(selection.method, best, selection.n_candidates, selection.encoder)
+        extra = {"selection_tuning": {"metric": tuning_metric, "n": min(tune_n, len(loaded.train)), "seed": seed,
+                                      "scores": {str(w): v for w, v in scores.items()}, "chosen": best}}
+    label = f"{retriever}+{selection.method}" if selection is not None else retriever
+    with progress_bar(len(examples), f"{loaded.name} / {label}") as advance:
         summary = run_evaluation(loaded, ret, model, examples, out, retriever_name=retriever,
                                  context_window=context_window, max_new_tokens=max_new_tokens, max_demos=k,
-                                 progress=advance, retrieved=retrieved)
+                                 progress=advance, retrieved=retrieved, metrics=metric or (), selection=selection,
+                                 extra=extra)
     metrics = ", ".join(f"{name} {value:.1f}" for name, value in summary["metrics"].items())
-    console.print(f"{loaded.name} / {retriever}: {metrics} (N={summary['n']}, {summary['wall_time_s']:.0f}s) -> {out}")
+    console.print(f"{loaded.name} / {label}: {metrics} (N={summary['n']}, {summary['wall_time_s']:.0f}s) -> {out}")
+
+
+def _weights(text: str) -> list[float]:
+    """``--tune-weights 0.5,0.7,0.9``: weights in [0, 1]; the option is named in the error."""
+    try:
+        weights = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--tune-weights: expected comma-separated numbers in [0, 1], got '{text}'") from None
+    if not weights or any(not 0 <= w <= 1 for w in weights):
+        raise ValueError(f"--tune-weights: expected comma-separated numbers in [0, 1], got '{text}'")
+    return weights
 
 
 @app.command()

@@ -1,4 +1,13 @@
-"""Metrics and evaluation runs that write ``predictions.jsonl`` and ``summary.json``."""
+"""Metrics and evaluation runs that write ``predictions.jsonl`` and ``summary.json``.
+
+Exact match (``em``) is always computed: per example it is the ``correct`` field, which the paired tests read.
+Generation tasks (code, simplification) are rarely matched exactly, so a *graded* metric can be reported beside
+it: ``chrf``, sacrebleu's chrF (character 6-grams, recall weighted by beta = 2; Popovic 2015), on by default for
+the berri-lite generation tasks (:data:`TASK_GRADED`) and asked for anywhere with ``metrics=("chrf",)``
+(``taskret evaluate --metric chrf``). The summary holds the *corpus* chrF, as sacrebleu's ``corpus_chrf``
+computes it (n-gram statistics summed over the examples, not a mean of sentence scores); each prediction row
+holds its own sentence chrF. sacrebleu is an optional dependency: ``pip install 'taskret[metrics]'``.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +18,13 @@ from pathlib import Path
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 from ..backends.base import LMBackend
-from ..data import Example, Task
+from ..data import GENERATION_TASKS, Example, Task, sample
 from ..formats import normalize_whitespace
 from ..io import read_jsonl, write_json, write_jsonl
 from ..retrieval import RetrievalResult, Retriever
 from .inference import Prediction, predict
-from .prompt import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, prompt_token_budget
+from .prompt import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, PromptBuilder, prompt_token_budget
+from .selection import Selection, select_demonstrations
 
 
 def exact_match(prediction: str, gold: str) -> bool:
@@ -53,11 +63,70 @@ def metrics_for(task: Task) -> dict[str, Callable[[str, str], bool]]:
     return TASK_METRICS.get(task.name, METRICS)
 
 
-def score_predictions(task: Task, predictions: Sequence[Prediction]) -> dict[str, float]:
+# -- graded metrics ------------------------------------------------------------------------------------------
+
+METRICS_INSTALL = "pip install 'taskret[metrics]'"
+
+
+class GradedMetric(NamedTuple):
+    """A metric with a score per example (``sentence(prediction, gold)``) and one over the whole set
+    (``corpus(predictions, golds)``), both 0-100."""
+
+    sentence: Callable[[str, str], float]
+    corpus: Callable[[Sequence[str], Sequence[str]], float]
+
+
+def _sacrebleu():
+    try:
+        import sacrebleu
+    except ImportError as err:
+        raise ImportError(f"the chrf metric needs sacrebleu: {METRICS_INSTALL}") from err
+    return sacrebleu
+
+
+def chrf_sentence(prediction: str, gold: str) -> float:
+    """sacrebleu's sentence chrF of one prediction against its gold output."""
+    return float(_sacrebleu().sentence_chrf(prediction, [gold]).score)
+
+
+def chrf_corpus(predictions: Sequence[str], golds: Sequence[str]) -> float:
+    """sacrebleu's corpus chrF (one reference per prediction); 0 for no predictions."""
+    if not predictions:
+        return 0.0
+    return float(_sacrebleu().corpus_chrf(list(predictions), [list(golds)]).score)
+
+
+GRADED_METRICS: dict[str, GradedMetric] = {"chrf": GradedMetric(chrf_sentence, chrf_corpus)}
+#: Graded metrics a task reports by default: the generation tasks built from berri-lite (taskret.data).
+TASK_GRADED: dict[str, tuple[str, ...]] = {name: ("chrf",) for name in GENERATION_TASKS}
+
+
+def graded_metrics_for(task: Task, metrics: Sequence[str] = ()) -> list[str]:
+    """The graded metrics to report for ``task``: its defaults (:data:`TASK_GRADED`) and those asked for.
+    Exact match and the task's own match metrics are always reported, so naming them changes nothing."""
+    names = list(TASK_GRADED.get(task.name, ()))
+    known = set(GRADED_METRICS) | set(metrics_for(task))
+    for name in metrics:
+        if name not in known:
+            raise ValueError(f"unknown metric '{name}' for task '{task.name}'; known: {', '.join(sorted(known))}")
+        if name in GRADED_METRICS and name not in names:
+            names.append(name)
+    for name in names:
+        if name == "chrf":
+            _sacrebleu()  # fail before the LM runs, not after
+    return names
+
+
+def score_predictions(task: Task, predictions: Sequence[Prediction], graded: Sequence[str] = ()) -> dict[str, float]:
+    """Match metrics in % of examples, then the ``graded`` metrics over the whole set (:data:`GRADED_METRICS`)."""
     metrics = metrics_for(task)
     n = max(len(predictions), 1)
-    return {name: 100.0 * sum(fn(p.prediction, p.example.output) for p in predictions) / n
-            for name, fn in metrics.items()}
+    scores = {name: 100.0 * sum(fn(p.prediction, p.example.output) for p in predictions) / n
+              for name, fn in metrics.items()}
+    for name in graded:
+        scores[name] = GRADED_METRICS[name].corpus([p.prediction for p in predictions],
+                                                   [p.example.output for p in predictions])
+    return scores
 
 
 class PairedTest(NamedTuple):
@@ -89,7 +158,7 @@ def read_correct(path: str | Path) -> dict[str, bool]:
     return {row["id"]: bool(row["correct"]) for row in read_jsonl(path)}
 
 
-def prediction_rows(task: Task, predictions: Sequence[Prediction]) -> list[dict]:
+def prediction_rows(task: Task, predictions: Sequence[Prediction], graded: Sequence[str] = ()) -> list[dict]:
     metrics = metrics_for(task)
     return [{
         "id": p.example.id,
@@ -104,6 +173,7 @@ def prediction_rows(task: Task, predictions: Sequence[Prediction]) -> list[dict]
         "gold": p.example.output,
         "correct": metrics["em"](p.prediction, p.example.output),
         **{name: fn(p.prediction, p.example.output) for name, fn in metrics.items() if name != "em"},
+        **{name: round(GRADED_METRICS[name].sentence(p.prediction, p.example.output), 4) for name in graded},
     } for p in predictions]
 
 
@@ -111,11 +181,21 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
              retriever_name: str, context_window: int = DEFAULT_CONTEXT_WINDOW,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, max_demos: int | None = None,
              progress: Callable[[int], None] | None = None, extra: dict | None = None,
-             retrieved: RetrievalResult | None = None) -> dict:
-    """Run in-context learning on ``examples`` and write predictions.jsonl and summary.json to ``out_dir``."""
+             retrieved: RetrievalResult | None = None, metrics: Sequence[str] = (),
+             selection: Selection | None = None) -> dict:
+    """Run in-context learning on ``examples`` and write predictions.jsonl and summary.json to ``out_dir``.
+
+    ``metrics``: graded metrics to report beside exact match (``chrf``; module docstring). ``selection``: choose
+    each prompt's demonstrations as a set (DPP or MMR over the top candidates, :mod:`taskret.icl.selection`)
+    instead of the top of the ranking; the summary records its settings under ``selection``."""
     out_dir = Path(out_dir)
     budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)  # refuses no room early
+    graded = graded_metrics_for(task, metrics)
     start = time.perf_counter()
+    selected = None
+    if selection is not None:
+        builder = PromptBuilder(lm.count_tokens, budget=budget, max_demos=max_demos)
+        retrieved, selected = select_demonstrations(task, retriever, examples, selection, builder, retrieved)
     predictions = predict(task, retriever, lm, examples, context_window=context_window, max_new_tokens=max_new_tokens,
                           max_demos=max_demos, progress=progress, retrieved=retrieved)
     wall = time.perf_counter() - start
@@ -124,7 +204,7 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
         "retriever": retriever_name,
         "lm": lm.name,
         "n": len(predictions),
-        "metrics": score_predictions(task, predictions),
+        "metrics": score_predictions(task, predictions, graded),
         "context_window": budget + max_new_tokens,  # capped by the LM's context
         "max_new_tokens": max_new_tokens,
         "token_budget": budget,
@@ -138,8 +218,38 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
         if wall > 0 else None,
         "max_batch_tokens": getattr(lm, "max_batch_tokens", None),
         "lm_backend": lm.backend,
+        **({"selection": selected} if selected is not None else {}),
         **(extra or {}),
     }
-    write_jsonl(out_dir / "predictions.jsonl", prediction_rows(task, predictions))
+    write_jsonl(out_dir / "predictions.jsonl", prediction_rows(task, predictions, graded))
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def choose_selection_weight(task: Task, retriever: Retriever, lm: LMBackend, selection: Selection,
+                            weights: Sequence[float], *, n: int = 100, seed: int = 0, metric: str = "em",
+                            context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                            max_demos: int | None = None, progress: Callable[[int], None] | None = None,
+                            ) -> tuple[float, dict[float, float]]:
+    """The selection weight among ``weights`` that scores best on ``n`` held-out *training* examples (a seeded
+    sample; each retrieves from the rest of the pool, itself excluded), never on the test set; and every weight's
+    score. ``metric``: ``em`` (or the task's match metrics) or a graded one (``chrf``). Ties go to the weight
+    listed first. Costs ``len(weights) * n`` LM generations: one evaluation of ``n`` inputs per weight."""
+    if not weights:
+        raise ValueError("give at least one weight to choose from")
+    graded = [metric] if metric in GRADED_METRICS else []
+    graded_metrics_for(task, [metric])  # refuses an unknown metric before the LM runs
+    held_out = sample(task.train, n, seed=seed)
+    budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)
+    builder = PromptBuilder(lm.count_tokens, budget=budget, max_demos=max_demos)
+    candidates = retriever.retrieve([e.input for e in held_out], k=selection.n_candidates,
+                                    exclude=[e.id for e in held_out])
+    scores: dict[float, float] = {}
+    for weight in weights:
+        chosen = Selection(selection.method, weight, selection.n_candidates, selection.encoder)
+        retrieved, _ = select_demonstrations(task, retriever, held_out, chosen, builder, candidates)
+        predictions = predict(task, None, lm, held_out, context_window=context_window, max_new_tokens=max_new_tokens,
+                              max_demos=max_demos, retrieved=retrieved, progress=progress)
+        scores[weight] = score_predictions(task, predictions, graded)[metric]
+    best = max(weights, key=lambda w: (scores[w], -list(weights).index(w)))
+    return best, scores
