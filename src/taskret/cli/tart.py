@@ -5,14 +5,13 @@ TART-dual and TART-full, distil TART-full into TART-dual, and ``run`` the whole 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Callable, Optional
 
 import typer
 from rich.console import Console
 
-from .common import App, DataDir, RerankWeight, console
+from .common import App, DataDir, RerankWeight, console, write_ranked
 
 app = App(help="TART: instruction-following retrieval (evaluate, index, search, tune-weight, build-data, ict, "
           "train-dual, train-full, distil, soup, run).")
@@ -238,7 +237,7 @@ def search(
     chars; an index built from a setup is reranked as the setup says."""
     from ..progress import reporting
     from ..retrieval.index import load_index
-    from ..tart.search import RECORDED, recorded_rerank, search_index, snippet
+    from ..tart.search import RECORDED, recorded_rerank, search_index
 
     if rerank is not None and no_rerank:
         raise ValueError("give --rerank or --no-rerank, not both")
@@ -256,14 +255,7 @@ def search(
                                      rerank_depth=rerank_depth, rerank_weight=rerank_weight,
                                      query_encoder=query_encoder)
     for text, ids, scores in zip(texts, result.ids, result.scores):
-        snippets = [snippet(index.records[i]) for i in ids]
-        if as_json:
-            sys.stdout.write(json.dumps({"query": text, "ids": ids, "scores": [round(float(s), 4) for s in scores[:len(ids)]],
-                                         "snippets": snippets}, ensure_ascii=False) + "\n")
-            continue
-        sys.stdout.write(f"query: {text}\n")
-        for rank, (doc_id, score, shown) in enumerate(zip(ids, scores, snippets), start=1):
-            sys.stdout.write(f"{rank:3d}. {doc_id}\t{score:.4f}\t{shown}\n")
+        write_ranked(text, ids, scores, index.records, as_json)
 
 
 @app.command("tune-weight")
