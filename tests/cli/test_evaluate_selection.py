@@ -30,7 +30,7 @@ def test_select_dpp_with_a_dense_retriever_uses_its_own_vectors(tmp_path, pool_f
     summary = json.loads((out / "summary.json").read_text())
     assert summary["selection"]["method"] == "dpp" and summary["selection"]["weight"] == 0.8
     assert summary["selection"]["ceil_scale_factor"] == 0.25
-    assert summary["selection"]["vectors"] == "retriever" and summary["selection"]["relevance"] == "cosine"
+    assert summary["selection"]["vectors"] == "retriever" and summary["selection"]["relevance"] == "cosine"  # dpp
     assert summary["max_demos"] == 3
     assert "+dpp" in result.stderr
 

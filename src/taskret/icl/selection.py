@@ -311,6 +311,6 @@ def select_demonstrations(task: Task, retriever: Retriever | None, examples: Seq
     cosine = isinstance(retriever, DenseRetriever)
     vectors, source = example_vectors(retriever, {e.id: e for e in task.train}, selection.encoder, device=device)
     selected = select_for_prompts(task, examples, retrieved, selection, vectors, builder, cosine_scores=cosine)
-    info = {**selection.describe(), "vectors": source, "relevance": "cosine" if cosine else "min-max",
+    info = {**selection.describe(), "vectors": source, "relevance": "cosine" if cosine and selection.method == "dpp" else "min-max",
             "select_s": round(time.perf_counter() - start, 3)}
     return selected, info
