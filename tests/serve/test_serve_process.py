@@ -20,12 +20,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_server(index, cwd=None):
-    """`taskret serve --index INDEX` in a subprocess (from ``cwd``), answering /health: yields its URL."""
+def running_server(index, cwd=None, args=()):
+    """`taskret serve --index INDEX [ARGS]` in a subprocess (from ``cwd``), answering /health: yields its URL."""
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "2000"}
     process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", "--index", str(index), "--port",
-                                str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+                                str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -23,6 +23,7 @@ from .common import (
     LMSpec,
     MissingExtra,
     OutputField,
+    RerankWeight,
     TaskName,
     TestFile,
     TrainFile,
@@ -232,18 +233,37 @@ def serve(
     query_encoder: Optional[str] = typer.Option(None, help="encode the queries with this model: one distilled with "
                                                 "frozen documents from the index's encoder (`taskret tart distil "
                                                 "--freeze-documents`), so the corpus is not encoded again"),
+    rerank: Optional[str] = typer.Option(None, help="rerank /retrieve's first stage with a TART-full folder (or any "
+                                         "CrossEncoder folder) or upr:LM, as `taskret tart evaluate --rerank` (default: "
+                                         "the reranker the index's setup records)"),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="skip the reranker the index records"),
+    rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1, help="how many first-stage results the "
+                                               "reranker reorders (default: the index's, else 100)"),
+    rerank_weight: RerankWeight = None,
+    generate: bool = typer.Option(False, "--generate", help="load the LM (--lm, else the index's) and answer POST "
+                                  "/generate: the prompt /prompt builds and the LM's greedy answer (a button on the "
+                                  "page at /)"),
+    generate_timeout: float = typer.Option(60.0, min=0.1, help="seconds a /generate request may take (504 after)"),
 ):
-    """Serve an index over HTTP: POST /retrieve, POST /prompt, GET /health (OpenAPI schema at /openapi.json)."""
+    """Serve an index over HTTP: POST /retrieve, POST /prompt, POST /generate (with --generate), GET /health, a page
+    to try them at / and the API docs at /docs (OpenAPI schema at /openapi.json)."""
     try:
         from ..serve.app import create_app
     except ImportError as err:
         raise MissingExtra(f"taskret serve needs FastAPI and uvicorn: pip install 'taskret[serve]' ({err})") from err
     import uvicorn
 
+    from ..tart.search import RECORDED
+
     with console.status(f"loading {index_dir}"):
+        if rerank is not None and no_rerank:
+            raise ValueError("give --rerank or --no-rerank, not both")
         service = create_app(index_dir, lm=lm, token_budget=token_budget, context_window=context_window,
-                             max_new_tokens=max_new_tokens, query_encoder=query_encoder)
-    console.print(f"serving {index_dir} on http://{host}:{port} (docs: http://{host}:{port}/docs)")
+                             max_new_tokens=max_new_tokens, query_encoder=query_encoder,
+                             rerank=None if no_rerank else (rerank or RECORDED), rerank_depth=rerank_depth,
+                             rerank_weight=rerank_weight, generate=generate, generate_timeout_s=generate_timeout)
+    console.print(f"serving {index_dir} on http://{host}:{port} (the page: http://{host}:{port}/, docs: "
+                  f"http://{host}:{port}/docs)")
     uvicorn.run(service, host=host, port=port, log_level=log_level, access_log=access_log)
 
 

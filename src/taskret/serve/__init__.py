@@ -1,5 +1,6 @@
 """Serve an index over HTTP (``taskret serve``): ``create_app`` builds the FastAPI app over an index folder
-(:mod:`taskret.retrieval.index`: ``save_index`` / ``load_index``).
+(:mod:`taskret.retrieval.index`: ``save_index`` / ``load_index``), with a page to try it at ``/`` (the static files
+under ``static/``, shipped as package data).
 
 FastAPI and uvicorn are optional (``pip install 'taskret[serve]'``); the index functions need neither.
 """

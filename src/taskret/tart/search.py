@@ -8,6 +8,8 @@ Public API::
 
     search_index(index, queries, instruction, top_k, reranker)   # -> (searched texts, RetrievalResult)
     recorded_rerank(index)                                       # the reranking an index records (its setup)
+    resolve_rerank(index, reranker, rerank_depth, rerank_weight) # the reranking to apply, overrides on the record
+    rerank_first_stage(index, texts, first, reranker, ...)       # search_index's second stage, on a first stage
     record_text(record)                                          # what a reranker reads of a record
     snippet(record)                                              # "title | first 200 characters..."
 """
@@ -21,7 +23,8 @@ from ..formats import format_query
 from ..retrieval.base import RetrievalResult
 from ..retrieval.index import IndexRecord, LoadedIndex, load_index
 
-__all__ = ["RECORDED", "record_text", "recorded_rerank", "snippet", "search_index"]
+__all__ = ["RECORDED", "record_text", "recorded_rerank", "rerank_first_stage", "resolve_rerank", "snippet",
+           "search_index"]
 
 
 def record_text(record: IndexRecord) -> str:
@@ -52,6 +55,34 @@ def recorded_rerank(index: LoadedIndex) -> dict:
             "rerank_weight": info.get("rerank_weight")}
 
 
+def resolve_rerank(index: LoadedIndex, reranker=RECORDED, rerank_depth: int | None = None,
+                   rerank_weight: float | None = None) -> dict:
+    """The reranking to apply (``rerank``, ``rerank_depth``, ``rerank_weight``), as :func:`search_index` reads its
+    arguments: ``reranker`` :data:`RECORDED` takes the index's (:func:`recorded_rerank`), with ``rerank_depth`` /
+    ``rerank_weight`` overriding its depth and weight where given; None: no reranking; else that reranker with
+    the depth given (default 100) and the weight given (default None: the reranker's order alone)."""
+    if isinstance(reranker, str) and reranker == RECORDED:
+        recorded = recorded_rerank(index)
+        reranker = recorded["rerank"]
+        rerank_depth = rerank_depth if rerank_depth is not None else recorded["rerank_depth"]
+        rerank_weight = rerank_weight if rerank_weight is not None else recorded["rerank_weight"]
+    return {"rerank": reranker, "rerank_depth": rerank_depth if rerank_depth is not None else 100,
+            "rerank_weight": rerank_weight}
+
+
+def rerank_first_stage(index: LoadedIndex, texts: Sequence[str], first: RetrievalResult, reranker,
+                       rerank_depth: int = 100, rerank_weight: float | None = None) -> RetrievalResult:
+    """The second stage of :func:`search_index`, given its first stage's ``first`` for the searched ``texts``:
+    the top ``rerank_depth`` of each row reranked by ``reranker`` (a spec or a
+    :class:`~taskret.rerank.Reranker`), fused with the first stage at its share ``rerank_weight``. Apart from
+    :func:`search_index` so that a caller holding the first stage (the service: it shows both rankings, and
+    batches first stages) reranks exactly as search does."""
+    from ..rerank import load_reranker
+
+    return load_reranker(reranker).rerank(texts, first, lambda i: record_text(index.records[i]), top_k=rerank_depth,
+                                          first_stage_weight=rerank_weight)
+
+
 def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str], instruction: str | None = None,
                  top_k: int = 5, reranker=RECORDED, rerank_depth: int | None = None,
                  rerank_weight: float | None = None,
@@ -72,22 +103,14 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
         raise ValueError("top_k must be at least 1")
     if not isinstance(index, LoadedIndex):
         index = load_index(index)
-    if isinstance(reranker, str) and reranker == RECORDED:
-        recorded = recorded_rerank(index)
-        reranker = recorded["rerank"]
-        rerank_depth = rerank_depth if rerank_depth is not None else recorded["rerank_depth"]
-        rerank_weight = rerank_weight if rerank_weight is not None else recorded["rerank_weight"]
-    rerank_depth = rerank_depth if rerank_depth is not None else 100
+    rerank = resolve_rerank(index, reranker, rerank_depth, rerank_weight)
+    reranker, rerank_depth = rerank["rerank"], rerank["rerank_depth"]
     if query_encoder is not None:
         index.use_query_encoder(query_encoder)
     texts = [format_query(instruction, q) for q in queries]
     if reranker is None:
         result = index.retriever.retrieve(texts, k=top_k)
     else:
-        from ..rerank import load_reranker
-
-        reranker = load_reranker(reranker)
-        result = index.retriever.retrieve(texts, k=max(top_k, rerank_depth))
-        result = reranker.rerank(texts, result, lambda i: record_text(index.records[i]), top_k=rerank_depth,
-                                 first_stage_weight=rerank_weight)
+        first = index.retriever.retrieve(texts, k=max(top_k, rerank_depth))
+        result = rerank_first_stage(index, texts, first, reranker, rerank_depth, rerank["rerank_weight"])
     return texts, result.head(top_k)
