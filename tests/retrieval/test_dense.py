@@ -253,3 +253,49 @@ def test_chunked_encoding_returns_the_texts_in_their_order(tiny_bert_dir, pool_e
     chunked = retriever.encode(texts)  # two chunks of 4 texts, the longest first, put back in order
     one_by_one = np.concatenate([retriever.encode([text]) for text in texts])
     np.testing.assert_allclose(chunked, one_by_one, atol=1e-5)
+
+
+# --- the index type: picked by pool size unless asked for ----------------------------------------------------
+
+
+def test_auto_builds_flat_below_the_threshold_and_hnsw_from_it(tiny_bert_dir, pool_examples, monkeypatch, tmp_path):
+    import taskret.retrieval.dense as dense
+
+    assert DenseRetriever().index_type == "auto"  # the default
+    small = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu").index(pool_examples)
+    assert small.index_type == "flat" and isinstance(small._index, faiss.IndexFlatIP)
+    monkeypatch.setattr(dense, "AUTO_HNSW_FROM", len(pool_examples))
+    large = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu").index(pool_examples)
+    assert large.index_type == "hnsw" and isinstance(large._index, faiss.IndexHNSWFlat)
+    assert large._index.hnsw.efSearch == dense.HNSW_EF_SEARCH
+    large.save(tmp_path / "large")  # meta.json records what was built, not "auto"
+    assert json.loads((tmp_path / "large" / "meta.json").read_text())["index_type"] == "hnsw"
+    assert Retriever.load(tmp_path / "large").index_type == "hnsw"
+    assert dense.resolve_index_type("auto", len(pool_examples) - 1) == "flat"
+
+
+def test_an_index_type_asked_for_wins_over_the_pool_size(tiny_bert_dir, pool_examples, monkeypatch):
+    import taskret.retrieval.dense as dense
+
+    monkeypatch.setattr(dense, "AUTO_HNSW_FROM", 1)
+    flat = make_retriever(f"dense:{tiny_bert_dir}?index_type=flat").index(pool_examples)
+    assert flat.index_type == "flat" and isinstance(flat._index, faiss.IndexFlatIP)
+    assert DenseRetriever(encoder=str(tiny_bert_dir), index_type="flat").index(pool_examples).index_type == "flat"
+    monkeypatch.setattr(dense, "AUTO_HNSW_FROM", 10**9)
+    hnsw = make_retriever(f"dense:{tiny_bert_dir}?index_type=hnsw&hnsw_m=8&ef_search=16").index(pool_examples)
+    assert isinstance(hnsw._index, faiss.IndexHNSWFlat) and hnsw._index.hnsw.efSearch == 16 and hnsw.hnsw_m == 8
+    with pytest.raises(ValueError, match="unknown index_type 'ivf'"):
+        make_retriever(f"dense:{tiny_bert_dir}?index_type=ivf")
+    with pytest.raises(ValueError, match="unknown option 'nlist=4'"):
+        make_retriever(f"dense:{tiny_bert_dir}?nlist=4")
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["flat", "hnsw"])
+def test_a_memory_mapped_dense_index_gives_identical_results(flat_and_hnsw, pool_examples, tmp_path, which):
+    retriever = flat_and_hnsw[which]
+    retriever.save(tmp_path / "index")
+    read, mapped = Retriever.load(tmp_path / "index"), Retriever.load(tmp_path / "index", mmap=True)
+    assert mapped.mmap and not read.mmap and mapped.index_type == retriever.index_type
+    queries = [e.input for e in pool_examples] + QUERIES
+    assert_same_results(mapped.retrieve(queries, k=3), read.retrieve(queries, k=3))
+    assert_same_results(mapped.retrieve(queries, k=3), retriever.retrieve(queries, k=3))

@@ -27,6 +27,7 @@ from taskret.retrieval.index import (
 from taskret.tart.tasks import Document
 
 from ..conftest import read_jsonl_rows, write_jsonl_rows
+from .builders import QUERIES, assert_same_results, big_pool
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 
@@ -228,3 +229,16 @@ def test_cli_index_refuses_an_unknown_lm_and_serve_has_help(tmp_path, pool_files
     assert not (tmp_path / "idx").exists()
     result = runner.invoke(cli_app, ["serve", "--help"], env=ENV)
     assert result.exit_code == 0 and "--index" in result.output and "--port" in result.output
+
+
+def test_a_memory_mapped_index_gives_identical_results(tmp_path, pool_examples, dense_index):
+    pool = big_pool(300)
+    bm25 = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool, retriever_spec="bm25")
+    queries = [e.input for e in pool[:50]] + QUERIES
+    for folder in (bm25, dense_index):
+        read, mapped = load_index(folder), load_index(folder, mmap=True)
+        assert mapped.retriever.mmap and not read.retriever.mmap
+        assert mapped.records == read.records
+        assert_same_results(mapped.retriever.retrieve(queries, k=5), read.retriever.retrieve(queries, k=5))
+    arrays = load_index(bm25, mmap=True).retriever._bm25.scores
+    assert isinstance(arrays["data"], np.memmap)  # the scores are mapped from the file, not read

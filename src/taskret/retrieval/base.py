@@ -152,8 +152,12 @@ class Retriever(ABC):
         # meta.json is written last: its presence marks a complete index.
         write_json(directory / "meta.json", {"retriever": self.name, "ids": self.ids, **config})
 
+    #: Whether :meth:`load` memory-maps the index's files where their format allows (bm25s arrays, a FAISS
+    #: index) instead of reading them: processes serving one index then share its pages (``taskret serve``).
+    mmap: bool = False
+
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "Retriever":
+    def load(cls, directory: str | os.PathLike, mmap: bool = False) -> "Retriever":
         directory = Path(directory)
         meta_path = directory / "meta.json"
         if not meta_path.exists():
@@ -171,6 +175,7 @@ class Retriever(ABC):
                 config[key] = str(directory / value)
         retriever = klass(**config)
         retriever.ids = list(meta["ids"])
+        retriever.mmap = mmap
         retriever._load_index(directory)
         return retriever
 

@@ -66,7 +66,9 @@ class BM25Retriever(Retriever):
     def _search(self, queries: Sequence[str], k: int):
         tokens = _tokenize(queries, return_ids=False)
         # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
-        rows, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        # n_threads=0: a plain loop; any other count starts a thread pool per call, which cost a single query (the
+        # service's case) more than its scoring did.
+        rows, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=0)
         return rows.tolist(), np.asarray(scores, dtype=np.float32)
 
     def config(self) -> dict:
@@ -78,7 +80,8 @@ class BM25Retriever(Retriever):
     def _load_index(self, directory: Path) -> None:
         import bm25s
 
-        self._bm25 = bm25s.BM25.load(directory / "bm25s")
+        # mmap: the score arrays stay in the page cache, shared by every process that serves the index.
+        self._bm25 = bm25s.BM25.load(directory / "bm25s", mmap=self.mmap)
         n_docs = (getattr(self._bm25, "scores", None) or {}).get("num_docs")
         if n_docs is not None and int(n_docs) != len(self.ids):
             raise ValueError(f"{directory}: the BM25 index holds {n_docs} documents but meta.json lists "

@@ -3,16 +3,20 @@
 One class serves SBERT (one encoder for queries and examples) and learned dual encoders such as
 EPR's (a query encoder and an example encoder), since only the encoders differ.
 
-``index_type="flat"`` (the default) searches exactly (``IndexFlatIP``); ``"hnsw"`` builds an
-approximate ``IndexHNSWFlat`` graph with the inner-product metric (``hnsw_m`` links per node,
-``ef_construction``, ``ef_search``): single queries get much faster on large pools, at a recall that
-depends on ``ef_search`` and on the data, and the build is slow (see ``benchmarks/dense_latency.py``).
-Either is saved in ``index.faiss``; a non-flat choice is recorded in meta.json.
+``index_type="auto"`` (the default) picks by pool size: exact search (``IndexFlatIP``, ``"flat"``) below
+:data:`AUTO_HNSW_FROM` vectors, an approximate ``IndexHNSWFlat`` graph (``"hnsw"``, inner-product metric; ``hnsw_m``
+links per node, ``ef_construction``, ``ef_search``) from there on. The threshold and the HNSW defaults were chosen
+on MiniLM vectors of ~50K real short texts (``benchmarks/dense_latency.py``, ``benchmarks/results/dense_latency.json``):
+a flat search costs a single query time linear in the pool, HNSW nearly constant time at recall@10 >= 0.99 against
+exact search, but its build is slower (seconds per 10K vectors on 2 cores) and its recall is not 1. Either type can be
+asked for: ``index_type="flat"`` / ``"hnsw"``, or in a spec ``dense:minilm-l6?index_type=flat`` (also ``hnsw_m``,
+``ef_construction``, ``ef_search``). Either is saved in ``index.faiss``; a non-flat one is recorded in meta.json.
 
 ``dtype`` is the precision the encoders run in: ``auto`` (the default) picks bfloat16 where the CPU computes it
 natively (AVX512-BF16 / AMX; or on a GPU) and float32 elsewhere (:func:`taskret.models.pick_dtype`, as the LMs
-choose). MiniLM encodes SciFact's abstracts ~2-4x faster in bfloat16 on such a CPU, its vectors within 1e-4 of
-float32's in cosine and NDCG@10 unchanged (``benchmarks/index_speed.py``). FAISS always gets float32 unit vectors.
+choose). On 2 cores with AMX, MiniLM indexes SciFact's 5,183 abstracts 2.1x faster in bfloat16 than in float32 on a
+busy machine (~2.8x on a quiet one), its vectors within 1e-4 of float32's in cosine and NDCG@10 0.1 lower
+(``benchmarks/index_speed.py``). FAISS always gets float32 unit vectors.
 A spec sets it after a ``?`` (``dense:minilm-l6?dtype=float32``); ``$TASKRET_ENCODER_DTYPE`` replaces ``auto`` as the
 default, also for a hybrid's dense components. meta.json records the dtype chosen (never ``auto``), so a saved index
 encodes its queries as it encoded its documents; an index saved before the option existed has none and loads as
@@ -32,19 +36,43 @@ from ..models import ModelNotInstalled, dtype_name, is_engine_encoder, pick_devi
 from ..progress import in_chunks, reporting_enabled, stage
 from .base import Retriever, example_text
 
-INDEX_TYPES = ("flat", "hnsw")
+INDEX_TYPES = ("auto", "flat", "hnsw")
+#: ``index_type="auto"`` builds HNSW from this many vectors on, flat below. On MiniLM vectors of real short texts, one
+#: search thread (``benchmarks/results/dense_latency.json``): a flat single-query search takes 0.56 ms at 10K vectors,
+#: 1.4 ms at 20K and 9.8 ms at 50K (linear in the pool, and worse once the vectors outgrow the cache); HNSW with the
+#: defaults below 0.25-0.42 ms from 20K to 50K, at recall@10 0.996-0.999, but its build takes ~11 s at 20K on 2
+#: cores. Below 20K exact search costs little, and is exact.
+AUTO_HNSW_FROM = 20_000
+#: HNSW defaults, chosen on those vectors: M=32 links per node and ef_construction=200 make the graph whose searches
+#: reach recall@10 >= 0.99 at the least ef_search at 50K vectors (64: 0.991 at 0.19 ms); ef_search=128 (0.996 at
+#: 0.42 ms) keeps a margin, since recall falls as the pool grows (ef_search 64: 0.997 at 10K, 0.991 at 50K).
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 200
+HNSW_EF_SEARCH = 128
 #: The environment variable whose value (``float32``, ``bfloat16``, ...) replaces ``auto`` as the encoders' default dtype.
 DTYPE_ENV = "TASKRET_ENCODER_DTYPE"
 #: Queries in one search from which their encoding reports progress (an index's documents always do).
 QUERY_PROGRESS_FROM = 1000
 
 
-def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int = 32, ef_construction: int = 80,
-                      ef_search: int = 64):
-    """An inner-product FAISS index over ``vectors`` (unit length: inner product = cosine)."""
+def resolve_index_type(index_type: str, n: int) -> str:
+    """The FAISS index type to build over ``n`` vectors: ``auto`` is ``hnsw`` from :data:`AUTO_HNSW_FROM` vectors
+    on and ``flat`` below; ``flat`` and ``hnsw`` are themselves."""
+    if index_type not in INDEX_TYPES:
+        raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
+    if index_type == "auto":
+        return "hnsw" if n >= AUTO_HNSW_FROM else "flat"
+    return index_type
+
+
+def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int = HNSW_M,
+                      ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int = HNSW_EF_SEARCH):
+    """An inner-product FAISS index over ``vectors`` (unit length: inner product = cosine); ``index_type`` may be
+    ``auto`` (:func:`resolve_index_type`)."""
     import faiss
 
     dim = vectors.shape[1]
+    index_type = resolve_index_type(index_type, len(vectors))
     if index_type == "flat":
         index = faiss.IndexFlatIP(dim)
     elif index_type == "hnsw":
@@ -132,22 +160,31 @@ class DenseRetriever(Retriever):
     name = "dense"
 
     def __init__(self, encoder: str = "minilm-l6", query_encoder: str | None = None, field: str = "input",
-                 batch_size: int = 64, device: str | None = None, index_type: str = "flat", hnsw_m: int = 32,
-                 ef_construction: int = 80, ef_search: int = 64, dtype: str | None = None):
+                 batch_size: int = 64, device: str | None = None, index_type: str = "auto", hnsw_m: int = HNSW_M,
+                 ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int = HNSW_EF_SEARCH,
+                 dtype: str | None = None):
         """``encoder`` may carry options after a ``?`` (``minilm-l6?dtype=bfloat16``): what a ``dense:`` spec
         gives. ``dtype``: the encoders' precision (module docstring); None is ``$TASKRET_ENCODER_DTYPE``, else
         ``auto``, for a new index, and float32 for a loaded index whose meta.json has none (saved before it
-        existed). A spec's option wins over the argument."""
+        existed). ``index_type``: ``auto`` (flat or HNSW by pool size), ``flat`` or ``hnsw`` (module docstring);
+        a spec may set it and the HNSW settings too (``minilm-l6?index_type=flat``). A spec's option wins over the
+        argument."""
         super().__init__()
         example_text(Example("", "", ""), field)
-        if index_type not in INDEX_TYPES:
-            raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
         if "?" in encoder:
             from .hybrid import parse_spec_options
 
             encoder, _, options = encoder.rpartition("?")
-            dtype = parse_spec_options("dense retriever", f"{self.name}:{encoder}?{options}", options,
-                                       {"dtype": str}).get("dtype", dtype)
+            given = parse_spec_options("dense retriever", f"{self.name}:{encoder}?{options}", options,
+                                       {"dtype": str, "index_type": str, "hnsw_m": int, "ef_construction": int,
+                                        "ef_search": int})
+            dtype = given.get("dtype", dtype)
+            index_type = given.get("index_type", index_type)
+            hnsw_m = given.get("hnsw_m", hnsw_m)
+            ef_construction = given.get("ef_construction", ef_construction)
+            ef_search = given.get("ef_search", ef_search)
+        if index_type not in INDEX_TYPES:
+            raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
         self.index_type = index_type
         self.hnsw_m = hnsw_m
         self.ef_construction = ef_construction
@@ -229,6 +266,8 @@ class DenseRetriever(Retriever):
         self.query_encoder_name = name
 
     def _index_texts(self, texts: list[str]) -> None:
+        # Resolved now, so that meta.json records what was built ("auto" only says how it was chosen).
+        self.index_type = resolve_index_type(self.index_type, len(texts))
         self._index = build_faiss_index(self.encode(texts, report=True), self.index_type, hnsw_m=self.hnsw_m,
                                         ef_construction=self.ef_construction, ef_search=self.ef_search)
 
@@ -261,10 +300,14 @@ class DenseRetriever(Retriever):
         path = directory / "index.faiss"
         if not path.exists():
             raise FileNotFoundError(f"{directory}: dense index file index.faiss is missing")
-        self._index = faiss.read_index(str(path))
+        # IO_FLAG_MMAP_IFC maps the vectors (and an HNSW graph) from the file without copying them: the page cache
+        # holds one copy for every process serving the index. (IO_FLAG_MMAP alone still copies them into memory.)
+        self._index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if self.mmap else 0)
         if self._index.ntotal != len(self.ids):
             raise ValueError(f"{directory}: index.faiss holds {self._index.ntotal} vectors but meta.json "
                              f"lists {len(self.ids)} ids (mismatched or partial index)")
+        if self.index_type == "auto":  # meta.json records a non-flat type; an index without one is flat
+            self.index_type = "hnsw" if hasattr(faiss.downcast_index(self._index), "hnsw") else "flat"
         if self.index_type == "hnsw":
             if not hasattr(self._index, "hnsw"):
                 raise ValueError(f"{directory}: meta.json says index_type 'hnsw' but index.faiss is not an HNSW index")

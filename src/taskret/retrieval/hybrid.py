@@ -255,7 +255,7 @@ class HybridRetriever(Retriever):
         for n, spec in enumerate(self.specs):
             folder = directory / f"component_{n}"
             if folder.is_dir():
-                self.components.append(Retriever.load(folder))
+                self.components.append(Retriever.load(folder, mmap=self.mmap))
             elif spec in self.specs[:n]:
                 self.components.append(self.components[self.specs.index(spec)])
             else:

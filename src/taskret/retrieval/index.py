@@ -307,12 +307,17 @@ def _read_records(path: Path, kind: str) -> dict[str, IndexRecord]:
     return records
 
 
-def load_index(directory: str | os.PathLike, *, texts_required: bool = True) -> LoadedIndex:
+def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mmap: bool = False) -> LoadedIndex:
     """Load and check an index folder (any layout a taskret ``index`` command has written): meta.json, the
     retriever's files, the texts and what was indexed, and that they agree.
 
     A bare retriever folder (``Retriever.save`` alone, as the EPR pipeline's ``index/``) holds no texts: it
-    is refused, or with ``texts_required=False`` loaded as kind ``"retriever"`` with no records."""
+    is refused, or with ``texts_required=False`` loaded as kind ``"retriever"`` with no records.
+
+    ``mmap``: memory-map the retriever's files where their format allows (bm25s's arrays, a FAISS index)
+    instead of reading them into each process (:attr:`~taskret.retrieval.base.Retriever.mmap`): the workers of
+    ``taskret serve --workers N`` share one copy in the page cache. Off by default: a mapped index must not be
+    rewritten in place while it is in use (``save_index`` replaces a folder by renaming, which is safe)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise InvalidIndex(f"{directory}: no such folder (so no meta.json); write an index with {_WRITTEN_BY}")
@@ -337,7 +342,7 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True) -> 
                                f"(mismatched index)")
     _check_info(directory, kind, info)
     try:
-        retriever = Retriever.load(directory)
+        retriever = Retriever.load(directory, mmap=mmap)
     except InvalidIndex:
         raise
     except (ValueError, FileNotFoundError, KeyError, TypeError, OSError, RuntimeError) as err:
