@@ -245,6 +245,8 @@ def serve(
                                   "page at /)"),
     generate_timeout: float = typer.Option(60.0, min=0.1, help="seconds a /generate request may take (504 after)"),
 ):
+    workers: Optional[int] = typer.Option(None, min=1, help="worker processes, each with the index memory-mapped "
+                                          "(default: one per core)"),
     """Serve an index over HTTP: POST /retrieve, POST /prompt, POST /generate (with --generate), GET /health, a page
     to try them at / and the API docs at /docs (OpenAPI schema at /openapi.json)."""
     try:
@@ -254,16 +256,25 @@ def serve(
     import uvicorn
 
     from ..tart.search import RECORDED
+    from ..serve.workers import default_workers, serve_workers
 
     with console.status(f"loading {index_dir}"):
-        if rerank is not None and no_rerank:
-            raise ValueError("give --rerank or --no-rerank, not both")
-        service = create_app(index_dir, lm=lm, token_budget=token_budget, context_window=context_window,
-                             max_new_tokens=max_new_tokens, query_encoder=query_encoder,
-                             rerank=None if no_rerank else (rerank or RECORDED), rerank_depth=rerank_depth,
-                             rerank_weight=rerank_weight, generate=generate, generate_timeout_s=generate_timeout)
-    console.print(f"serving {index_dir} on http://{host}:{port} (the page: http://{host}:{port}/, docs: "
-                  f"http://{host}:{port}/docs)")
+    if rerank is not None and no_rerank:
+        raise ValueError("give --rerank or --no-rerank, not both")
+    settings = dict(lm=lm, token_budget=token_budget, context_window=context_window, max_new_tokens=max_new_tokens,
+                    query_encoder=query_encoder, rerank=None if no_rerank else (rerank or RECORDED),
+                    rerank_depth=rerank_depth, rerank_weight=rerank_weight, generate=generate,
+                    generate_timeout_s=generate_timeout)
+    workers = workers or default_workers()
+    urls = (f"serving {index_dir} on http://{host}:{port} (the page: http://{host}:{port}/, docs: "
+            f"http://{host}:{port}/docs)")
+    if workers > 1:  # each worker builds its own app from these settings (taskret.serve.workers)
+        console.print(f"{urls}, {workers} workers")
+        serve_workers({"index_dir": str(index_dir), **settings}, workers, host=host, port=port, log_level=log_level,
+                      access_log=access_log)
+        return
+        service = create_app(index_dir, **settings)
+    console.print(urls)
     uvicorn.run(service, host=host, port=port, log_level=log_level, access_log=access_log)
 
 

@@ -64,6 +64,7 @@ from ..icl.prompt import (
 from ..retrieval.base import RetrievalResult
 from ..retrieval.index import LoadedIndex, load_index
 from ..tart.search import RECORDED, rerank_first_stage, resolve_rerank
+from .batching import BatchedSearch
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +283,7 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                warmup: bool = True, query_encoder: str | None = None, rerank: str | None = RECORDED,
                rerank_depth: int | None = None, rerank_weight: float | None = None, generate: bool = False,
-               generate_timeout_s: float = DEFAULT_GENERATE_TIMEOUT_S) -> FastAPI:
+               generate_timeout_s: float = DEFAULT_GENERATE_TIMEOUT_S, mmap: bool = False) -> FastAPI:
     """A FastAPI app serving one index folder, of any layout a taskret ``index`` command writes (checked
     first: a partial or mismatched one raises :class:`~taskret.retrieval.index.InvalidIndex`). ``lm``
     overrides the LM whose tokenizer counts prompt tokens; the default prompt budget is ``token_budget``,
@@ -297,12 +298,13 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     override the depth (default 100) and the first stage's share, as in
     :func:`~taskret.tart.search.search_index`. The reranker is loaded now, so a missing model fails at
     start-up. ``generate``: load the LM (``lm``, else the index's) to answer ``/generate``, each answer
-    bounded by ``generate_timeout_s`` seconds.
+    bounded by ``generate_timeout_s`` seconds. ``mmap``: load the index memory-mapped where its format allows
+    (:func:`~taskret.retrieval.index.load_index`; the workers of ``taskret serve --workers N`` share its pages).
 
     These keyword arguments are the only way configuration enters (a multi-worker server passes the same to
     each worker); the first stage of ``/retrieve`` and ``/prompt`` is the one function
     ``app.state.first_stage(texts, k)``, for a batcher to take over."""
-    index = index_dir if isinstance(index_dir, LoadedIndex) else load_index(index_dir)
+    index = index_dir if isinstance(index_dir, LoadedIndex) else load_index(index_dir, mmap=mmap)
     if query_encoder is not None:
         index.use_query_encoder(query_encoder)
     reranking = resolve_rerank(index, rerank, rerank_depth, rerank_weight)
@@ -361,7 +363,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
         with lock:
             return index.retriever.retrieve(texts, k=k)
 
-    app.state.first_stage = first_stage
+    # Concurrent requests' first stages are answered by one retriever call (taskret.serve.batching).
+    app.state.first_stage = BatchedSearch(first_stage)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):

@@ -1,0 +1,60 @@
+"""``taskret serve --workers N``: N uvicorn worker processes, each with the app :func:`~taskret.serve.app.create_app`
+builds, sharing one listening socket.
+
+One Python process serves one request's Python at a time (the GIL), so a second core needs a second process.
+uvicorn starts its workers as fresh processes (spawned, not forked) that import an app by name: :func:`app`, a
+factory (``uvicorn.run("taskret.serve.workers:app", factory=True)``) that reads ``create_app``'s keyword arguments
+from the environment variable :data:`APP_KWARGS_ENV` as JSON, so that ``create_app``'s arguments stay the one way
+configuration enters, for one worker or many. Each worker loads the index memory-mapped (``mmap=True``): bm25s's
+arrays and a FAISS index are then one copy in the page cache, whatever the number of workers; the texts, a dense
+encoder's weights and the Python objects are each worker's own (``benchmarks/serve_load.py`` measures RSS per worker).
+
+Each worker's math libraries (torch, FAISS's OpenMP) get ``cores / N`` threads (``OMP_NUM_THREADS``, unless it is set
+already): N workers with a thread per core each would fight over the cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+#: The environment variable holding ``create_app``'s keyword arguments (JSON) for each worker.
+APP_KWARGS_ENV = "TASKRET_SERVE_APP_KWARGS"
+
+
+def default_workers() -> int:
+    """One worker per core (what ``--workers`` defaults to)."""
+    return os.cpu_count() or 1
+
+
+def app():
+    """The app of one worker: ``create_app(**json.loads($TASKRET_SERVE_APP_KWARGS))``, the index memory-mapped
+    unless the arguments say ``"mmap": false``."""
+    from .app import create_app
+
+    raw = os.environ.get(APP_KWARGS_ENV)
+    if not raw:
+        raise RuntimeError(f"taskret.serve.workers:app needs ${APP_KWARGS_ENV}: create_app's keyword arguments as "
+                           "JSON (`taskret serve --workers N` sets it)")
+    kwargs = json.loads(raw)
+    kwargs.setdefault("mmap", True)
+    return create_app(**kwargs)
+
+
+def serve_workers(kwargs: dict[str, Any], workers: int, *, host: str, port: int, log_level: str = "warning",
+                  access_log: bool = False) -> None:
+    """Serve ``create_app(**kwargs)`` (JSON-serialisable arguments; ``index_dir`` a path) from ``workers`` processes,
+    until stopped. The index is checked here first, so that a partial or missing index fails with its message
+    instead of as N workers failing to start."""
+    import uvicorn
+
+    from ..retrieval.index import load_index
+
+    kwargs = {**kwargs, "index_dir": str(Path(kwargs["index_dir"]))}
+    load_index(kwargs["index_dir"], mmap=True)  # raises InvalidIndex, naming the file
+    os.environ[APP_KWARGS_ENV] = json.dumps(kwargs)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, default_workers() // workers)))
+    uvicorn.run("taskret.serve.workers:app", factory=True, workers=workers, host=host, port=port,
+                log_level=log_level, access_log=access_log)
