@@ -14,9 +14,9 @@ asked for: ``index_type="flat"`` / ``"hnsw"``, or in a spec ``dense:minilm-l6?in
 
 ``dtype`` is the precision the encoders run in: ``auto`` (the default) picks bfloat16 where the CPU computes it
 natively (AVX512-BF16 / AMX; or on a GPU) and float32 elsewhere (:func:`taskret.models.pick_dtype`, as the LMs
-choose). On 2 cores with AMX, MiniLM indexes SciFact's 5,183 abstracts 2.1x faster in bfloat16 than in float32 on a
-busy machine (~2.8x on a quiet one), its vectors within 1e-4 of float32's in cosine and NDCG@10 0.1 lower
-(``benchmarks/index_speed.py``). FAISS always gets float32 unit vectors.
+choose). On 2 shared cores with AMX, MiniLM indexes SciFact's 5,183 abstracts in bfloat16 with 2.2x less CPU time
+than in float32 (wall clock 1.8-3x as other work's load swung; ~2.8x on a quiet machine), its vectors within 1e-4
+of float32's in cosine, NDCG@10 0.11 lower (``benchmarks/index_speed.py``). FAISS always gets float32 unit vectors.
 A spec sets it after a ``?`` (``dense:minilm-l6?dtype=float32``); ``$TASKRET_ENCODER_DTYPE`` replaces ``auto`` as the
 default, also for a hybrid's dense components. meta.json records the dtype chosen (never ``auto``), so a saved index
 encodes its queries as it encoded its documents; an index saved before the option existed has none and loads as
