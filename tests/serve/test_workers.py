@@ -40,3 +40,21 @@ def test_the_factory_says_what_it_needs(monkeypatch):
     monkeypatch.delenv(workers.APP_KWARGS_ENV, raising=False)
     with pytest.raises(RuntimeError, match="TASKRET_SERVE_APP_KWARGS"):
         workers.app()
+
+
+def test_worker_connections_get_tcp_nodelay(monkeypatch):
+    # A worker's inherited socket says proto 0, so asyncio leaves Nagle on; the protocol turns it off per connection.
+    import socket
+
+    monkeypatch.setattr(workers._HTTPProtocol, "connection_made", lambda self, transport: None)
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()):
+        accepted, _ = server.accept()
+        with accepted:
+            assert not accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+            class Transport:
+                def get_extra_info(self, name):
+                    return accepted if name == "socket" else None
+
+            workers.NoDelayProtocol.connection_made(object.__new__(workers.NoDelayProtocol), Transport())
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
