@@ -333,32 +333,52 @@ def serve_table() -> list[str]:
     d = _load("serve_load.json")
     if not d:
         return []
-    lat = d["latency_ms"]
-    return [f"Retrieval service under load (`{d['command']}`; {describe_machine(d['machine'])}): {d['clients']} concurrent clients "
-            f"for {d['duration_s']:.0f} s against `{d['endpoint']}` over a {d['index']['retriever']} index of the "
-            f"{d['index']['n_examples']} Break training examples.", "",
-            "| requests/s | p50 ms | p90 ms | p99 ms | errors | server RSS before -> after (MiB) |",
-            "|---|---|---|---|---|---|",
-            f"| {d['requests_per_s']} | {lat['p50']} | {lat['p90']} | {lat['p99']} | {d['errors']} | "
-            f"{d['server_rss_mib']['before']} -> {d['server_rss_mib']['after']} |"]
+    out = [f"Retrieval service under load (`{d['command']}`; {describe_machine(d['machine'])}, load average "
+           f"{d['machine'].get('load_average', ['?'])[0]} before and {d.get('load_average_after', ['?'])[0]} after; "
+           f"{d['tool']}, 1 thread, on the same machine as the server; real queries in turn). Memory per worker "
+           "after the load: RSS, and PSS (pages shared between processes divided among them):", "",
+           "| workers | endpoint | index | connections | requests/s | p50 ms | p90 ms | p99 ms | errors | "
+           "worker RSS / PSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in d["runs"]:
+        lat, mem = r["latency_ms"], r["server_memory_mib"]["workers"]
+        out.append(f"| {r['workers']} | {r['name']} | {r['index']} | {r['connections']} | {r['requests_per_s']} | "
+                   f"{lat['p50']} | {lat['p90']} | {lat['p99']} | {r['errors']} | "
+                   + ", ".join(f"{w['rss']:.0f} / {w['pss']:.0f}" for w in mem) + " |")
+    for workers, t in d["targets"].items():
+        out += ["", f"Target (workers={workers}): /retrieve on BM25 at **{t['share_of_floor']:.0%}** of the /health "
+                f"floor's requests/s (target >= 50%: {'met' if t['share_met'] else 'missed'}), p99 "
+                f"**{t['p99_over_floor_p99']}x** the floor's (target <= 2x: {'met' if t['p99_met'] else 'missed'}), "
+                f"{t['errors']} errors."]
+    return out
 
 
 def dense_latency_table() -> list[str]:
     d = _load("dense_latency.json")
     if not d:
         return []
-    out = [f"Dense retrieval latency (`{d['command']}`; {describe_machine(d['machine'])}; {d['vectors']}), top-{d['k']}, "
+    k = d["k"]
+    out = [f"Dense retrieval latency (`{d['command']}`; {describe_machine(d['machine'])}; {d['vectors']}), top-{k}, "
            f"{d['search_threads']} search thread. Single query p50 / p99 ms; batched: queries/s for a batch of "
-           f"{d['batch']}; HNSW recall@{d['k']} against exact search:", "",
-           "| n | index | single p50 | single p99 | batched q/s | recall@10 |", "|---|---|---|---|---|---|"]
+           f"{d['batch']}; recall@{k} against exact search; per HNSW setting, the smallest ef_search reaching "
+           f"recall@{k} >= 0.99 (else the largest tried):", "",
+           f"| n | index | build s | single p50 | single p99 | batched q/s | recall@{k} |", "|---|---|---|---|---|---|---|"]
     for run in d["runs"]:
         flat = run["flat"]
-        batched = flat.get("batched_blas", flat["batched"])
-        out.append(f"| {run['n']:,} | exact (flat IP) | {flat['single']['p50_ms']:.2f} | "
-                   f"{flat['single']['p99_ms']:.2f} | {batched['queries_per_s']} | 1.00 |")
-        for h in (run.get("hnsw") or {}).get("by_ef_search", []):
-            out.append(f"| {run['n']:,} | HNSW ef={h['ef_search']} | {h['single']['p50_ms']:.2f} | "
-                       f"{h['single']['p99_ms']:.2f} | {h['batched']['queries_per_s']} | {h['recall@10']:.2f} |")
+        out.append(f"| {run['n']:,} | exact (flat IP) | | {flat['single']['p50_ms']:.2f} | "
+                   f"{flat['single']['p99_ms']:.2f} | {flat['batched']['queries_per_s']} | 1.00 |")
+        for c in run["hnsw"]:
+            good = [b for b in c["by_ef_search"] if b[f"recall@{k}"] >= 0.99]
+            b = good[0] if good else c["by_ef_search"][-1]
+            out.append(f"| {run['n']:,} | HNSW M={c['M']} efC={c['ef_construction']} ef={b['ef_search']} | "
+                       f"{c['build_s']} | {b['single']['p50_ms']:.2f} | {b['single']['p99_ms']:.2f} | "
+                       f"{b['batched']['queries_per_s']} | {b[f'recall@{k}']:.3f} |")
+    defaults = d.get("defaults")
+    if defaults:
+        out += ["", f"The defaults of `dense:` (HNSW M={defaults['M']}, ef_construction={defaults['ef_construction']}, "
+                f"ef_search={defaults['ef_search']}): " + "; ".join(
+                    f"{r['n']:,} vectors {r['single_p50_ms']:.2f} ms single-query p50 (flat {r['flat_single_p50_ms']:.2f}), "
+                    f"recall@{k} {r[f'recall@{k}']:.3f}" for r in defaults["by_n"])
+                + f". `index_type=auto` builds HNSW from {d['auto_hnsw_from']:,} vectors on, flat below."]
     return out
 
 
