@@ -187,7 +187,9 @@ def index(
     output_field: OutputField = None,
     id_field: IdField = None,
     data_dir: DataDir = None,
-    retriever: str = typer.Option("bm25", help="random, bm25[:input|output|both], sbert, dense:ENCODER, epr:DIR"),
+    retriever: str = typer.Option("examples-bm25", "--setup", "--retriever", help="a named setup (examples-bm25, "
+                                  "examples-epr:DIR) or a retriever spec: random, bm25[:input|output|both], sbert, "
+                                  "dense:ENCODER, epr:DIR"),
     lm: Optional[str] = typer.Option(None, help="the LM whose tokenizer `taskret serve` counts prompt tokens with "
                                      "(default: whitespace-separated words)"),
     out: Path = typer.Option(..., help="index directory to write"),
@@ -195,8 +197,10 @@ def index(
     """Index a training pool and save the index, with the examples' texts, to a directory (written atomically)."""
     from ..data import read_examples
     from ..models import resolve_model
+    from ..progress import reporting
     from ..retrieval import make_retriever
     from ..retrieval.index import output_format_name, save_index
+    from ..setups import resolve_setup
 
     if task is not None and train is None and task not in (*BUILTIN_TASKS, "demo") and Path(task).is_file():
         task, train = None, Path(task)
@@ -208,8 +212,15 @@ def index(
         examples, name, fmt = loaded.train, loaded.name, output_format_name(loaded.output_format)
     if lm is not None:
         resolve_model(lm)  # an unknown LM fails now, not when the index is served
+    setup = resolve_setup(retriever)
+    if setup is not None:
+        if setup.kind != "examples":
+            raise ValueError(f"setup '{setup.name}' retrieves documents: index a corpus with `taskret tart index "
+                             f"--setup {setup.name}`")
+        console.print(f"setup {setup.describe()}", soft_wrap=True)
+        retriever = setup.retriever
     ret = make_retriever(retriever)
-    with console.status(f"indexing {len(examples)} examples with {retriever}"):
+    with reporting():  # the encoding's progress, rate and ETA on stderr (a status spinner would share its line)
         ret.index(examples)
     save_index(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm)
     console.print(f"indexed {len(examples)} examples with {retriever} -> {out}")
@@ -244,9 +255,9 @@ def serve(
                                   "/generate: the prompt /prompt builds and the LM's greedy answer (a button on the "
                                   "page at /)"),
     generate_timeout: float = typer.Option(60.0, min=0.1, help="seconds a /generate request may take (504 after)"),
-):
     workers: Optional[int] = typer.Option(None, min=1, help="worker processes, each with the index memory-mapped "
                                           "(default: one per core)"),
+):
     """Serve an index over HTTP: POST /retrieve, POST /prompt, POST /generate (with --generate), GET /health, a page
     to try them at / and the API docs at /docs (OpenAPI schema at /openapi.json)."""
     try:
@@ -255,10 +266,9 @@ def serve(
         raise MissingExtra(f"taskret serve needs FastAPI and uvicorn: pip install 'taskret[serve]' ({err})") from err
     import uvicorn
 
-    from ..tart.search import RECORDED
     from ..serve.workers import default_workers, serve_workers
+    from ..tart.search import RECORDED
 
-    with console.status(f"loading {index_dir}"):
     if rerank is not None and no_rerank:
         raise ValueError("give --rerank or --no-rerank, not both")
     settings = dict(lm=lm, token_budget=token_budget, context_window=context_window, max_new_tokens=max_new_tokens,
@@ -273,6 +283,7 @@ def serve(
         serve_workers({"index_dir": str(index_dir), **settings}, workers, host=host, port=port, log_level=log_level,
                       access_log=access_log)
         return
+    with console.status(f"loading {index_dir}"):
         service = create_app(index_dir, **settings)
     console.print(urls)
     uvicorn.run(service, host=host, port=port, log_level=log_level, access_log=access_log)
