@@ -192,6 +192,26 @@ def bm25_table() -> list[str]:
             "(they differ in IDF flooring)."]
 
 
+def index_speed_table() -> list[str]:
+    """Indexing a corpus with the docs-fast first stage: float32 against the dtype ``auto`` picks, paired in one run."""
+    d = _load("index_speed.json")
+    if not d:
+        return []
+    out = [f"Indexing SciFact's {d['n_docs']:,} abstracts with `{d['retriever']}` (`{d['command']}`; "
+           f"{describe_machine(d['machine'])}): each way run in alternating rounds in one process.", "",
+           "| round | encoder dtype | index s | CPU s | docs/s | NDCG@10 | load average after |", "|---|---|---|---|---|---|---|"]
+    for r in d["runs"]:
+        out.append(f"| {r['round']} | {r['dtype']} | {r['index_s']:.0f} | {r.get('cpu_s', 0):.0f} | {r['docs_per_s']} | "
+                   f"{r['metrics']['ndcg@10']:.2f} | {r.get('load_average_after', ['-'])[0]} |")
+    old, new = d["float32"], d["new"]
+    out += ["", f"{new['dtype']} against float32: **{d['speedup']}x** best against best wall time "
+            f"({old['index_s_best']:.0f} s -> {new['index_s_best']:.0f} s), {old['cpu_s_best'] / new['cpu_s_best']:.2f}x "
+            f"less CPU time; NDCG@10 {old['metrics']['ndcg@10']:.2f} -> {new['metrics']['ndcg@10']:.2f} "
+            f"(target: >= {d['target']['speedup_at_least']}x, |change| <= {d['target']['abs_ndcg_delta_at_most']}: "
+            f"{'met' if d['target']['met'] else 'not met'})."]
+    return out
+
+
 def throughput_table() -> list[str]:
     d = _load("lm_throughput.json")
     if not d:
@@ -477,6 +497,8 @@ def _p(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.2f}"
 
 
+SETUPS_COMMAND = "python benchmarks/setups.py --tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs"
+
 # The README's results and the commands that reproduce them, in the order `make bench` runs them (the Makefile's
 # bench target holds each, with --data-dir; a results file's own "commands" keep the history of how it was filled).
 CPU60 = ("tart_distil_len256_neg2_q350_cpu60", "tart_distil_len256_neg2_q350_cpu60_seed2",
@@ -486,6 +508,7 @@ README_COMMANDS = {
            "--n 300 --seed 0 --context-window 640 --max-new-tokens 128",
     "epr_small": "taskret epr run benchmarks/configs/epr_mtop_small.json",
     "epr_full": "taskret epr run benchmarks/configs/epr_mtop_full.json",
+    "setups": SETUPS_COMMAND,
     "docs": "python benchmarks/tart_berri.py --systems bm25,minilm,hybrid,upr --columns no_instruction,rerank_instruction "
             "--rerank-first hybrid --merge",
     "docs_e5": "python benchmarks/tart_berri.py --systems bm25,minilm,e5,hybrid,upr --rerank-depth 20 "
@@ -523,7 +546,14 @@ def readme_table() -> list[str]:
                             f"{cite('icl', key)} |")
     berri = _load("tart_berri.json")
     sci = berri["scifact"] if berri else {}
-    if {"bm25", "hybrid"} <= sci.keys():
+    setups = (_load("setups.json") or {}).get("tasks", {}).get("scifact", {}).get("results", {})
+    if {"bm25", "docs-fast", "docs-rerank"} <= setups.keys():  # the setups as a user runs them
+        claims = f"SciFact zero-shot, NDCG@10, {setups['bm25']['n_queries']} claims"
+        bm25, fast = setups["bm25"]["ndcg@10"], setups["docs-fast"]["ndcg@10"]
+        rows.append(f"| {claims} | `docs-fast` | **{fast:.1f}** (BM25 {bm25:.1f}) | {cite('setups')} |")
+        rows.append(f"| {claims} | `docs-rerank` (the instruction at the reranker) | "
+                    f"**{setups['docs-rerank']['ndcg@10']:.1f}** (`docs-fast` {fast:.1f}) | {cite('setups')} |")
+    elif {"bm25", "hybrid"} <= sci.keys():
         claims = f"SciFact zero-shot, NDCG@10, {berri['n_scifact_queries']} claims"
         bm25, hybrid = sci["bm25"]["no_instruction"], sci["hybrid"]["no_instruction"]
         rows.append(f"| {claims} | `docs-fast` | **{hybrid:.1f}** (BM25 {bm25:.1f}) | {cite('docs')} |")
@@ -536,6 +566,8 @@ def readme_table() -> list[str]:
                         f"(`docs-fast` {hybrid:.1f}) | {cite('docs')} |")
             notes.append("`docs-rerank` with the instruction at the reranker (its default) is not recorded yet: "
                          f"`make bench` runs it ({cite('docs')}).")
+    if {"bm25", "hybrid"} <= sci.keys():
+        claims = f"SciFact zero-shot, NDCG@10, {berri['n_scifact_queries']} claims"
         best = sci.get("hybrid+minilm+e5+upr_top20", {})
         if {"rerank_instruction", "no_instruction"} <= best.keys():
             rows.append(f"| {claims} | `docs-rerank` + e5 in the first stage, top 20 reranked | "
@@ -553,6 +585,70 @@ def readme_table() -> list[str]:
     return ["| job, metric | setup | result (baseline) | command |", "|---|---|---|---|", *rows, "",
             *(f"{i}. `{README_COMMANDS[key]}`" for i, key in enumerate(cited, 1)), "", *notes,
             *([""] if notes else []), f"Machine: {MACHINE}."]
+
+
+def _scoring_rate(d: dict) -> float:
+    """taskret's own EPR scoring rate (pairs/s) in ``scoring_speed.json``."""
+    return d["taskret"]["pairs_per_s"]
+
+
+def setups_table(detail: bool = False) -> list[str]:
+    """Which named setup for which job: each setup's quality beside its baseline and its cost on 2 cores, from
+    ``setups.json`` (documents), ``index_speed.json`` (indexing) and the EPR results (examples). ``detail``: the
+    benchmark page's per-task table instead of the README's summary."""
+    d = _load("setups.json")
+    speed = _load("index_speed.json")
+    if not d:
+        return []
+    tasks = d["tasks"]
+    if detail:
+        out = [f"Each setup ranks each task's judged queries as `taskret tart evaluate --setup NAME` does, the task's "
+               f"instruction given (the setups' first stages read the query alone; `docs-rerank`'s reranker reads it); "
+               f"BM25 reads the query alone (`{d['command']}`; {describe_machine(d['machine'])}).", "",
+               "| task | N queries / docs | setup | NDCG@10 | Recall@100 | index s | query ms | rerank pairs/s |",
+               "|---|---|---|---|---|---|---|---|"]
+        for name, task in tasks.items():
+            for label, r in task["results"].items():
+                out.append(f"| {name} | {r['n_queries']} / {r['n_docs']} | `{label}` | {r['ndcg@10']:.1f} | "
+                           f"{r['recall@100']:.1f} | {r['index_s']:.0f} | {r['query_ms']:.0f} | "
+                           f"{(r['rerank_pairs_per_s'] or '-') if name not in d.get('paused', {}) else 'paused'} |")
+        return [*out, *("", *(f"{task}: {why}." for task, why in d.get("paused", {}).items()))]
+
+    def quality(label: str) -> str:
+        cells = []
+        for name, task in tasks.items():
+            mine, base = task["results"][label]["ndcg@10"], task["results"][d["baseline"]]["ndcg@10"]
+            cells.append(f"{name} {mine:.1f} (BM25 {base:.1f})")
+        return "; ".join(cells)
+
+    paused = d.get("paused", {})  # task -> why its timings are no cost measure (the run was stopped a while)
+    index_cost = (f"index {speed['n_docs']:,} abstracts {speed['new']['index_s_best'] / 60:.1f} min "
+                  f"({speed['new']['dtype']})" if speed else "")
+    rows = ["| setup | job | what it is | NDCG@10 (BM25) | cost on 2 cores |", "|---|---|---|---|---|"]
+    for name, setup in d["setups"].items():
+        timed = [t["results"][name] for task, t in tasks.items() if task not in paused and name in t["results"]]
+        cost = index_cost
+        if setup["rerank"] and timed:
+            per_query = sum(1000 * r["rerank_s"] / r["n_queries"] for r in timed) / len(timed)
+            cost += f"; + {per_query / 1000:.1f} s per query to rerank the top {setup['rerank_depth']}"
+        elif timed:
+            cost += f"; {sum(r['query_ms'] for r in timed) / len(timed):.0f} ms per query"
+        rows.append(f"| `{name}` | documents | {setup['summary']} | {quality(name)} | {cost} |")
+    icl = _load("icl_baselines.json")
+    small = _load("epr_mtop_small/eval/summary.json")
+    trained = _load("epr_mtop_small/retriever/epr_config.json")
+    scored = _load("epr_mtop_small/scoring/scoring_meta.json")
+    speed_lm = _load("scoring_speed.json")
+    if icl and small and trained and scored:
+        bm25 = next(r["metrics"]["em"] for r in icl["results"] if r["task"] == "mtop" and r["retriever"] == "bm25")
+        rows.append(f"| `examples-bm25` | in-context examples, no training | BM25 over the examples' inputs | MTOP exact "
+                    f"match {bm25:.1f} (random 2.3) | 6,208 queries in 1.7 s |")
+        rows.append(f"| `examples-epr:DIR` | in-context examples, trained | a trained EPR run (`taskret epr run`) | "
+                    f"MTOP exact match {small['metrics']['em']:.1f} (BM25 {bm25:.1f}) | LM scoring of {scored['n_pairs']:,} "
+                    f"pairs" + (f" (~{scored['n_pairs'] / _scoring_rate(speed_lm) / 60:.0f} min)" if speed_lm else "")
+                    + f" + training {trained['wall_time_s'] / 60:.1f} min |")
+    return [*rows, "", f"Documents: NDCG@10 over each task's judged queries, its instruction given (`{SETUPS_COMMAND}`); "
+            f"examples: SmolLM2-135M's exact match over 300 MTOP test inputs. {describe_machine(d['machine'])}."]
 
 
 def tart_berri_table() -> list[str]:
@@ -998,6 +1094,7 @@ def tart_full_lm_table() -> list[str]:
 # each block ``<!-- BENCHMARKS:START NAME ... -->`` holds NAME's tables.
 SECTIONS = (
     ("machine", ()),
+    ("setups", (lambda: setups_table(detail=True),)),
     ("epr", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
     ("scifact", (tart_berri_table,)),
     ("tart-dual", (tart_distil_sweep_table, tart_table, tart_trained_table)),
@@ -1005,7 +1102,7 @@ SECTIONS = (
     ("instructions", (tart_held_out_table, tart_held_out_trained_table, instruction_pooling_table)),
     ("pooled", (tart_pooled_table, tart_x2_table, tart_x2_scifact_table)),
     ("tart-full", (tart_full_lm_table, tart_in_domain_table)),
-    ("speed", (bm25_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
+    ("speed", (bm25_table, index_speed_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
     ("serving", (serve_table, dense_latency_table)),
     ("robustness", (robustness_table,)),
 )
@@ -1078,7 +1175,8 @@ def main() -> None:
         print(render())
         return
     if args.readme:
-        rewrite_block(README, current_paths("\n".join(readme_table()) + "\n"))
+        rewrite_blocks(README, {None: current_paths("\n".join(readme_table()) + "\n"),
+                                "setups": "\n".join(setups_table()) + "\n"})
     if args.docs:
         rewrite_blocks(args.docs, docs_blocks())
 

@@ -301,7 +301,7 @@ def test_an_index_built_with_the_base_serves_a_student_with_frozen_documents(tmp
     # stdout alone: a model's loading bar on stderr (shown when an earlier test left progress bars on) has no newline
     assert [json.loads(line)["ids"] for line in cli.stdout.splitlines() if line.startswith("{")] == swapped.ids
     bm25_index = tmp_path / "bm25-index"
-    assert CliRunner().invoke(app, ["tart", "index", "--task", str(beir["facts"]), "--out", str(bm25_index)],
+    assert CliRunner().invoke(app, ["tart", "index", "--task", str(beir["facts"]), "--setup", "bm25", "--out", str(bm25_index)],
                               env=ENV).exit_code == 0
     bad = CliRunner().invoke(app, ["tart", "search", "--index", str(bm25_index), "--query-encoder", str(frozen),
                                    "aspirin"], env=ENV)

@@ -77,7 +77,10 @@ def serve_workers(kwargs: dict[str, Any], workers: int, *, host: str, port: int,
     from ..retrieval.index import load_index
 
     kwargs = {**kwargs, "index_dir": str(Path(kwargs["index_dir"]))}
-    load_index(kwargs["index_dir"], mmap=True)  # raises InvalidIndex, naming the file
+    index = load_index(kwargs["index_dir"], mmap=True)  # raises InvalidIndex, naming the file
+    if kwargs.get("query_encoder"):  # a query encoder the index cannot take fails here, not in every worker
+        index.use_query_encoder(kwargs["query_encoder"])
+    del index
     os.environ[APP_KWARGS_ENV] = json.dumps(kwargs)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, default_workers() // workers)))
     uvicorn.run("taskret.serve.workers:app", factory=True, workers=workers, host=host, port=port,
