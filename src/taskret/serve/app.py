@@ -46,7 +46,7 @@ from typing import Annotated, Optional, Sequence
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -400,7 +400,7 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                               token_budget=token_budget, uptime_s=round(time.monotonic() - started_at, 3))
 
     @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_none=True)
-    def retrieve(request: RetrieveRequest) -> RetrieveResponse:
+    def retrieve(request: RetrieveRequest) -> Response:
         texts = [format_query(request.instruction, request.query)]
         first = app.state.first_stage(texts, max(request.k, depth) if reranker else request.k)
         first_ranks = first_scores = None
@@ -412,11 +412,14 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
             first_ranks, first_scores = _first_stage_positions(first, result.ids[0])
         ids = result.ids[0]
         records = [index.records[i] for i in ids]
-        return RetrieveResponse(query=texts[0], ids=ids, scores=[_finite(s) for s in result.scores[0][: len(ids)]],
-                                texts=[r.text for r in records],
-                                outputs=[r.output or "" for r in records] if examples else None,
-                                titles=None if examples else [r.title for r in records],
-                                first_stage_ranks=first_ranks, first_stage_scores=first_scores)
+        answer = RetrieveResponse(query=texts[0], ids=ids, scores=[_finite(s) for s in result.scores[0][: len(ids)]],
+                                  texts=[r.text for r in records],
+                                  outputs=[r.output or "" for r in records] if examples else None,
+                                  titles=None if examples else [r.title for r in records],
+                                  first_stage_ranks=first_ranks, first_stage_scores=first_scores)
+        # Serialised here: the model was validated as it was built, and FastAPI would validate it a second time
+        # and encode it through jsonable_encoder (~9% of a request in the profile); the schema still documents it.
+        return Response(answer.model_dump_json(exclude_none=True), media_type="application/json")
 
     def build_prompt(request: PromptRequest, budget: int, endpoint: str) -> PromptResponse:
         """The prompt ``taskret evaluate`` would build for ``request.input`` within ``budget`` tokens."""
