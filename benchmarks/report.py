@@ -553,6 +553,8 @@ def readme_table() -> list[str]:
         rows.append(f"| {claims} | `docs-fast` | **{fast:.1f}** (BM25 {bm25:.1f}) | {cite('setups')} |")
         rows.append(f"| {claims} | `docs-rerank` (the instruction at the reranker) | "
                     f"**{setups['docs-rerank']['ndcg@10']:.1f}** (`docs-fast` {fast:.1f}) | {cite('setups')} |")
+        notes.append(f"The `docs-fast` and `docs-rerank` rows ({cite('setups')}) were measured on "
+                     f"{describe_machine(_load('setups.json')['machine'])}; the machine line below is the others'.")
     elif {"bm25", "hybrid"} <= sci.keys():
         claims = f"SciFact zero-shot, NDCG@10, {berri['n_scifact_queries']} claims"
         bm25, hybrid = sci["bm25"]["no_instruction"], sci["hybrid"]["no_instruction"]
@@ -1140,11 +1142,6 @@ def docs_blocks() -> dict[str, str]:
 
 
 MARKER = re.compile(r"^<!-- BENCHMARKS:START(?: (?P<name>[\w-]+))? \(.*\) -->$", re.M)
-
-
-def rewrite_block(path: Path, body: str) -> None:
-    """Replace the lines between ``path``'s one unnamed pair of BENCHMARKS markers with ``body``, atomically."""
-    rewrite_blocks(path, {None: body})
 
 
 def rewrite_blocks(path: Path, bodies: dict[str | None, str]) -> None:

@@ -30,16 +30,14 @@ def _with_instruction(task, text: Optional[str]):
 
 
 def _first_stage_reads_instruction(spec: str) -> bool:
-    """Whether any part of a retriever spec reads the instruction: BM25 reads the query alone unless told."""
-    from ..retrieval.hybrid import parse_hybrid_spec, reads_instruction
+    """Whether any part of a retriever spec reads the instruction, as the built retriever's switches say: BM25
+    reads the query alone unless told (``bm25?read_instruction=1``), and so do a hybrid's BM25 components."""
+    if spec.partition(":")[0].partition("?")[0] not in ("bm25", "hybrid"):
+        return True
+    from ..retrieval import make_retriever
 
-    if spec.startswith("hybrid:"):
-        components, options = parse_hybrid_spec(spec.partition(":")[2])
-        switches = options.get("read_instruction") or [reads_instruction(c) for c in components]
-        return any(switches)
-    if spec.partition(":")[0].partition("?")[0] == "bm25":
-        return "read_instruction=1" in spec
-    return True
+    switches = make_retriever(spec).read_instruction  # un-indexed: no model is loaded to read its switches
+    return any(switches) if isinstance(switches, list) else switches
 
 
 def _task_names(tasks: str) -> list[str]:
@@ -194,15 +192,13 @@ def index(
         from ..rerank import load_reranker
 
         load_reranker(setup.rerank)  # an LM that is not installed fails now, not at the first search
-    loaded = load_corpus(corpus, data_dir, split, id_field=id_field, text_field=text_field, title_field=title_field)
-    instructions = [instruction_text.strip()] if instruction_text and instruction_text.strip() else loaded.instructions
     if instruction_text is not None and not instruction_text.strip():
         raise ValueError("--instruction-text is empty")
-    ids = list(loaded.documents)
-    from ..tart.tasks import doc_text
-
+    loaded = load_corpus(corpus, data_dir, split, id_field=id_field, text_field=text_field, title_field=title_field)
+    instructions = [instruction_text.strip()] if instruction_text is not None else loaded.instructions
+    ids, texts = loaded.doc_ids_and_texts()
     with reporting():  # the encoding's progress, rate and ETA on stderr (a status spinner would share its line)
-        ret = make_retriever(spec).index_texts(ids, [doc_text(loaded.documents[i]) for i in ids])
+        ret = make_retriever(spec).index_texts(ids, texts)
     save_index(out, ret, [loaded.documents[i] for i in ids], kind="documents", task=loaded.name,
                retriever_spec=spec, instruction=instructions[0] if instructions else None,
                extra={"split": split, "instructions": instructions,

@@ -12,7 +12,7 @@ from ..setups import resolve_setup, setup_names
 from .base import REGISTRY, RetrievalResult, Retriever
 from .bm25 import BM25Retriever
 from .dense import DenseRetriever, SBERTRetriever
-from .hybrid import HybridRetriever, parse_hybrid_spec, parse_spec_options
+from .hybrid import HybridRetriever, parse_hybrid_spec, parse_spec_options, parse_switches
 from .random import RandomRetriever
 
 RETRIEVERS = REGISTRY  # name -> class, for loading saved indexes
@@ -38,9 +38,11 @@ def _build_bm25(arg: str) -> BM25Retriever:
 
 
 def _switch(value: str) -> bool:
-    if value not in ("0", "1"):
+    """One ``read_instruction`` switch (:func:`.hybrid.parse_switches` of a single component)."""
+    switches = parse_switches(value)
+    if len(switches) != 1:
         raise ValueError(value)
-    return value == "1"
+    return switches[0]
 
 
 _switch.__name__ = "0 or 1"

@@ -59,6 +59,12 @@ class Document:
     text: str
 
 
+def doc_ids_and_texts(documents: dict[str, "Document"]) -> tuple[list[str], list[str]]:
+    """The ids of ``documents`` in order, and the text a retriever indexes of each (:func:`doc_text`)."""
+    ids = list(documents)
+    return ids, [doc_text(documents[i]) for i in ids]
+
+
 def doc_text(doc: Document) -> str:
     """The text a retriever indexes: ``"title text"``, trimmed (just the text when there is no title)."""
     return f"{doc.title.strip()} {doc.text.strip()}".strip()
@@ -90,8 +96,7 @@ class RetrievalTask:
         return self.instructions[0] if self.instructions else None
 
     def doc_ids_and_texts(self) -> tuple[list[str], list[str]]:
-        ids = list(self.corpus)
-        return ids, [doc_text(self.corpus[i]) for i in ids]
+        return doc_ids_and_texts(self.corpus)
 
     def sample(self, n: int | None, seed: int = 0) -> "RetrievalTask":
         """The same task with a fixed seeded sample of ``n`` of its queries; the corpus stays whole."""
@@ -655,6 +660,9 @@ class Corpus(NamedTuple):
     name: str
     documents: dict[str, Document]
     instructions: list[str]
+
+    def doc_ids_and_texts(self) -> tuple[list[str], list[str]]:
+        return doc_ids_and_texts(self.documents)
 
 
 def load_corpus(source: str | os.PathLike, data_dir: str | os.PathLike | None = None, split: str = "test", *,
