@@ -5,7 +5,13 @@ Methods (each a folder under --work/<task>/<method>/, resumed when its summary.j
 
 - epr: the base retriever's top of the ranking, filled to the token budget (``taskret evaluate`` as it is);
 - epr+dpp: greedy MAP of CEIL's DPP kernel over the base retriever's top --select-candidates;
-- epr+mmr: maximal marginal relevance over the same candidates.
+- epr+mmr: maximal marginal relevance over the same candidates;
+- epr+reward: the base retriever's top --reward-candidates reranked by the fusion of its score and a reward
+  model's (LLM-R's cross-encoder trained on the LM's scores: ``"reward_model": {}`` in the EPR config, read from
+  --reward-model), each min-max scaled, the retriever's weight chosen like the selection weights (--reward-weights);
+- any other retriever given as ``--variant NAME=SPEC`` (``{task}`` in SPEC is replaced by the task's name), e.g.
+  ``--variant epr-round2=epr:runs/bench/epr_table/{task}/epr-round2``: a UDR second mining round
+  (``"rounds": 2`` in the EPR config), filled to the budget as plain EPR is.
 
 The base retriever of a task is ``--base TASK=SPEC`` (default ``epr:runs/bench/epr_table/TASK/epr``, the EPR run
 ``benchmarks/epr_table.py`` trains; any retriever spec works). A selection weight not given (--dpp-weight,
@@ -15,6 +21,18 @@ costs len(weights) x tune-n LM generations per method and is reported (tune_cpu_
     python benchmarks/epr_beyond.py --tasks mtop,break                              # the issue's scale (N=300)
     python benchmarks/epr_beyond.py --tasks demo --base demo=sbert --n 10 --tune-n 10 --context-window 256 \\
         --max-new-tokens 16 --work /tmp/eb --out /tmp/eb.json                          # a smoke run
+
+Multi-task, leave-one-task-out (UDR's question: does a user with a new task and no scoring budget get more from
+a retriever trained on other tasks than from BM25?), with --held-out TASKS: for each held-out task, one dual
+encoder (taskret.epr.multitask) is trained on the EPR labels of every --train-tasks task but it
+(runs/bench/epr_table/TASK/epr/labels.jsonl, from ``taskret epr run``), each query written
+``"{instruction} [SEP] {input}"`` with its task's instruction (INSTRUCTIONS); the held-out task is then queried
+with its own instruction. Methods on the held-out task's --held-out-n test inputs: bm25, sbert (the untrained
+MiniLM), multitask and, as the reference a scoring budget buys, epr (trained on the task's own labels); each is
+paired with BM25: McNemar on EM, and a Wilcoxon signed-rank test on the per-input chrF (the graded metric).
+
+    python benchmarks/epr_beyond.py --tasks mtop --held-out berri-lite/nl2bash,berri-lite/conala,\
+        berri-lite/asset_simplification                                          # the held-out section too
 
 Writes --out (default benchmarks/results/epr_beyond.json), in issue 48's format: ``{TASK: {METHOD: {"em", "n",
 "vs_epr": {"only_method", "only_epr", "p"}, "cpu_s", ...}}, "bm25": {TASK: EM}, "lm_oracle": {TASK: EM}, "device",
@@ -38,10 +56,20 @@ from taskret.backends.base import load_lm
 from taskret.data import load_task, sample
 from taskret.icl.evaluation import choose_selection_weight, evaluate, mcnemar, read_correct
 from taskret.icl.selection import Selection
+from taskret.io import read_jsonl
 from taskret.progress import progress_bar
 from taskret.retrieval import make_retriever
 
-METHODS = {"epr": None, "epr+dpp": "dpp", "epr+mmr": "mmr"}
+METHODS = {"epr": None, "epr+dpp": "dpp", "epr+mmr": "mmr", "epr+reward": "reward"}
+HELD_OUT_METHODS = ("bm25", "sbert", "multitask", "epr")
+#: The task instruction in front of every query of the multi-task retriever: what the task asks of the LM.
+INSTRUCTIONS = {
+    "mtop": "Parse the request to a task-oriented assistant into its intent and slots",
+    "break": "Decompose the question into a sequence of simpler steps",
+    "berri-lite/nl2bash": "Write the Bash command that does what the description says",
+    "berri-lite/conala": "Write the Python code that implements the intent",
+    "berri-lite/asset_simplification": "Rewrite the sentence in simpler English",
+}
 COST_FILE = "cost.json"  # beside a method's summary.json: its CPU time and weight tuning, for a resumed run
 
 
@@ -65,24 +93,171 @@ def _reference(task: str) -> dict[str, float]:
             if method in results}
 
 
+def _fused(task, retriever, reward_dir: str, examples, weight: float, k: int, exclude_self: bool = False):
+    """The retriever's top ``k`` of each example reranked by ``weight * retriever + (1 - weight) * reward``."""
+    import numpy as np
+
+    from taskret.epr.reward import fuse_scores, reward_scores
+    from taskret.retrieval import RetrievalResult
+
+    first = retriever.retrieve([e.input for e in examples], k=k,
+                               exclude=[e.id for e in examples] if exclude_self else None)
+    teacher = reward_scores(reward_dir, task, [e.input for e in examples], first.ids)
+    ids, scores = [], np.full((len(examples), k), -np.inf, dtype=np.float32)
+    for n, (row, reward) in enumerate(zip(first.ids, teacher)):
+        fused = fuse_scores(first.scores[n][: len(row)], reward, weight)
+        order = np.argsort(-fused, kind="stable")
+        ids.append([row[int(i)] for i in order])
+        scores[n, : len(row)] = fused[order]
+    return RetrievalResult(ids, scores)
+
+
+def _choose_reward_weight(task, retriever, reward_dir: str, lm, weights: list[float], args):
+    """epr+reward's retriever share among ``weights``, chosen on --tune-n held-out training examples (each
+    excluded from its own candidates), never on the test set."""
+    from taskret.icl.evaluation import score_predictions
+    from taskret.icl.inference import predict
+
+    held_out = sample(task.train, args.tune_n, seed=args.seed)
+    scores = {}
+    with progress_bar(len(weights) * len(held_out), f"{task.name}/epr+reward: tuning") as advance:
+        for weight in weights:
+            retrieved = _fused(task, retriever, reward_dir, held_out, weight, args.reward_candidates, True)
+            predictions = predict(task, None, lm, held_out, context_window=args.context_window,
+                                  max_new_tokens=args.max_new_tokens, retrieved=retrieved, progress=advance)
+            scores[weight] = score_predictions(task, predictions)["em"]
+    return max(weights, key=lambda w: (scores[w], -weights.index(w))), scores
+
+
+def _labels_of(task_name: str) -> Path:
+    path = Path("runs/bench/epr_table") / task_name / "epr" / "labels.jsonl"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: label {task_name} first (taskret epr run with its config)")
+    return path
+
+
+def _wilcoxon(a: dict[str, float], b: dict[str, float]) -> float:
+    from scipy.stats import wilcoxon
+
+    differences = [a[k] - b[k] for k in a]
+    if not any(differences):
+        return 1.0
+    return float(wilcoxon(differences, zero_method="zsplit").pvalue)
+
+
+def _held_out(name: str, train_tasks: list[str], args, lm) -> dict:
+    """One leave-one-task-out fold: train on the other tasks' labels, evaluate every HELD_OUT_METHOD on ``name``."""
+    from taskret.epr.multitask import LabelledTask, train_multitask
+    from taskret.epr.training import TrainingConfig
+    from taskret.formats import format_query
+    from taskret.retrieval import DenseRetriever
+
+    task = load_task(name, data_dir=args.data_dir)
+    examples = sample(task.test, args.held_out_n, seed=args.seed)
+    work = Path(args.work) / "held_out" / name
+    model_dir = work / "multitask-retriever"
+    others = [t for t in train_tasks if t != name]
+    if not (model_dir / "model").is_dir():
+        sources = [LabelledTask(load_task(t, data_dir=args.data_dir), _labels_of(t), INSTRUCTIONS[t]) for t in others]
+        config = TrainingConfig(epochs=args.epochs, batch_size=64, mini_batch_size=16, learning_rate=5e-5,
+                                seed=args.seed)
+        cpu = time.process_time()
+        train_multitask(sources, model_dir, config)
+        (model_dir / COST_FILE).write_text(json.dumps({"train_cpu_s": round(time.process_time() - cpu, 1)}) + "\n")
+    rows: dict[str, dict] = {}
+    for method in HELD_OUT_METHODS:
+        run_dir = work / method
+        summary_path, cost_path = run_dir / "summary.json", run_dir / COST_FILE
+        if summary_path.exists() and cost_path.exists() and json.loads(summary_path.read_text())["n"] == len(examples):
+            summary, cost = json.loads(summary_path.read_text()), json.loads(cost_path.read_text())
+        else:
+            retrieved, spec = None, method
+            cpu, wall = time.process_time(), time.perf_counter()
+            if method == "multitask":
+                retriever = DenseRetriever(encoder=str(model_dir / "model")).index(task.train)
+                spec = f"multitask:{model_dir} (without {name})"
+                retrieved = retriever.retrieve([format_query(INSTRUCTIONS[name], e.input) for e in examples], k=100)
+            elif method == "epr":
+                spec = f"epr:runs/bench/epr_table/{name}/epr"
+                retriever = make_retriever(spec, seed=args.seed)
+            else:
+                retriever = make_retriever(method, seed=args.seed)
+            if not retriever.ids:
+                retriever.index(task.train)
+            with progress_bar(len(examples), f"held out {name}/{method}") as advance:
+                summary = evaluate(task, retriever, lm, examples, run_dir, retriever_name=spec, retrieved=retrieved,
+                                   context_window=args.context_window, max_new_tokens=args.max_new_tokens,
+                                   progress=advance, metrics=("chrf",))
+            cost = {"cpu_s": round(time.process_time() - cpu, 1), "wall_s": round(time.perf_counter() - wall, 1)}
+            cost_path.write_text(json.dumps(cost, indent=1) + "\n")
+        rows[method] = {"em": round(summary["metrics"]["em"], 2), "chrf": round(summary["metrics"]["chrf"], 2),
+                        "n": summary["n"], "cpu_s": cost["cpu_s"]}
+        print(f"held out {name}/{method}: em {summary['metrics']['em']:.1f}, chrf {summary['metrics']['chrf']:.1f}",
+              flush=True)
+    base = read_jsonl(work / "bm25" / "predictions.jsonl")
+    base_correct, base_chrf = {r["id"]: bool(r["correct"]) for r in base}, {r["id"]: r["chrf"] for r in base}
+    for method in HELD_OUT_METHODS[1:]:
+        mine = read_jsonl(work / method / "predictions.jsonl")
+        test = mcnemar({r["id"]: bool(r["correct"]) for r in mine}, base_correct)
+        chrf = {r["id"]: r["chrf"] for r in mine}
+        rows[method]["vs_bm25"] = {"chrf_diff": round(rows[method]["chrf"] - rows["bm25"]["chrf"], 2),
+                                   "chrf_p": round(_wilcoxon(chrf, base_chrf), 4), "only_method": test.only_a,
+                                   "only_bm25": test.only_b, "em_p": round(test.p_value, 4)}
+    rows["multitask"]["trained_on"] = others
+    train_cost = model_dir / COST_FILE
+    if train_cost.exists():
+        rows["multitask"]["train_cpu_s"] = json.loads(train_cost.read_text())["train_cpu_s"]
+    return rows
+
+
 def main() -> None:
     options = parser(__doc__, out="benchmarks/results/epr_beyond.json", lm="smollm2-135m", seed=0, icl=True)
     options.add_argument("--tasks", default="mtop,break", help="comma-separated tasks (default: %(default)s)")
     options.add_argument("--base", action="append", default=[], metavar="TASK=SPEC",
                          help="the base retriever of a task (default: epr:runs/bench/epr_table/TASK/epr)")
-    options.add_argument("--methods", default=",".join(METHODS), help="some of: " + ", ".join(METHODS))
+    options.add_argument("--methods", default="epr,epr+dpp,epr+mmr",
+                         help="some of: " + ", ".join(METHODS) + " (TASK:METHOD: on TASK only; default: %(default)s)")
     options.add_argument("--n", type=int, default=300, help="test inputs (a seeded sample, the same for every method)")
+    options.add_argument("--variant", action="append", default=[], metavar="[TASK:]NAME=SPEC",
+                         help="another retriever to pair with plain EPR (on TASK only, if given); {task} in SPEC is "
+                              "the task's name")
+    options.add_argument("--variant-selection", action="append", default=[], metavar="NAME=METHOD:WEIGHT",
+                         help="select a variant's prompts, e.g. ceil=dpp:0.909 (the weight its training matches)")
+    options.add_argument("--reward-model", default="runs/bench/epr_table/{task}/epr-reward/reward/model",
+                         help="epr+reward's cross-encoder (default: %(default)s)")
+    options.add_argument("--reward-candidates", type=int, default=30)
+    options.add_argument("--reward-weights", default="0.3,0.5,0.7", help="the retriever's shares tried")
     options.add_argument("--select-candidates", type=int, default=50, help="the base retriever's top K to select from")
     options.add_argument("--dpp-weight", type=float, default=None, help="DPP relevance weight (default: tuned)")
     options.add_argument("--mmr-weight", type=float, default=None, help="MMR relevance weight (default: tuned)")
     options.add_argument("--tune-weights", default="0.5,0.7,0.8,0.9,0.95", help="weights tried on training examples")
     options.add_argument("--tune-n", type=int, default=100, help="held-out training examples the weight is chosen on")
+    options.add_argument("--held-out", default="", help="tasks to hold out of multi-task training, one at a time")
+    options.add_argument("--train-tasks", default=",".join(INSTRUCTIONS),
+                         help="the tasks whose EPR labels train the multi-task retriever (default: %(default)s)")
+    options.add_argument("--held-out-n", type=int, default=200, help="test inputs of each held-out task")
+    options.add_argument("--epochs", type=int, default=5, help="multi-task training epochs")
     options.add_argument("--work", default="runs/bench/epr_beyond", help="method folders (default: %(default)s)")
     args = options.parse_args()
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if "epr" not in methods or set(methods) - set(METHODS):
-        options.error(f"--methods: some of {', '.join(METHODS)}, epr among them (the others are paired with it)")
+    methods: dict[str, str | None] = {}  # method -> the one task it runs on (TASK:METHOD), or None: all
+    for entry in [m.strip() for m in args.methods.split(",") if m.strip()]:
+        only, _, bare = entry.rpartition(":")
+        methods[bare] = only or None
+    if methods.get("epr", "missing") is not None or set(methods) - set(METHODS):
+        options.error(f"--methods: some of {', '.join(METHODS)} (TASK:METHOD for one task only), epr among them "
+                      "on every task (the others are paired with it)")
+    variants: dict[str, tuple[str | None, str]] = {}  # name -> (the one task it runs on, or None: all; spec)
+    for name, spec in _pairs(args.variant, "--variant").items():
+        only, _, bare = name.rpartition(":")
+        variants[bare] = (only or None, spec)
+    clash = sorted(set(variants) & set(METHODS))
+    if clash:
+        options.error(f"--variant {clash[0]}: the name of a built-in method")
+    variant_selection = {}
+    for name, value in _pairs(args.variant_selection, "--variant-selection").items():
+        kind, _, weight = value.partition(":")
+        variant_selection[name] = Selection(kind, float(weight) if weight else None, args.select_candidates)
     bases = _pairs(args.base, "--base")
     weights_given = {"dpp": args.dpp_weight, "mmr": args.mmr_weight}
     tune_weights = [float(w) for w in args.tune_weights.split(",") if w.strip()]
@@ -99,15 +274,33 @@ def main() -> None:
         if not retriever.ids:
             retriever.index(task.train)
         rows: dict[str, dict] = {}
-        for method in methods:
+        task_methods = [name for name, only in methods.items() if only in (None, task_name)]
+        task_methods += [name for name, (only, _) in variants.items() if only in (None, task_name)]
+        for method in task_methods:
             run_dir = Path(args.work) / task_name / method
             summary_path, cost_path = run_dir / "summary.json", run_dir / COST_FILE
             if summary_path.exists() and cost_path.exists() and json.loads(summary_path.read_text())["n"] == len(examples):
                 print(f"{task_name}/{method}: {summary_path} exists, reused", flush=True)
                 summary, cost = json.loads(summary_path.read_text()), json.loads(cost_path.read_text())
             else:
-                cost, selection, kind = {}, None, METHODS[method]
-                if kind is not None:
+                cost, selection, kind, retrieved = {}, variant_selection.get(method), METHODS.get(method), None
+                method_retriever, method_spec = retriever, spec
+                if method in variants:
+                    method_spec = variants[method][1].replace("{task}", task_name)
+                    method_retriever = make_retriever(method_spec, seed=args.seed)
+                    if not method_retriever.ids:
+                        method_retriever.index(task.train)
+                if kind == "reward":
+                    reward_dir = args.reward_model.replace("{task}", task_name)
+                    weights = [float(w) for w in args.reward_weights.split(",") if w.strip()]
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    weight, scores = _choose_reward_weight(task, retriever, reward_dir, lm, weights, args)
+                    cost["tuning"] = {"n": min(args.tune_n, len(task.train)), "chosen": weight,
+                                      "scores": {str(w): round(v, 2) for w, v in scores.items()},
+                                      "tune_cpu_s": round(time.process_time() - cpu, 1),
+                                      "tune_wall_s": round(time.perf_counter() - wall, 1), "reward_model": reward_dir}
+                    retrieved = _fused(task, retriever, reward_dir, examples, weight, args.reward_candidates)
+                elif kind is not None:
                     weight = weights_given[kind]
                     if weight is None:
                         cpu, wall = time.process_time(), time.perf_counter()
@@ -123,9 +316,9 @@ def main() -> None:
                     selection = Selection(kind, weight, args.select_candidates)
                 cpu, wall = time.process_time(), time.perf_counter()
                 with progress_bar(len(examples), f"{task_name}/{method}") as advance:
-                    summary = evaluate(task, retriever, lm, examples, run_dir, retriever_name=spec,
+                    summary = evaluate(task, method_retriever, lm, examples, run_dir, retriever_name=method_spec,
                                        context_window=args.context_window, max_new_tokens=args.max_new_tokens,
-                                       progress=advance, selection=selection)
+                                       progress=advance, selection=selection, retrieved=retrieved)
                 cost.update(cpu_s=round(time.process_time() - cpu, 1), wall_s=round(time.perf_counter() - wall, 1))
                 (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
             row = {"em": round(summary["metrics"]["em"], 2), "n": summary["n"], "metrics": round_metrics(summary["metrics"]),
@@ -139,7 +332,7 @@ def main() -> None:
             print(f"{task_name}/{method}: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["metrics"].items()),
                   flush=True)
         epr_correct = read_correct(Path(args.work) / task_name / "epr" / "predictions.jsonl")
-        for method in methods:
+        for method in task_methods:
             if method != "epr":
                 test = mcnemar(read_correct(Path(args.work) / task_name / method / "predictions.jsonl"), epr_correct)
                 rows[method]["vs_epr"] = {"only_method": test.only_a, "only_epr": test.only_b,
@@ -147,6 +340,13 @@ def main() -> None:
         result[task_name] = {"base": spec, **rows}
         for name, value in _reference(task_name).items():
             references.setdefault(name, {})[task_name] = value
+    held_out = [t.strip() for t in args.held_out.split(",") if t.strip()]
+    if held_out:
+        train_tasks = [t.strip() for t in args.train_tasks.split(",") if t.strip()]
+        result["held_out"] = {name: _held_out(name, train_tasks, args, lm) for name in held_out}
+        result["held_out_setup"] = {"train_tasks": train_tasks, "instructions": {t: INSTRUCTIONS[t] for t in
+                                                                              train_tasks + held_out},
+                                    "epochs": args.epochs, "n": args.held_out_n}
     result.update(references)
     result.update(device=describe_machine(device), machine=device,
                   commands=[command_line(args, options, leave_out=("data_dir", "work"))])

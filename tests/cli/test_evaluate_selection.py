@@ -59,3 +59,48 @@ def test_bad_selection_options_fail_before_the_lm_loads(tmp_path, pool_files, ex
     result = invoke("evaluate", *_pool_args(pool_files), "--lm", tmp_path / "no-such-lm", *extra)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def _epr_run_folder(folder, pool_files, ids):
+    """What `taskret epr run` leaves that `epr multitask` reads: the config and the labels."""
+    train, test = pool_files
+    folder.mkdir()
+    (folder / "pipeline_config.json").write_text(json.dumps({
+        "train": str(train), "test": str(test), "input_field": "q", "output_field": "a", "id_field": "key",
+        "work_dir": str(folder)}))
+    rows = [{"id": ids[i], "positives": [ids[(i + 1) % len(ids)]], "negatives": [ids[(i + 2) % len(ids)]]}
+            for i in range(len(ids))]
+    (folder / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_a_multitask_retriever_trains_from_runs_and_evaluates_with_an_instruction(tmp_path, pool_files,
+                                                                                   tiny_model_dir, tiny_bert_dir):
+    from tests.conftest import POOL_ROWS
+
+    ids = [r["key"] for r in POOL_ROWS]
+    first = _epr_run_folder(tmp_path / "a", pool_files, ids[: len(ids) // 2])
+    second = _epr_run_folder(tmp_path / "b", pool_files, ids[len(ids) // 2:])
+    out = tmp_path / "multi"
+    result = invoke("epr", "multitask", "--run", first, "--run", second, "--instruction", "Parse the request",
+                    "--instruction", "Name the intent", "--base-model", tiny_bert_dir, "--epochs", "1",
+                    "--batch-size", "4", "--mini-batch-size", "4", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "model").is_dir() and "multi-task retriever" in result.stderr
+    tasks = json.loads((out / "tasks.json").read_text())
+    assert [t["instruction"] for t in tasks] == ["Parse the request", "Name the intent"]
+    run = tmp_path / "eval"
+    result = invoke("evaluate", *_pool_args(pool_files), "--retriever", f"epr:{out}", "--instruction",
+                    "Find a request like this one", "--lm", tiny_model_dir, "--context-window", "200",
+                    "--max-new-tokens", "4", "--select", "dpp", "--select-weight", "0.9", "--select-candidates", "4",
+                    "--out", run)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["instruction"] == "Find a request like this one"
+    assert summary["selection"]["vectors"] == "retriever"  # the wrapped dense retriever's own vectors
+
+
+def test_multitask_needs_one_instruction_per_run(tmp_path, pool_files):
+    result = invoke("epr", "multitask", "--run", tmp_path, "--instruction", "a", "--instruction", "b",
+                    "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "one instruction per run" in result.output

@@ -227,3 +227,145 @@ def test_library_logs_go_to_the_work_folder_and_the_terminal_gets_stage_lines(tm
     assert training_line.startswith("training: 2 steps, final loss ") and f"(trainer log: {log})" in training_line
     text = log.read_text(encoding="utf-8")
     assert "taskret.training: step 1: {\"loss\": " in text and "***** Running training *****" in text
+
+
+def test_a_second_round_mines_with_the_trained_retriever_and_scores_only_new_pairs(lm_run, tmp_path, data_files,
+                                                                                  tiny_model_dir, tiny_bert_dir):
+    import shutil
+
+    from taskret.epr.labels import lm_labels
+    from taskret.retrieval import DenseRetriever
+
+    first, _, _ = lm_run
+    work = tmp_path / "work"
+    shutil.copytree(first, work, ignore=shutil.ignore_patterns("pipeline_config.json", "index", "eval"))
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, rounds=2)
+    summary = run_pipeline(config, progress=False)
+    round2 = work / "round2"
+    mined = read_jsonl_rows(round2 / "candidates.jsonl")
+    assert [r["id"] for r in mined] == [f"ex{i}" for i in range(16)]
+    assert all(len(r["candidates"]) == 4 and r["id"] not in r["candidates"] for r in mined)
+    # The candidates are round 1's retriever's top 4 for the example's input, not BM25's.
+    round1 = DenseRetriever(encoder=str(work / "retriever" / "model")).index(
+        [e for e in _examples(data_files[0])])
+    expected = round1.retrieve([_row(i)["q"] for i in range(16)], k=4, exclude=[f"ex{i}" for i in range(16)])
+    assert [r["candidates"] for r in mined] == expected.ids
+    # Only pairs that round 1 did not score went to the LM; the labels read every pair scored in both rounds.
+    first_scores = {r["id"]: {c["id"]: c for c in r["candidates"]}
+                    for r in read_jsonl_rows(work / "scoring" / "scores.jsonl")}
+    second_scores = read_jsonl_rows(round2 / "scoring" / "scores.jsonl")
+    for row in second_scores:
+        assert not set(c["id"] for c in row["candidates"]) & set(first_scores[row["id"]])
+    union = {i: dict(c) for i, c in first_scores.items()}
+    for row in second_scores:
+        union[row["id"]].update({c["id"]: c for c in row["candidates"]})
+    assert read_jsonl_rows(round2 / "labels.jsonl") == lm_labels(
+        [{"id": i, "candidates": list(c.values())} for i, c in union.items()], k=1)
+    # The second retriever trained on from the first (same Router layout), and it is the one indexed.
+    assert (round2 / "retriever" / "model").is_dir()
+    meta = json.loads((work / "index" / "meta.json").read_text())
+    assert meta["retriever"] == "dense" and summary["n"] == 4
+
+
+def test_rounds_need_lm_labels():
+    with pytest.raises(ValueError, match="labels must be 'lm'"):
+        EPRConfig(task="demo", labels="bm25", rounds=2)
+
+
+def _examples(train: Path):
+    from taskret.data import Example
+
+    return [Example(id=r["key"], input=r["q"], output=r["a"]) for r in read_jsonl_rows(train)]
+
+
+def test_set_training_scores_sets_fine_tunes_the_query_encoder_and_selects_with_the_dpp(
+        lm_run, tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    import shutil
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    first, _, _ = lm_run
+    work = tmp_path / "work"
+    shutil.copytree(first, work, ignore=shutil.ignore_patterns("pipeline_config.json", "index", "eval"))
+    settings = {"n_candidates": 6, "set_size": 3, "n_sets": 4, "epochs": 2, "batch_size": 4, "learning_rate": 1e-3}
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, set_training=settings)
+    summary = run_pipeline(config, progress=False)
+    sets = read_jsonl_rows(work / "sets" / "sets.jsonl")
+    assert len(sets) == 16 and all(len(r["sets"]) == 4 and all(len(s) == 3 for s in r["sets"]) for r in sets)
+    assert all(r["id"] not in s for r in sets for s in r["sets"])
+    scores = read_jsonl_rows(work / "sets" / "set_scores.jsonl")
+    assert [[s["ids"] for s in r["sets"]] for r in scores] == [r["sets"] for r in sets]
+    assert all(s["logprob"] < 0 and s["n_tokens"] > 0 for r in scores for s in r["sets"])
+    # Only the query encoder moved: the examples' vectors (the index) are the EPR encoder's.
+    before = SentenceTransformer(str(work / "retriever" / "model"), device="cpu")
+    after = SentenceTransformer(str(work / "sets" / "retriever" / "model"), device="cpu")
+    texts = ["weather please for paris number 3"]
+    assert torch.allclose(before.encode_document(texts, convert_to_tensor=True),
+                          after.encode_document(texts, convert_to_tensor=True))
+    assert not torch.allclose(before.encode_query(texts, convert_to_tensor=True),
+                              after.encode_query(texts, convert_to_tensor=True))
+    trained = json.loads((work / "sets" / "retriever" / "ceil_config.json").read_text())
+    assert trained["steps"] == 2 * 4 and len(trained["epoch_losses"]) == 2
+    assert summary["selection"]["method"] == "dpp" and summary["selection"]["n_candidates"] == 6
+    assert summary["selection"]["weight"] == pytest.approx(1 / 1.1, abs=1e-3)
+
+
+def test_ceil_ranking_loss_is_zero_when_the_scores_follow_the_lm_by_the_margins_and_positive_otherwise():
+    import torch
+
+    from taskret.epr.sets import ranking_loss
+
+    agreeing = torch.tensor([[3.0, 2.0, 1.0, 0.0]])  # scaled to 1, 2/3, 1/3, 0: gaps of 1/3 per place
+    assert float(ranking_loss(agreeing, margin=0.2)) == 0.0
+    assert float(ranking_loss(agreeing.flip(-1), margin=0.2)) > 1.0
+
+
+def test_a_reward_model_learns_the_lm_scores_and_teaches_the_query_encoder(lm_run, tmp_path, data_files,
+                                                                           tiny_model_dir, tiny_bert_dir):
+    import shutil
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from taskret.epr.reward import reward_scores
+    from taskret.epr.scoring import read_scores
+
+    first, _, _ = lm_run
+    work = tmp_path / "work"
+    shutil.copytree(first, work, ignore=shutil.ignore_patterns("pipeline_config.json", "index", "eval"))
+    settings = {"base_model": str(tiny_bert_dir), "epochs": 2, "batch_inputs": 4, "learning_rate": 1e-3,
+                "n_candidates": 5, "distill_epochs": 1, "distill_learning_rate": 1e-3}
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, reward_model=settings)
+    run_pipeline(config, progress=False)
+    trained = json.loads((work / "reward" / "reward_config.json").read_text())
+    assert trained["n_inputs"] == 16 and trained["n_pairs"] == 64 and len(trained["epoch_losses"]) == 2
+    distilled = json.loads((work / "reward" / "retriever" / "distill_config.json").read_text())
+    assert distilled["n_inputs"] == 16 and distilled["teacher_pairs"] == 16 * 5
+    # The teacher scores any (input, candidate) pair; the student's query encoder moved, its documents did not.
+    from taskret.data import load_task
+
+    task = load_task(None, train=data_files[0], test=data_files[1], input_field="q", output_field="a", id_field="key")
+    rows = read_scores(work / "scoring" / "scores.jsonl")[:2]
+    scores = reward_scores(work / "reward" / "model", task, [_row(0)["q"], _row(1)["q"]],
+                           [[c["id"] for c in r["candidates"]] for r in rows])
+    assert [len(s) for s in scores] == [4, 4] and all(len(set(s.tolist())) > 1 for s in scores)
+    before = SentenceTransformer(str(work / "retriever" / "model"), device="cpu")
+    after = SentenceTransformer(str(work / "reward" / "retriever" / "model"), device="cpu")
+    texts = ["music please for tokyo number 7"]
+    assert torch.allclose(before.encode_document(texts, convert_to_tensor=True),
+                          after.encode_document(texts, convert_to_tensor=True))
+    assert not torch.allclose(before.encode_query(texts, convert_to_tensor=True),
+                              after.encode_query(texts, convert_to_tensor=True))
+    meta = json.loads((work / "index" / "meta.json").read_text())
+    assert meta["retriever"] == "dense"
+
+
+def test_fused_scores_weigh_min_max_scaled_components():
+    import numpy as np
+
+    from taskret.epr.reward import fuse_scores
+
+    fused = fuse_scores(np.array([0.9, 0.5, 0.1]), np.array([-3.0, 5.0, 1.0]), weight=0.5)
+    assert fused.tolist() == pytest.approx([0.5, 0.75, 0.25])
+    assert fuse_scores(np.array([1.0, 1.0]), np.array([2.0, 0.0]), weight=0.3).tolist() == pytest.approx([1.0, 0.3])

@@ -176,6 +176,45 @@ def train(
 
 
 @app.command()
+def multitask(
+    run: list[Path] = typer.Option(..., "--run", help="an EPR work folder (`taskret epr run`'s: its "
+                                   "pipeline_config.json and labels.jsonl), repeatable"),
+    instruction: list[str] = typer.Option(..., "--instruction", help="each --run's task instruction, in the same "
+                                          "order, e.g. 'Parse the request into its intent and slots'"),
+    base_model: str = typer.Option("minilm-l6"),
+    epochs: int = typer.Option(5, min=1), batch_size: int = typer.Option(64, min=1),
+    mini_batch_size: int = typer.Option(16, min=1),
+    learning_rate: float = typer.Option(5e-5), seed: int = typer.Option(0),
+    out: Path = typer.Option(..., help="output folder: model/, labels.jsonl, tasks.json, training_log.jsonl"),
+):
+    """One retriever for several tasks (UDR): each run's labels, each query written with its task's instruction
+    in front. Retrieve for any task, a new one too, with `taskret evaluate --retriever epr:OUT --instruction TEXT`."""
+    from ..epr.multitask import LabelledTask, train_multitask
+    from ..epr.pipeline import EPRConfig
+    from ..epr.training import CONFIG_FILE, TrainingConfig
+    from ..training.logs import library_logs, trained
+
+    if len(run) != len(instruction):
+        raise typer.BadParameter(f"{len(run)} --run but {len(instruction)} --instruction: give one instruction "
+                                 "per run, in the same order", param_hint="--instruction")
+    tasks = []
+    for folder, text in zip(run, instruction):
+        for needed in ("pipeline_config.json", "labels.jsonl"):
+            if not (folder / needed).exists():
+                raise typer.BadParameter(f"{folder / needed} is missing: run `taskret epr run` there first "
+                                         "(labels from the scoring LM)", param_hint="--run")
+        config = EPRConfig.from_file(folder / "pipeline_config.json")
+        tasks.append(LabelledTask(config.load_task(), folder / "labels.jsonl", text))
+    if len({t.task.name for t in tasks}) < len(tasks):  # two pools from files of the same name: the runs name them
+        tasks = [LabelledTask(t.task, t.labels, t.instruction, name=str(folder)) for t, folder in zip(tasks, run)]
+    settings = TrainingConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
+                              mini_batch_size=mini_batch_size, learning_rate=learning_rate, seed=seed)
+    with library_logs(out / "logs" / "train.log") as log:
+        path = train_multitask(tasks, out, settings)
+    say(f"multi-task retriever ({', '.join(t.key for t in tasks)}): {trained(out / CONFIG_FILE, log)} -> {path}")
+
+
+@app.command()
 def index(
     model: Path = typer.Option(..., help="a training output folder (with model/)"),
     task: TaskName = None, train: TrainFile = None, input_field: InputField = None,

@@ -103,6 +103,9 @@ def evaluate(
                                                "training examples first (never the test set); costs one evaluation "
                                                "of --tune-n inputs per weight"),
     tune_n: int = typer.Option(100, "--tune-n", min=1, help="with --tune-weights: held-out training examples"),
+    instruction: Optional[str] = typer.Option(None, "--instruction", help="a task instruction in front of every "
+                                              "query, '{instruction} [SEP] {input}': what a multi-task EPR "
+                                              "retriever (`taskret epr multitask`) reads"),
 ):
     """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
     from ..backends.base import load_lm, parse_options
@@ -113,6 +116,9 @@ def evaluate(
     from ..progress import progress_bar
     from ..retrieval import make_retriever
 
+    if instruction is not None and (retriever in TEST_TIME_METHODS or not instruction.strip()):
+        raise ValueError("--instruction needs a retriever that reads queries (not a test-time method) and a "
+                         "non-empty text")
     if context_window <= max_new_tokens:
         raise ValueError(f"--context-window {context_window} leaves no room for the prompt: it must exceed "
                          f"--max-new-tokens ({max_new_tokens})")
@@ -145,6 +151,10 @@ def evaluate(
         if not ret.ids:
             with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
                 index_pool(ret, loaded, train)
+        if instruction is not None:
+            from ..retrieval.instructed import InstructedRetriever
+
+            ret = InstructedRetriever(ret, instruction)
     extra = None
     if selection is not None and weights is not None:
         tuning_metric = next(iter(graded_metrics_for(loaded, metric or ())), "em")
@@ -158,6 +168,8 @@ def evaluate(
         selection = Selection(selection.method, best, selection.n_candidates, selection.encoder)
         extra = {"selection_tuning": {"metric": tuning_metric, "n": min(tune_n, len(loaded.train)), "seed": seed,
                                       "scores": {str(w): v for w, v in scores.items()}, "chosen": best}}
+    if instruction is not None:
+        extra = {**(extra or {}), "instruction": instruction}
     label = f"{retriever}+{selection.method}" if selection is not None else retriever
     with progress_bar(len(examples), f"{loaded.name} / {label}") as advance:
         summary = run_evaluation(loaded, ret, model, examples, out, retriever_name=retriever,

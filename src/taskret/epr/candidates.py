@@ -42,6 +42,41 @@ def mine_candidates_for(pool: Sequence[Example], queries: Sequence[Example] | No
             for e, ids, scores in zip(chosen, result.ids, result.scores)]
 
 
+def mine_candidates_with(retriever, pool: Sequence[Example], queries: Sequence[Example], n: int = 50) -> list[dict]:
+    """UDR's re-mining (Li et al., ACL 2023): each query's top ``n`` examples of ``pool`` by a trained retriever,
+    reading the query's input as at test time, itself excluded. ``retriever`` must have indexed ``pool``.
+
+    Rows: ``{"id", "candidates": [ids, best first], "retriever": [scores]}``."""
+    result = retriever.retrieve([e.input for e in queries], k=n, exclude=[e.id for e in queries])
+    return [{"id": e.id, "candidates": ids, "retriever": [round(float(s), 4) for s in scores[: len(ids)]]}
+            for e, ids, scores in zip(queries, result.ids, result.scores)]
+
+
+def unscored(rows: Sequence[dict], score_rows: Sequence[dict]) -> list[dict]:
+    """``rows`` without the (example, candidate) pairs that ``score_rows`` already scored; rows left empty are
+    dropped. A later mining round scores only what is new."""
+    done = {row["id"]: {c["id"] for c in row["candidates"]} for row in score_rows}
+    out = []
+    for row in rows:
+        fresh = [c for c in row["candidates"] if c not in done.get(row["id"], ())]
+        if fresh:
+            out.append({**{k: v for k, v in row.items() if k not in ("candidates", "bm25", "retriever")},
+                        "candidates": fresh})
+    return out
+
+
+def merge_scores(*score_files: Sequence[dict]) -> list[dict]:
+    """Score rows of several rounds joined per example (first file's order, then new examples): each example's
+    candidates are every pair scored for it in any round, the first score of a pair kept."""
+    merged: dict[str, dict] = {}
+    for rows in score_files:
+        for row in rows:
+            target = merged.setdefault(row["id"], {"id": row["id"], "candidates": []})
+            seen = {c["id"] for c in target["candidates"]}
+            target["candidates"].extend(c for c in row["candidates"] if c["id"] not in seen)
+    return list(merged.values())
+
+
 def write_candidates(path: str | os.PathLike, rows: list[dict]) -> None:
     write_jsonl(path, rows)
 

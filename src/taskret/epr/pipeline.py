@@ -6,6 +6,13 @@ Layout of the work folder (every file can be inspected, and each stage can be ru
     scoring/             shards/, scoring_meta.json, scores.jsonl (scoring-LM log-probabilities)
     labels.jsonl         positives / hard negatives per example
     retriever/           model/ (sentence-transformers dual encoder), training_log.jsonl, epr_config.json
+    reward/              with ``reward_model`` (LLM-R): model/ (the cross-encoder trained on scoring/'s pairs),
+                         retriever/ (the dual encoder taught by it on every training input's top K)
+    sets/                with ``set_training`` (CEIL): sets.jsonl, set_scores.jsonl (the LM's log P(y | set, x)),
+                         retriever/ (the query encoder fine-tuned for the DPP); evaluation then selects with it
+    round2/, round3/ ... with ``rounds`` > 1 (UDR's iterative mining): candidates.jsonl (the previous round's
+                         retriever's top L), scoring/ (the new pairs only), labels.jsonl (from every pair scored
+                         so far), retriever/ (trained on, starting from the previous round's encoder)
     index/               FAISS index of the training set (meta.json, index.faiss)
     eval/                predictions.jsonl, summary.json
     logs/run.log         the libraries' logs and warnings, the trainer's log dicts (appended by every run)
@@ -19,7 +26,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..data import Task, load_task, sample
 from ..pipeline import Stage, guard_config, read_config
@@ -53,6 +60,13 @@ class EPRConfig(BaseModel):
     ray_cpus_per_worker: float = Field(1.0, gt=0)
     k: int = Field(5, ge=1, description="positives and hard negatives per example")
     labels: str = Field("lm", description="lm (EPR), bm25 (DR-BM25) or cbr")
+    reward_model: Optional[dict] = Field(None, description="LLM-R (taskret.epr.reward.RewardConfig fields): a "
+                                         "cross-encoder trained on the LM's scores teaches the dual encoder")
+    set_training: Optional[dict] = Field(None, description="CEIL (taskret.epr.sets.SetTrainingConfig fields): the "
+                                         "scoring LM rates whole sets, the query encoder is fine-tuned for the DPP "
+                                         "that then selects each prompt")
+    rounds: int = Field(1, ge=1, description="mining rounds (UDR): round r > 1 mines n_candidates with round "
+                                             "r-1's retriever, scores the new pairs and trains on from its encoder")
     training: dict = Field(default_factory=dict, description="TrainingConfig fields")
     inference_lm: str = Field("smollm2-135m", description="LM spec, as scoring_lm")
     inference_lm_options: dict = Field(default_factory=dict, description="backend options of the inference LM")
@@ -60,6 +74,20 @@ class EPRConfig(BaseModel):
     context_window: int = 2048
     max_new_tokens: int = 128
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _rounds_need_lm_labels(self) -> "EPRConfig":
+        if self.rounds > 1 and self.labels != "lm":
+            raise ValueError(f"rounds > 1 re-mines candidates for the scoring LM to label; labels must be 'lm', "
+                             f"not '{self.labels}'")
+        return self
+
+    @model_validator(mode="after")
+    def _reward_needs_lm_labels(self) -> "EPRConfig":
+        if self.reward_model is not None and self.labels != "lm":
+            raise ValueError(f"a reward model learns from the scoring LM's scores; labels must be 'lm', not "
+                             f"'{self.labels}'")
+        return self
 
     @classmethod
     def from_file(cls, path: str | Path) -> "EPRConfig":
@@ -112,7 +140,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     from .candidates import mine_candidates, read_candidates, write_candidates
     from .distributed import run_scoring
     from .labels import bm25_labels, cbr_labels, lm_labels
-    from .scoring import read_scores
+    from .scoring import SCORES_FILE, read_scores
     from .training import CONFIG_FILE, TrainingConfig, train_dual_encoder
 
     def load_lm(name: str, options: dict) -> LMBackend:
@@ -164,6 +192,17 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
 
     Stage("training", retriever_dir, marker=retriever_dir / "model", say=say).run(train)
 
+    score_files = [work / "scoring" / SCORES_FILE] if config.labels == "lm" else []
+    for round_number in range(2, config.rounds + 1):
+        retriever_dir = _next_round(config, task, queries, round_number, retriever_dir, score_files, training,
+                                    say, progress, load_lm, log)
+
+    if config.reward_model is not None:
+        retriever_dir = _reward_model(config, task, score_files, retriever_dir, say, progress)
+    selection = None
+    if config.set_training is not None:
+        retriever_dir, selection = _set_training(config, task, queries, retriever_dir, say, progress, load_lm)
+
     def build_index(out: Path) -> str:
         DenseRetriever(encoder=str(retriever_dir / "model"), field=training.field).index(task.train).save(out)
         return f"{len(task.train)} examples"
@@ -177,7 +216,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), "evaluating", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=f"epr:{work}", context_window=config.context_window,
-                     max_new_tokens=config.max_new_tokens, progress=advance)
+                     max_new_tokens=config.max_new_tokens, progress=advance, selection=selection)
         return f"{len(test)} test examples"
 
     evaluation = Stage("evaluation", work / "eval", marker=work / "eval" / "summary.json", say=say)
@@ -185,3 +224,135 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     summary = read_json(evaluation.marker)
     say(f"EPR on {task.name}: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["metrics"].items()))
     return summary
+
+
+def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int, previous_dir: Path,
+                score_files: list[Path], training, say, progress: bool, load_lm, log: Path) -> Path:
+    """One UDR round in ``work/round{r}/``: mine with the previous round's retriever, score only the pairs no
+    round scored yet, label from all scored pairs, train on from the previous encoder. ``score_files`` (every
+    earlier round's scores) gets this round's. Returns this round's retriever folder."""
+    from ..io import write_jsonl
+    from ..training.logs import trained
+    from .candidates import merge_scores, mine_candidates_with, read_candidates, unscored, write_candidates
+    from .distributed import run_scoring
+    from .labels import lm_labels
+    from .scoring import SCORES_FILE, read_scores
+    from .training import CONFIG_FILE, load_retriever, train_dual_encoder
+
+    work = Path(config.work_dir) / f"round{round_number}"
+    work.mkdir(parents=True, exist_ok=True)
+    examples = {e.id: e for e in task.train}
+    name = f"round {round_number}"
+
+    def mine(out: Path) -> str:
+        retriever = load_retriever(previous_dir)
+        retriever.index(task.train)
+        write_candidates(out, mine_candidates_with(retriever, task.train, queries, n=config.n_candidates))
+        return f"{len(queries)} examples x {config.n_candidates} by {previous_dir}"
+
+    candidates = Stage(f"{name} candidates", work / "candidates.jsonl", say=say)
+    candidates.run(mine)
+    earlier = [row for path in score_files for row in read_scores(path)]
+    fresh = unscored(read_candidates(candidates.output, known_ids=set(examples)), earlier)
+
+    def label(out: Path) -> str:
+        scores = work / "scoring" / SCORES_FILE
+        if fresh:
+            scores = run_scoring(fresh, examples, config.scoring_lm, work / "scoring",
+                                 lm_options=config.scoring_lm_options, fmt=task.output_format,
+                                 shard_size=config.shard_size, ray=config.ray_options(), load=load_lm,
+                                 progress=progress, say=say)
+        new_rows = read_scores(scores) if scores.exists() else []
+        write_jsonl(out, lm_labels(merge_scores(earlier, new_rows), k=config.k))
+        return f"{sum(len(r['candidates']) for r in fresh)} new pairs scored, labels from all rounds"
+
+    labels = Stage(f"{name} labels", work / "labels.jsonl", say=say)
+    labels.run(label)
+    if (work / "scoring" / SCORES_FILE).exists():
+        score_files.append(work / "scoring" / SCORES_FILE)
+    retriever_dir = work / "retriever"
+    continued = training.__class__(**{**training.to_dict(), "base_model": str(previous_dir / "model")})
+
+    def train(out: Path) -> str:
+        train_dual_encoder(task.train, labels.output, out, continued, progress=progress)
+        return trained(out / CONFIG_FILE, log)
+
+    Stage(f"{name} training", retriever_dir, marker=retriever_dir / "model", say=say).run(train)
+    return retriever_dir
+
+
+def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Path, say, progress: bool, load_lm):
+    """CEIL's stages in ``work/sets/`` (:mod:`taskret.epr.sets`): sample sets from the retriever's top K, score each
+    with the scoring LM, fine-tune the query encoder. Returns the new retriever folder and the DPP selection that
+    matches the training's scale factor."""
+    from ..icl.selection import Selection, weight_for_scale_factor
+    from ..io import read_jsonl, write_jsonl
+    from ..progress import progress_bar
+    from .sets import SetTrainingConfig, sample_sets, score_sets, train_set_encoder
+    from .training import load_retriever
+
+    settings = SetTrainingConfig(**{"seed": config.seed, **config.set_training})
+    work = Path(config.work_dir) / "sets"
+    work.mkdir(parents=True, exist_ok=True)
+
+    def draw(out: Path) -> str:
+        retriever = load_retriever(encoder_dir)
+        retriever.index(task.train)
+        write_jsonl(out, sample_sets(retriever, task.train, queries, settings))
+        return f"{len(queries)} examples x {settings.n_sets} sets of {settings.set_size}"
+
+    sets = Stage("sets", work / "sets.jsonl", say=say)
+    sets.run(draw)
+
+    def score(out: Path) -> str:
+        rows = read_jsonl(sets.output)
+        n_sets = sum(len(r["sets"]) for r in rows)
+        lm = load_lm(config.scoring_lm, config.scoring_lm_options)
+        with progress_bar(n_sets, "set scoring", unit="sets", enabled=progress) as advance:
+            write_jsonl(out, score_sets(task, rows, lm, progress=advance))
+        return f"{n_sets} sets"
+
+    scores = Stage("set scoring", work / "set_scores.jsonl", say=say)
+    scores.run(score)
+    retriever_dir = work / "retriever"
+
+    def train(out: Path) -> str:
+        n_rows = len(read_jsonl(scores.output))
+        with progress_bar(n_rows * settings.epochs, "set training", unit="inputs", enabled=progress) as advance:
+            train_set_encoder(task, encoder_dir / "model", scores.output, out, settings, progress=advance)
+        return f"{settings.epochs} epochs over {n_rows} inputs"
+
+    Stage("set training", retriever_dir, marker=retriever_dir / "model", say=say).run(train)
+    return retriever_dir, Selection("dpp", weight_for_scale_factor(settings.scale_factor), settings.n_candidates)
+
+
+def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encoder_dir: Path, say,
+                  progress: bool) -> Path:
+    """LLM-R's stages in ``work/reward/`` (:mod:`taskret.epr.reward`): train the cross-encoder on every pair the
+    LM scored, then distil it into the dual encoder. Returns the distilled retriever's folder."""
+    from ..progress import progress_bar
+    from .reward import RewardConfig, distill_reward, train_reward_model
+    from .scoring import read_scores
+
+    settings = RewardConfig(**{"seed": config.seed, **config.reward_model})
+    work = Path(config.work_dir) / "reward"
+
+    def train(out: Path) -> str:
+        from .candidates import merge_scores
+
+        rows = merge_scores(*[read_scores(path) for path in score_files])
+        with progress_bar(len(rows) * settings.epochs, "reward model", unit="inputs", enabled=progress) as advance:
+            train_reward_model(task, rows, out, settings, progress=advance)
+        return f"{sum(len(r['candidates']) for r in rows)} scored pairs"
+
+    Stage("reward model", work, marker=work / "model", say=say).run(train)
+    retriever_dir = work / "retriever"
+
+    def distill(out: Path) -> str:
+        n = len(task.train) * settings.distill_epochs
+        with progress_bar(n, "reward distillation", unit="inputs", enabled=progress) as advance:
+            distill_reward(task, encoder_dir / "model", work / "model", out, settings, progress=advance)
+        return f"{len(task.train)} inputs x top {settings.n_candidates}"
+
+    Stage("reward distillation", retriever_dir, marker=retriever_dir / "model", say=say).run(distill)
+    return retriever_dir

@@ -60,7 +60,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
 
 from ..data import Example
 from ..io import DataError, iter_records
@@ -205,9 +205,12 @@ def _example_keys(example: Example) -> tuple[str, ...]:
     return ("id:" + example.id, "x:" + example.input)
 
 
-def triplet_sampler(by_id: dict[str, Example], config: TrainingConfig) -> RowSampler[tuple[str, list[str], list[str]]]:
-    """Draws, per usable labels row (query id, positive ids, negative ids), one triplet: the query's input,
-    one positive and one hard negative (their ``config.field`` texts), with the row's batching keys."""
+def triplet_sampler(by_id: dict[str, Example], config: TrainingConfig,
+                    query_text: Callable[[Example], str] | None = None
+                    ) -> RowSampler[tuple[str, list[str], list[str]]]:
+    """Draws, per usable labels row (query id, positive ids, negative ids), one triplet: the query's input
+    (or ``query_text(query)``, e.g. with a task instruction in front), one positive and one hard negative (their
+    ``config.field`` texts), with the row's batching keys."""
 
     def draw(usable_row: tuple[str, list[str], list[str]], rng) -> list[TrainingRow]:
         query_id, positives, negatives = usable_row
@@ -217,7 +220,8 @@ def triplet_sampler(by_id: dict[str, Example], config: TrainingConfig) -> RowSam
         positive_text, negative_text = example_text(positive, config.field), example_text(negative, config.field)
         keys = RowKeys(_example_keys(query), _example_keys(positive), _example_keys(negative), positive_text,
                        negative_text)
-        return [TrainingRow({"anchor": query.input, "positive": positive_text, "negative": negative_text}, keys)]
+        anchor = query.input if query_text is None else query_text(query)
+        return [TrainingRow({"anchor": anchor, "positive": positive_text, "negative": negative_text}, keys)]
 
     return RowSampler(TRIPLET_COLUMNS, draw)
 
@@ -234,7 +238,8 @@ def _read_labels(labels_path: Path) -> tuple[list[dict], list[int]]:
 
 
 def train_dual_encoder(examples: Sequence[Example], labels_path: str | os.PathLike, out_dir: str | os.PathLike,
-                       config: TrainingConfig | None = None, progress: bool = True) -> Path:
+                       config: TrainingConfig | None = None, progress: bool = True,
+                       query_text: Callable[[Example], str] | None = None) -> Path:
     """Train EPR's retriever on ``examples`` labelled by ``labels_path``; return ``out_dir / "model"``.
 
     Writes ``out_dir/model`` (sentence-transformers folder: ``SentenceTransformer(folder)``,
@@ -243,6 +248,8 @@ def train_dual_encoder(examples: Sequence[Example], labels_path: str | os.PathLi
     ``out_dir/epr_config.json`` (the config plus n_examples, n_labelled, n_skipped, n_pairs,
     steps, wall_time_s, epoch_times_s, final_loss (last logged step), mean_loss (over the run),
     device). ``examples`` is the whole pool the labels' ids refer to (usually the training set).
+    ``query_text`` makes a query's text from its example (default: the input; :mod:`taskret.epr.multitask`
+    puts each task's instruction in front).
     Runs on the accelerator if there is one; on CPU it uses torch's current thread count.
 
     A failed run leaves no ``model`` folder of its own (an older one stays) and no
@@ -263,7 +270,7 @@ def train_dual_encoder(examples: Sequence[Example], labels_path: str | os.PathLi
         return {"n_examples": len(examples), "n_labelled": len(usable), "n_skipped": n_skipped,
                 "n_pairs": sum(len(epoch) for epoch in epochs)}
 
-    return train(config, usable, triplet_sampler(by_id, config), recipe, out_dir, CONFIG_FILE, counts,
+    return train(config, usable, triplet_sampler(by_id, config, query_text), recipe, out_dir, CONFIG_FILE, counts,
                  no_duplicates=config.no_duplicates, progress=progress, started=started)
 
 

@@ -176,6 +176,7 @@ def retriever_vectors(retriever: Retriever) -> VectorLookup | None:
     retriever that holds no vectors (BM25, random, a hybrid)."""
     from ..retrieval import DenseRetriever
 
+    retriever = getattr(retriever, "wrapped", retriever)  # an InstructedRetriever reads its retriever's vectors
     index = getattr(retriever, "_index", None) if isinstance(retriever, DenseRetriever) else None
     if index is None:
         return None

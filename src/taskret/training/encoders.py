@@ -13,7 +13,8 @@ __all__ = ["build_bi_encoder", "freeze_document_encoder", "merge_with_base", "tr
 def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_length: int | None = 256,
                      device: str | None = None) -> "SentenceTransformer":
     """The untrained dual encoder: a Router of two copies of ``base_model`` (query and document encoders),
-    or the base itself when ``shared_encoder``; a registered name or a local folder."""
+    or the base itself when ``shared_encoder``; a registered name or a local folder. A base that is already a
+    query/document Router (a trained dual encoder) is returned as it is, to train on."""
     import copy
 
     from sentence_transformers import SentenceTransformer
@@ -23,7 +24,11 @@ def build_bi_encoder(base_model: str, *, shared_encoder: bool = True, max_seq_le
     from ..retrieval.pooling import adopt_instruction_pooling
 
     base = SentenceTransformer(str(resolve_model(base_model)), device=device or "cpu")
-    if shared_encoder:
+    already_dual = len(base) > 0 and isinstance(base[0], Router)
+    if already_dual and not shared_encoder:
+        # A trained dual encoder (a later mining round, or training continued): its two encoders go on as they are.
+        model = base
+    elif shared_encoder:
         # A base saved with its instruction left out of the pooling (an earlier TART run) keeps pooling that way.
         # Only here: a Router's copies keep the plain module, so a saved Router names no taskret class.
         model = adopt_instruction_pooling(base)
