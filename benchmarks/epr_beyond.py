@@ -129,6 +129,25 @@ def _choose_reward_weight(task, retriever, reward_dir: str, lm, weights: list[fl
     return max(weights, key=lambda w: (scores[w], -weights.index(w))), scores
 
 
+def _training_cost(spec: str) -> dict:
+    """What an ``epr:DIR`` variant's own stages cost, from its work folder: the wall and CPU seconds of each stage
+    that ran there (``stage_times.jsonl``), and how many pairs and sets its later stages had the LM score."""
+    if not spec.startswith("epr:"):
+        return {}
+    work = Path(spec[4:])
+    cost: dict = {}
+    times = work / "stage_times.jsonl"
+    if times.exists():
+        cost["stages"] = {row["stage"]: {"wall_s": row["wall_s"], "cpu_s": row["cpu_s"]} for row in read_jsonl(times)}
+    rounds = [json.loads(p.read_text())["n_pairs"] for p in work.glob("round*/scoring/scoring_meta.json")]
+    if rounds:
+        cost["lm_pairs_later_rounds"] = sum(rounds)
+    set_scores = work / "sets" / "set_scores.jsonl"
+    if set_scores.exists():
+        cost["lm_sets"] = sum(len(row["sets"]) for row in read_jsonl(set_scores))
+    return cost
+
+
 def _labels_of(task_name: str) -> Path:
     path = Path("runs/bench/epr_table") / task_name / "epr" / "labels.jsonl"
     if not path.exists():
@@ -325,6 +344,8 @@ def main() -> None:
                    "cpu_s": cost["cpu_s"], "wall_s": cost["wall_s"], "lm_calls": summary["n"]}
             if "selection" in summary:
                 row["selection"] = summary["selection"]
+            if method in variants:
+                row["training_cost"] = _training_cost(variants[method][1].replace("{task}", task_name))
             if "tuning" in cost:
                 row["tuning"] = cost["tuning"]
                 row["lm_calls"] += cost["tuning"]["n"] * len(cost["tuning"]["scores"])

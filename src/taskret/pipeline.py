@@ -14,6 +14,7 @@ Each stage prints one line: ``name: what it made -> output (time)``, or ``name: 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Stage:
     output: Path
     marker: Path | None = None
     say: Callable[[str], None] = _silent
+    timings: Path | None = None  # a JSONL file that gets {"stage", "wall_s", "cpu_s", "made"} when the stage runs
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
@@ -98,7 +100,7 @@ class Stage:
         if self.done:
             self.say(f"{self.name}: {self.marker or self.output} exists, {reused}")
             return False
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if self.marker is None:
             with atomic_path(self.output) as tmp:
                 made = make(tmp)
@@ -107,5 +109,10 @@ class Stage:
             if not self.marker.exists():
                 raise RuntimeError(f"stage {self.name} finished without writing {self.marker}")
         line = " ".join(part for part in (made, "->", str(self.output)) if part)
-        self.say(f"{self.name}: {line} ({_duration(time.perf_counter() - start)})")
+        wall = time.perf_counter() - start
+        self.say(f"{self.name}: {line} ({_duration(wall)})")
+        if self.timings is not None:
+            with open(self.timings, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"stage": self.name, "wall_s": round(wall, 1),
+                                         "cpu_s": round(time.process_time() - cpu, 1), "made": made}) + "\n")
         return True

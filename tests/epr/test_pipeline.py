@@ -82,6 +82,9 @@ def test_lm_pipeline_writes_every_stage(lm_run):
     assert json.loads((work / "eval" / "summary.json").read_text()) == summary
     assert summary["n"] == 4 and summary["retriever"] == f"epr:{work}" and summary["lm"] == str(config.inference_lm)
     assert json.loads((work / "retriever" / "epr_config.json").read_text())["epochs"] == 1
+    times = read_jsonl_rows(work / "stage_times.jsonl")  # what each stage cost
+    assert [t["stage"] for t in times] == ["candidates", "labels", "training", "index", "evaluation"]
+    assert all(t["wall_s"] >= 0 and t["cpu_s"] >= 0 for t in times)
 
 
 def test_a_second_run_skips_every_stage(lm_run):

@@ -16,6 +16,7 @@ Layout of the work folder (every file can be inspected, and each stage can be ru
     index/               FAISS index of the training set (meta.json, index.faiss)
     eval/                predictions.jsonl, summary.json
     logs/run.log         the libraries' logs and warnings, the trainer's log dicts (appended by every run)
+    stage_times.jsonl    one line per stage run: {"stage", "wall_s", "cpu_s", "made"} (what each stage cost)
     pipeline_config.json the config the folder was made with; a run with another is refused, except for where
                          the work runs (work_dir, ray*): a work folder copied elsewhere resumes
 """
@@ -32,6 +33,7 @@ from ..data import Task, load_task, sample
 from ..pipeline import Stage, guard_config, read_config
 
 LOG_FILE = "logs/run.log"
+TIMES_FILE = "stage_times.jsonl"  # one line per stage that ran: its name, wall seconds and CPU seconds
 
 if TYPE_CHECKING:
     from .distributed import RayOptions
@@ -110,6 +112,10 @@ class EPRConfig(BaseModel):
         return RayOptions(self.ray, self.ray_workers, self.ray_gpus_per_worker, self.ray_cpus_per_worker)
 
 
+def _times(config: EPRConfig) -> Path:
+    return Path(config.work_dir) / TIMES_FILE
+
+
 def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: dict | None = None) -> dict:
     """Run every stage whose output is missing. ``lms`` caches loaded LMs by name (the scoring and the
     inference LM are often the same model, and a caller such as the demo may already hold it).
@@ -160,7 +166,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         write_candidates(out, [r for r in rows if r["id"] in wanted])
         return f"{len(wanted)} examples x {config.n_candidates}"
 
-    candidates = Stage("candidates", work / "candidates.jsonl", say=say)
+    candidates = Stage("candidates", work / "candidates.jsonl", say=say, timings=_times(config))
     candidates.run(mine)
     cand_rows = read_candidates(candidates.output, known_ids=set(examples))
 
@@ -180,7 +186,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         write_jsonl(out, rows)
         return f"{len(rows)} rows ({config.labels})"
 
-    labels = Stage("labels", work / "labels.jsonl", say=say)
+    labels = Stage("labels", work / "labels.jsonl", say=say, timings=_times(config))
     labels.run(label)
 
     training = TrainingConfig(**{"seed": config.seed, **config.training})
@@ -190,7 +196,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         train_dual_encoder(task.train, labels.output, out, training, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
-    Stage("training", retriever_dir, marker=retriever_dir / "model", say=say).run(train)
+    Stage("training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
 
     score_files = [work / "scoring" / SCORES_FILE] if config.labels == "lm" else []
     for round_number in range(2, config.rounds + 1):
@@ -207,7 +213,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         DenseRetriever(encoder=str(retriever_dir / "model"), field=training.field).index(task.train).save(out)
         return f"{len(task.train)} examples"
 
-    index = Stage("index", work / "index", marker=work / "index" / "meta.json", say=say)
+    index = Stage("index", work / "index", marker=work / "index" / "meta.json", say=say, timings=_times(config))
     index.run(build_index, reused="loaded")
     retriever = Retriever.load(index.output)
 
@@ -219,7 +225,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
                      max_new_tokens=config.max_new_tokens, progress=advance, selection=selection)
         return f"{len(test)} test examples"
 
-    evaluation = Stage("evaluation", work / "eval", marker=work / "eval" / "summary.json", say=say)
+    evaluation = Stage("evaluation", work / "eval", marker=work / "eval" / "summary.json", say=say, timings=_times(config))
     evaluation.run(run_evaluation)
     summary = read_json(evaluation.marker)
     say(f"EPR on {task.name}: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["metrics"].items()))
@@ -250,7 +256,7 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
         write_candidates(out, mine_candidates_with(retriever, task.train, queries, n=config.n_candidates))
         return f"{len(queries)} examples x {config.n_candidates} by {previous_dir}"
 
-    candidates = Stage(f"{name} candidates", work / "candidates.jsonl", say=say)
+    candidates = Stage(f"{name} candidates", work / "candidates.jsonl", say=say, timings=_times(config))
     candidates.run(mine)
     earlier = [row for path in score_files for row in read_scores(path)]
     fresh = unscored(read_candidates(candidates.output, known_ids=set(examples)), earlier)
@@ -266,7 +272,7 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
         write_jsonl(out, lm_labels(merge_scores(earlier, new_rows), k=config.k))
         return f"{sum(len(r['candidates']) for r in fresh)} new pairs scored, labels from all rounds"
 
-    labels = Stage(f"{name} labels", work / "labels.jsonl", say=say)
+    labels = Stage(f"{name} labels", work / "labels.jsonl", say=say, timings=_times(config))
     labels.run(label)
     if (work / "scoring" / SCORES_FILE).exists():
         score_files.append(work / "scoring" / SCORES_FILE)
@@ -277,7 +283,7 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
         train_dual_encoder(task.train, labels.output, out, continued, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
-    Stage(f"{name} training", retriever_dir, marker=retriever_dir / "model", say=say).run(train)
+    Stage(f"{name} training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
     return retriever_dir
 
 
@@ -301,7 +307,7 @@ def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Pat
         write_jsonl(out, sample_sets(retriever, task.train, queries, settings))
         return f"{len(queries)} examples x {settings.n_sets} sets of {settings.set_size}"
 
-    sets = Stage("sets", work / "sets.jsonl", say=say)
+    sets = Stage("sets", work / "sets.jsonl", say=say, timings=_times(config))
     sets.run(draw)
 
     def score(out: Path) -> str:
@@ -312,7 +318,7 @@ def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Pat
             write_jsonl(out, score_sets(task, rows, lm, progress=advance))
         return f"{n_sets} sets"
 
-    scores = Stage("set scoring", work / "set_scores.jsonl", say=say)
+    scores = Stage("set scoring", work / "set_scores.jsonl", say=say, timings=_times(config))
     scores.run(score)
     retriever_dir = work / "retriever"
 
@@ -322,7 +328,7 @@ def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Pat
             train_set_encoder(task, encoder_dir / "model", scores.output, out, settings, progress=advance)
         return f"{settings.epochs} epochs over {n_rows} inputs"
 
-    Stage("set training", retriever_dir, marker=retriever_dir / "model", say=say).run(train)
+    Stage("set training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
     return retriever_dir, Selection("dpp", weight_for_scale_factor(settings.scale_factor), settings.n_candidates)
 
 
@@ -345,7 +351,7 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
             train_reward_model(task, rows, out, settings, progress=advance)
         return f"{sum(len(r['candidates']) for r in rows)} scored pairs"
 
-    Stage("reward model", work, marker=work / "model", say=say).run(train)
+    Stage("reward model", work, marker=work / "model", say=say, timings=_times(config)).run(train)
     retriever_dir = work / "retriever"
 
     def distill(out: Path) -> str:
@@ -354,5 +360,5 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
             distill_reward(task, encoder_dir / "model", work / "model", out, settings, progress=advance)
         return f"{len(task.train)} inputs x top {settings.n_candidates}"
 
-    Stage("reward distillation", retriever_dir, marker=retriever_dir / "model", say=say).run(distill)
+    Stage("reward distillation", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(distill)
     return retriever_dir
