@@ -267,8 +267,8 @@ def tart_table(name: str = "tart_zero_shot.json",
     return out
 
 
-def scoring_speed_table() -> list[str]:
-    d = _load("scoring_speed.json")
+def scoring_speed_table(name: str = "scoring_speed.json") -> list[str]:
+    d = _load(name)
     if not d:
         return []
     t, b = d["taskret"], d["batch_size_1_loop"]
@@ -296,6 +296,79 @@ def scoring_speed_table() -> list[str]:
             f"{d['matmul_gflops']['bfloat16']} GFLOP/s bf16; `score` reaches {d['scorer_gflops']} GFLOP/s "
             f"({100 * d['scorer_fraction_of_matmul']['float32']:.0f}% of float32 peak, "
             f"{100 * d['scorer_fraction_of_matmul']['bfloat16']:.0f}% of bf16 peak)."]
+    return out
+
+
+EPR_VARIANTS = {  # epr_beyond.json's methods, as the benchmark page names them
+    "epr": "plain EPR (300 x 8 LM-scored pairs, BM25 candidates)",
+    "epr+dpp": "+ DPP selection over its top 50, untrained (CEIL's kernel; weight chosen on training inputs)",
+    "epr+mmr": "+ MMR selection over its top 50 (weight chosen on training inputs)",
+    "epr+reward": "+ reward model fused when reranking its top 30 (LLM-R's cross-encoder; weight chosen on training "
+                  "inputs)",
+    "epr-round2": "UDR: a second round, candidates mined by the round-1 retriever (`rounds: 2`)",
+    "epr-reward": "LLM-R: the reward model distilled into the retriever (`reward_model: {}`)",
+    "ceil": "CEIL: the query encoder trained on LM-scored sets, and its DPP (`set_training: {}`)",
+}
+
+
+def _variant_cost(row: dict) -> str:
+    cost = row.get("training_cost", {})
+    parts = []
+    if "lm_pairs_later_rounds" in cost:
+        parts.append(f"+{cost['lm_pairs_later_rounds']:,} LM-scored pairs")
+    if "lm_sets" in cost:
+        parts.append(f"+{cost['lm_sets']:,} LM-scored sets")
+    stages = cost.get("stages", {})
+    own = [s for s in stages if s.startswith(("round", "set", "reward"))]
+    if own:
+        parts.append(f"{sum(stages[s]['wall_s'] for s in own) / 60:.1f} min of own stages")
+    if "tuning" in row:
+        parts.append(f"{row['tuning']['n'] * len(row['tuning']['scores'])} LM generations to choose the weight")
+    return ", ".join(parts) or "-"
+
+
+def epr_beyond_table() -> list[str]:
+    """Issue 48: EPR's successors against plain EPR on the same test inputs, and the multi-task retriever on
+    held-out tasks against BM25."""
+    d = _load("epr_beyond.json")
+    if d is None:
+        return []
+    out = [f"EPR and its successors on the same test inputs, SmolLM2-135M, exact match, each paired with plain EPR "
+           f"(McNemar: inputs solved only by the variant / only by EPR) (`{d['commands'][-1]}`; "
+           f"{describe_machine(d['machine'])}). The gap closed is (EM - BM25) / (LM-Oracle - BM25), BM25's and "
+           "LM-Oracle's EM from `benchmarks/epr_table.py` on the same inputs.", "",
+           "| task | variant | EM | gap closed | only variant / only EPR | p | eval CPU s | what it costs beyond EPR |",
+           "|---|---|---|---|---|---|---|---|"]
+    for task in ("mtop", "break"):
+        if task not in d:
+            continue
+        bm25, oracle = d.get("bm25", {}).get(task), d.get("lm_oracle", {}).get(task)
+        for method, row in d[task].items():
+            if method == "base":
+                continue
+            gap = f"{100 * (row['em'] - bm25) / (oracle - bm25):.0f}%" if bm25 is not None and oracle else "-"
+            paired = row.get("vs_epr")
+            test = f"{paired['only_method']} / {paired['only_epr']} | {paired['p']:.2f}" if paired else "- | -"
+            out.append(f"| {task} | {EPR_VARIANTS.get(method, method)} | {row['em']:.1f} | {gap} | {test} | "
+                       f"{row['cpu_s']:.0f} | {_variant_cost(row)} |")
+    held = d.get("held_out")
+    if held:
+        setup = held and d["held_out_setup"]
+        out += ["", f"A new task with no scoring budget: one retriever trained on the other tasks' EPR labels "
+                f"({', '.join(setup['train_tasks'])}; {setup['epochs']} epochs), each query written "
+                "`{instruction} [SEP] {input}`, then queried on the held-out task with its own instruction; "
+                f"{setup['n']} test inputs each, chrF (sacrebleu) and EM, each paired with BM25 (Wilcoxon on the "
+                "per-input chrF; McNemar on EM). `epr` is the reference a scoring budget buys: trained on the "
+                "task's own labels.", "",
+                "| held-out task | retriever | chrF | vs BM25 (p) | EM | only it / only BM25 (p) |", "|---|---|---|---|---|---|"]
+        for task, rows in held.items():
+            for method, row in rows.items():
+                vs = row.get("vs_bm25")
+                chrf_vs = f"{vs['chrf_diff']:+.1f} ({_p(vs['chrf_p'])})" if vs else "-"
+                em_vs = f"{vs['only_method']} / {vs['only_bm25']} ({_p(vs['em_p'])})" if vs else "-"
+                out.append(f"| {task} | {method} | {row['chrf']:.1f} | {chrf_vs} | {row['em']:.1f} | {em_vs} |")
+        means = {m: sum(rows[m]["chrf"] for rows in held.values()) / len(held) for m in next(iter(held.values()))}
+        out += ["", "Mean chrF over the held-out tasks: " + ", ".join(f"{m} {v:.1f}" for m, v in means.items()) + "."]
     return out
 
 
@@ -1098,6 +1171,7 @@ SECTIONS = (
     ("machine", ()),
     ("setups", (lambda: setups_table(detail=True),)),
     ("epr", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
+    ("epr-v2", (epr_beyond_table, lambda: scoring_speed_table("scoring_speed_amx.json"))),
     ("scifact", (tart_berri_table,)),
     ("tart-dual", (tart_distil_sweep_table, tart_table, tart_trained_table)),
     ("confidence", (tart_confidence_table, tart_confidence_held_out_table)),
