@@ -47,6 +47,15 @@ bench: setup
 		--lm smollm2-135m --n 300 --seed 0 --context-window 640 --max-new-tokens 128
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_full.json  # ~2.3 h
+	# README: EPR's successors against plain EPR, and the multi-task retriever on held-out tasks (~1.5 h in all)
+	for c in mtop mtop_round2 mtop_reward mtop_ceil break nl2bash conala asset_simplification; do \
+		TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_v2/$$c.json || exit 1; done
+	$(BIN)/python benchmarks/epr_beyond.py --data-dir $(DATA_DIR) --tasks mtop,break --methods epr,epr+dpp,mtop:epr+reward \
+		--variant mtop:epr-round2=epr:runs/bench/epr_table/mtop/epr-round2 \
+		--variant mtop:epr-reward=epr:runs/bench/epr_table/mtop/epr-reward \
+		--variant mtop:ceil=epr:runs/bench/epr_table/mtop/epr-ceil --variant-selection ceil=dpp:0.909 \
+		--tune-weights 0.8,0.909,0.97 --tune-n 60 \
+		--held-out berri-lite/nl2bash,berri-lite/conala,berri-lite/asset_simplification
 	# README: the named document setups (docs-fast, docs-rerank) as a user runs them, against BM25
 	$(BIN)/python benchmarks/setups.py --data-dir $(DATA_DIR) \
 		--tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs

@@ -311,6 +311,11 @@ EPR_VARIANTS = {  # epr_beyond.json's methods, as the benchmark page names them
 }
 
 
+EPR_SHORT = {"ceil": "CEIL set training (`set_training`) and its DPP", "epr-round2": "UDR round 2 (`rounds: 2`)",
+             "epr-reward": "LLM-R distillation (`reward_model`)", "epr+dpp": "EPR + untrained DPP",
+             "epr+mmr": "EPR + MMR", "epr+reward": "EPR + reward model fused"}
+
+
 def _variant_cost(row: dict) -> str:
     cost = row.get("training_cost", {})
     parts = []
@@ -348,14 +353,15 @@ def epr_beyond_table() -> list[str]:
                 continue
             gap = f"{100 * (row['em'] - bm25) / (oracle - bm25):.0f}%" if bm25 is not None and oracle else "-"
             paired = row.get("vs_epr")
-            test = f"{paired['only_method']} / {paired['only_epr']} | {paired['p']:.2f}" if paired else "- | -"
+            test = f"{paired['only_method']} / {paired['only_epr']} | {_p(paired['p'])}" if paired else "- | -"
             out.append(f"| {task} | {EPR_VARIANTS.get(method, method)} | {row['em']:.1f} | {gap} | {test} | "
                        f"{row['cpu_s']:.0f} | {_variant_cost(row)} |")
     held = d.get("held_out")
     if held:
         setup = held and d["held_out_setup"]
-        out += ["", f"A new task with no scoring budget: one retriever trained on the other tasks' EPR labels "
-                f"({', '.join(setup['train_tasks'])}; {setup['epochs']} epochs), each query written "
+        out += ["", f"A new task with no scoring budget: for each held-out task, one retriever trained on the EPR labels "
+                f"of the other tasks of {', '.join(setup['train_tasks'])} (300 labelled inputs x 8 candidates each, "
+                f"{setup['epochs']} epochs), each query written "
                 "`{instruction} [SEP] {input}`, then queried on the held-out task with its own instruction; "
                 f"{setup['n']} test inputs each, chrF (sacrebleu) and EM, each paired with BM25 (Wilcoxon on the "
                 "per-input chrF; McNemar on EM). `epr` is the reference a scoring budget buys: trained on the "
@@ -372,8 +378,8 @@ def epr_beyond_table() -> list[str]:
     return out
 
 
-def scoring_precision_table() -> list[str]:
-    d = _load("scoring_precision.json")
+def scoring_precision_table(name: str = "scoring_precision.json") -> list[str]:
+    d = _load(name)
     if not d:
         return []
     out = [f"EPR scoring precision (`{d['command']}`; {describe_machine(d['machine'])}; {d['n_pairs']} pairs of one output-ordered "
@@ -581,6 +587,12 @@ README_COMMANDS = {
            "--n 300 --seed 0 --context-window 640 --max-new-tokens 128",
     "epr_small": "taskret epr run benchmarks/configs/epr_mtop_small.json",
     "epr_full": "taskret epr run benchmarks/configs/epr_mtop_full.json",
+    "epr_beyond": "python benchmarks/epr_beyond.py --tasks mtop,break --methods epr,epr+dpp,mtop:epr+reward "
+                  "--variant mtop:epr-round2=epr:runs/bench/epr_table/mtop/epr-round2 "
+                  "--variant mtop:epr-reward=epr:runs/bench/epr_table/mtop/epr-reward "
+                  "--variant mtop:ceil=epr:runs/bench/epr_table/mtop/epr-ceil --variant-selection ceil=dpp:0.909 "
+                  "--tune-weights 0.8,0.909,0.97 --tune-n 60 "
+                  "--held-out berri-lite/nl2bash,berri-lite/conala,berri-lite/asset_simplification",
     "setups": SETUPS_COMMAND,
     "docs": "python benchmarks/tart_berri.py --systems bm25,minilm,hybrid,upr --columns no_instruction,rerank_instruction "
             "--rerank-first hybrid --merge",
@@ -609,7 +621,7 @@ def readme_table() -> list[str]:
     bm25_correct = _correct(RESULTS / "icl_baselines/mtop/bm25/predictions.jsonl")
     if icl and bm25_correct:
         bm25 = next(r["metrics"]["em"] for r in icl["results"] if r["task"] == "mtop" and r["retriever"] == "bm25")
-        for name, scale, key in (("epr_mtop_small", "300 x 8", "epr_small"), ("epr_mtop_full", "1,237 x 50", "epr_full")):
+        for name, scale, key in (("epr_mtop_small", "300 x 8", "epr_small"),):
             summary, mine = _load(f"{name}/eval/summary.json"), _correct(RESULTS / f"{name}/eval/predictions.jsonl")
             if summary and mine and mine.keys() == bm25_correct.keys():
                 only_epr, only_bm25, p = mcnemar(mine, bm25_correct)
@@ -617,6 +629,19 @@ def readme_table() -> list[str]:
                             f"`examples-epr:DIR`, {scale} LM-scored pairs | **{summary['metrics']['em']:.1f}** "
                             f"(`examples-bm25` {bm25:.1f}; {only_epr} / {only_bm25} solved by one only, {_p(p)}) | "
                             f"{cite('icl', key)} |")
+    beyond = (_load("epr_beyond.json") or {}).get("mtop", {})
+    variants = {m: r for m, r in beyond.items() if m not in ("base", "epr") and "vs_epr" in r}
+    if "epr" in beyond and variants:  # EPR's best successor here, paired with plain EPR on the same inputs
+        top = max(r["em"] for r in variants.values())
+        best = [m for m, r in variants.items() if r["em"] == top]
+        row, test = variants[best[0]], variants[best[0]]["vs_epr"]
+        tied = f"; {', '.join(EPR_SHORT.get(m, m).split(' (')[0] for m in best[1:])} ties" if best[1:] else ""
+        rows.append(f"| MTOP in-context examples, as above | EPR's best successor here: {EPR_SHORT.get(best[0], best[0])}"
+                    f"{tied} | **{row['em']:.1f}** (plain EPR {beyond['epr']['em']:.1f} on the same run; "
+                    f"{test['only_method']} / {test['only_epr']} solved by one only, {_p(test['p'])}) | "
+                    f"{cite('epr_beyond')} |")
+        notes.append(f"The EPR-successor row ({cite('epr_beyond')}) was measured on "
+                     f"{describe_machine(_load('epr_beyond.json')['machine'])}.")
     berri = _load("tart_berri.json")
     sci = berri["scifact"] if berri else {}
     setups = (_load("setups.json") or {}).get("tasks", {}).get("scifact", {}).get("results", {})
@@ -1171,7 +1196,8 @@ SECTIONS = (
     ("machine", ()),
     ("setups", (lambda: setups_table(detail=True),)),
     ("epr", (icl_table, epr_scale_table, epr_table, lm_transfer_table, analysis_table)),
-    ("epr-v2", (epr_beyond_table, lambda: scoring_speed_table("scoring_speed_amx.json"))),
+    ("epr-v2", (epr_beyond_table, lambda: scoring_speed_table("scoring_speed_amx.json"),
+                lambda: scoring_precision_table("scoring_precision_amx.json"))),
     ("scifact", (tart_berri_table,)),
     ("tart-dual", (tart_distil_sweep_table, tart_table, tart_trained_table)),
     ("confidence", (tart_confidence_table, tart_confidence_held_out_table)),
