@@ -312,6 +312,23 @@ def test_set_training_scores_sets_fine_tunes_the_query_encoder_and_selects_with_
     assert trained["steps"] == 2 * 4 and len(trained["epoch_losses"]) == 2
     assert summary["selection"]["method"] == "dpp" and summary["selection"]["n_candidates"] == 6
     assert summary["selection"]["weight"] == pytest.approx(1 / 1.1, abs=1e-3)
+    # `taskret evaluate --retriever epr:WORK` selects with the DPP the run was trained for, unless told not to.
+    from typer.testing import CliRunner
+
+    from taskret.cli import app
+
+    train, test = data_files
+    common = ["evaluate", "--train", str(train), "--test", str(test), "--input-field", "q", "--output-field", "a",
+              "--id-field", "key", "--retriever", f"epr:{work}", "--lm", str(tiny_model_dir), "--limit", "2",
+              "--context-window", "200", "--max-new-tokens", "4"]
+    env = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
+    result = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "auto")], env=env)
+    assert result.exit_code == 0, result.output
+    chosen = json.loads((tmp_path / "auto" / "summary.json").read_text())["selection"]
+    assert chosen["method"] == "dpp" and chosen["n_candidates"] == 6 and "trained for its DPP" in result.stderr
+    result = CliRunner().invoke(app, [*common, "--select", "none", "--out", str(tmp_path / "top")], env=env)
+    assert result.exit_code == 0, result.output
+    assert "selection" not in json.loads((tmp_path / "top" / "summary.json").read_text())
 
 
 def test_ceil_ranking_loss_is_zero_when_the_scores_follow_the_lm_by_the_margins_and_positive_otherwise():

@@ -89,7 +89,8 @@ def evaluate(
                                                "generation tasks)"),
     select: Optional[str] = typer.Option(None, "--select", help="choose each prompt's demonstrations as a set from "
                                          "the retriever's top --select-candidates: dpp (greedy MAP of CEIL's kernel) "
-                                         "or mmr; default: the ranking's top"),
+                                         "or mmr; default: the ranking's top (an epr:DIR trained with set_training: "
+                                         "its DPP); none: the ranking's top always"),
     select_weight: Optional[float] = typer.Option(None, "--select-weight", min=0.0, max=1.0,
                                                   help="with --select: relevance's share (0-1; 1 is the retriever's "
                                                   "order); default: dpp 0.909 (CEIL's scale factor 0.1), mmr 0.7"),
@@ -122,9 +123,17 @@ def evaluate(
     if context_window <= max_new_tokens:
         raise ValueError(f"--context-window {context_window} leaves no room for the prompt: it must exceed "
                          f"--max-new-tokens ({max_new_tokens})")
-    selection = Selection(select, select_weight, select_candidates, select_encoder) if select else None
-    if selection is None and (select_weight is not None or tune_weights):
+    if select in (None, "none") and (select_weight is not None or tune_weights):
         raise ValueError("--select-weight and --tune-weights need --select dpp or --select mmr")
+    selection = Selection(select, select_weight, select_candidates, select_encoder) if select not in (None, "none") \
+        else None
+    if select is None and retriever.startswith("epr:"):
+        from ..epr.sets import trained_selection
+
+        selection = trained_selection(retriever[len("epr:"):])  # a CEIL run is meant to be used with its DPP
+        if selection is not None:
+            say(f"{retriever} was trained for its DPP (set_training): selecting with dpp at weight "
+                f"{selection.weight:.4f} over the top {selection.n_candidates} (--select none: the ranking's top)")
     weights = _weights(tune_weights) if tune_weights else None
     if weights is not None and retriever in TEST_TIME_METHODS:
         raise ValueError(f"--tune-weights needs a retriever to rank held-out training examples; {retriever} ranks "

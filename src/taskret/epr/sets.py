@@ -37,7 +37,8 @@ from ..data import Example, Task
 from ..formats import demonstration, render_query
 from ..io import iter_records, write_json
 
-__all__ = ["SetTrainingConfig", "sample_sets", "score_sets", "train_set_encoder", "set_prompt", "ranking_loss"]
+__all__ = ["SetTrainingConfig", "sample_sets", "score_sets", "train_set_encoder", "set_prompt", "ranking_loss",
+           "trained_selection"]
 
 
 @dataclass
@@ -221,3 +222,17 @@ def train_set_encoder(task: Task, encoder_dir: str | os.PathLike, set_scores: st
                                               "wall_time_s": round(time.perf_counter() - started, 1)})
     return final
 
+
+
+def trained_selection(epr_dir: str | os.PathLike):
+    """The DPP selection an EPR work folder's set training (``WORK/sets/retriever``) was trained for, or None:
+    ``dpp`` at the weight of its ``scale_factor`` over its ``n_candidates``. ``taskret evaluate --retriever
+    epr:WORK`` selects with it unless told otherwise."""
+    from ..icl.selection import Selection, weight_for_scale_factor
+    from ..io import read_json
+
+    path = Path(epr_dir) / "sets" / "retriever" / "ceil_config.json"
+    if not path.exists():
+        return None
+    trained = read_json(path)
+    return Selection("dpp", weight_for_scale_factor(trained["scale_factor"]), trained["n_candidates"])
