@@ -93,17 +93,34 @@ def _reference(task: str) -> dict[str, float]:
             if method in results}
 
 
-def _fused(task, retriever, reward_dir: str, examples, weight: float, k: int, exclude_self: bool = False):
-    """The retriever's top ``k`` of each example reranked by ``weight * retriever + (1 - weight) * reward``."""
-    import numpy as np
+def _finished(run_dir: Path, n: int) -> tuple[dict, dict] | None:
+    """A method's summary and cost where an earlier run finished it on the same ``n`` inputs (it is reused)."""
+    summary_path, cost_path = run_dir / "summary.json", run_dir / COST_FILE
+    if summary_path.exists() and cost_path.exists():
+        summary = json.loads(summary_path.read_text())
+        if summary["n"] == n:
+            return summary, json.loads(cost_path.read_text())
+    return None
 
-    from taskret.epr.reward import fuse_scores, reward_scores
-    from taskret.retrieval import RetrievalResult
+
+def _reward_candidates(task, retriever, reward_dir: str, examples, k: int, exclude_self: bool = False):
+    """The retriever's top ``k`` of each example and the reward model's scores of them (computed once, then fused
+    at as many weights as wanted)."""
+    from taskret.epr.reward import reward_scores
 
     first = retriever.retrieve([e.input for e in examples], k=k,
                                exclude=[e.id for e in examples] if exclude_self else None)
-    teacher = reward_scores(reward_dir, task, [e.input for e in examples], first.ids)
-    ids, scores = [], np.full((len(examples), k), -np.inf, dtype=np.float32)
+    return first, reward_scores(reward_dir, task, [e.input for e in examples], first.ids)
+
+
+def _fused(first, teacher, weight: float):
+    """``first`` (a RetrievalResult) reranked by ``weight * retriever + (1 - weight) * reward`` (``teacher``)."""
+    import numpy as np
+
+    from taskret.epr.reward import fuse_scores
+    from taskret.retrieval import RetrievalResult
+
+    ids, scores = [], np.full(first.scores.shape, -np.inf, dtype=np.float32)
     for n, (row, reward) in enumerate(zip(first.ids, teacher)):
         fused = fuse_scores(first.scores[n][: len(row)], reward, weight)
         order = np.argsort(-fused, kind="stable")
@@ -119,12 +136,13 @@ def _choose_reward_weight(task, retriever, reward_dir: str, lm, weights: list[fl
     from taskret.icl.inference import predict
 
     held_out = sample(task.train, args.tune_n, seed=args.seed)
+    first, teacher = _reward_candidates(task, retriever, reward_dir, held_out, args.reward_candidates, True)
     scores = {}
     with progress_bar(len(weights) * len(held_out), f"{task.name}/epr+reward: tuning") as advance:
         for weight in weights:
-            retrieved = _fused(task, retriever, reward_dir, held_out, weight, args.reward_candidates, True)
             predictions = predict(task, None, lm, held_out, context_window=args.context_window,
-                                  max_new_tokens=args.max_new_tokens, retrieved=retrieved, progress=advance)
+                                  max_new_tokens=args.max_new_tokens, retrieved=_fused(first, teacher, weight),
+                                  progress=advance)
             scores[weight] = score_predictions(task, predictions)["em"]
     return max(weights, key=lambda w: (scores[w], -weights.index(w))), scores
 
@@ -186,9 +204,9 @@ def _held_out(name: str, train_tasks: list[str], args, lm) -> dict:
     rows: dict[str, dict] = {}
     for method in HELD_OUT_METHODS:
         run_dir = work / method
-        summary_path, cost_path = run_dir / "summary.json", run_dir / COST_FILE
-        if summary_path.exists() and cost_path.exists() and json.loads(summary_path.read_text())["n"] == len(examples):
-            summary, cost = json.loads(summary_path.read_text()), json.loads(cost_path.read_text())
+        finished = _finished(run_dir, len(examples))
+        if finished:
+            summary, cost = finished
         else:
             retrieved, spec = None, method
             cpu, wall = time.process_time(), time.perf_counter()
@@ -208,7 +226,7 @@ def _held_out(name: str, train_tasks: list[str], args, lm) -> dict:
                                    context_window=args.context_window, max_new_tokens=args.max_new_tokens,
                                    progress=advance, metrics=("chrf",))
             cost = {"cpu_s": round(time.process_time() - cpu, 1), "wall_s": round(time.perf_counter() - wall, 1)}
-            cost_path.write_text(json.dumps(cost, indent=1) + "\n")
+            (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
         rows[method] = {"em": round(summary["metrics"]["em"], 2), "chrf": round(summary["metrics"]["chrf"], 2),
                         "n": summary["n"], "cpu_s": cost["cpu_s"]}
         print(f"held out {name}/{method}: em {summary['metrics']['em']:.1f}, chrf {summary['metrics']['chrf']:.1f}",
@@ -297,10 +315,10 @@ def main() -> None:
         task_methods += [name for name, (only, _) in variants.items() if only in (None, task_name)]
         for method in task_methods:
             run_dir = Path(args.work) / task_name / method
-            summary_path, cost_path = run_dir / "summary.json", run_dir / COST_FILE
-            if summary_path.exists() and cost_path.exists() and json.loads(summary_path.read_text())["n"] == len(examples):
-                print(f"{task_name}/{method}: {summary_path} exists, reused", flush=True)
-                summary, cost = json.loads(summary_path.read_text()), json.loads(cost_path.read_text())
+            finished = _finished(run_dir, len(examples))
+            if finished:
+                print(f"{task_name}/{method}: {run_dir / 'summary.json'} exists, reused", flush=True)
+                summary, cost = finished
             else:
                 cost, selection, kind, retrieved = {}, variant_selection.get(method), METHODS.get(method), None
                 method_retriever, method_spec = retriever, spec
@@ -318,7 +336,8 @@ def main() -> None:
                                       "scores": {str(w): round(v, 2) for w, v in scores.items()},
                                       "tune_cpu_s": round(time.process_time() - cpu, 1),
                                       "tune_wall_s": round(time.perf_counter() - wall, 1), "reward_model": reward_dir}
-                    retrieved = _fused(task, retriever, reward_dir, examples, weight, args.reward_candidates)
+                    retrieved = _fused(*_reward_candidates(task, retriever, reward_dir, examples,
+                                                           args.reward_candidates), weight)
                 elif kind is not None:
                     weight = weights_given[kind]
                     if weight is None:

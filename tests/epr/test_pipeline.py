@@ -234,14 +234,10 @@ def test_library_logs_go_to_the_work_folder_and_the_terminal_gets_stage_lines(tm
 
 def test_a_second_round_mines_with_the_trained_retriever_and_scores_only_new_pairs(lm_run, tmp_path, data_files,
                                                                                   tiny_model_dir, tiny_bert_dir):
-    import shutil
-
     from taskret.epr.labels import lm_labels
     from taskret.retrieval import DenseRetriever
 
-    first, _, _ = lm_run
-    work = tmp_path / "work"
-    shutil.copytree(first, work, ignore=shutil.ignore_patterns("pipeline_config.json", "index", "eval"))
+    work = _round_one(lm_run, tmp_path)
     config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, rounds=2)
     summary = run_pipeline(config, progress=False)
     round2 = work / "round2"
@@ -283,14 +279,7 @@ def _examples(train: Path):
 
 def test_set_training_scores_sets_fine_tunes_the_query_encoder_and_selects_with_the_dpp(
         lm_run, tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
-    import shutil
-
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    first, _, _ = lm_run
-    work = tmp_path / "work"
-    shutil.copytree(first, work, ignore=shutil.ignore_patterns("pipeline_config.json", "index", "eval"))
+    work = _round_one(lm_run, tmp_path)
     settings = {"n_candidates": 6, "set_size": 3, "n_sets": 4, "epochs": 2, "batch_size": 4, "learning_rate": 1e-3}
     config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, set_training=settings)
     summary = run_pipeline(config, progress=False)
@@ -301,13 +290,8 @@ def test_set_training_scores_sets_fine_tunes_the_query_encoder_and_selects_with_
     assert [[s["ids"] for s in r["sets"]] for r in scores] == [r["sets"] for r in sets]
     assert all(s["logprob"] < 0 and s["n_tokens"] > 0 for r in scores for s in r["sets"])
     # Only the query encoder moved: the examples' vectors (the index) are the EPR encoder's.
-    before = SentenceTransformer(str(work / "retriever" / "model"), device="cpu")
-    after = SentenceTransformer(str(work / "sets" / "retriever" / "model"), device="cpu")
-    texts = ["weather please for paris number 3"]
-    assert torch.allclose(before.encode_document(texts, convert_to_tensor=True),
-                          after.encode_document(texts, convert_to_tensor=True))
-    assert not torch.allclose(before.encode_query(texts, convert_to_tensor=True),
-                              after.encode_query(texts, convert_to_tensor=True))
+    _assert_only_the_query_encoder_moved(work / "retriever", work / "sets" / "retriever",
+                                         "weather please for paris number 3")
     trained = json.loads((work / "sets" / "retriever" / "ceil_config.json").read_text())
     assert trained["steps"] == 2 * 4 and len(trained["epoch_losses"]) == 2
     assert summary["selection"]["method"] == "dpp" and summary["selection"]["n_candidates"] == 6
@@ -343,17 +327,10 @@ def test_ceil_ranking_loss_is_zero_when_the_scores_follow_the_lm_by_the_margins_
 
 def test_a_reward_model_learns_the_lm_scores_and_teaches_the_query_encoder(lm_run, tmp_path, data_files,
                                                                            tiny_model_dir, tiny_bert_dir):
-    import shutil
-
-    import torch
-    from sentence_transformers import SentenceTransformer
-
     from taskret.epr.reward import reward_scores
     from taskret.epr.scoring import read_scores
 
-    first, _, _ = lm_run
-    work = tmp_path / "work"
-    shutil.copytree(first, work, ignore=shutil.ignore_patterns("pipeline_config.json", "index", "eval"))
+    work = _round_one(lm_run, tmp_path)
     settings = {"base_model": str(tiny_bert_dir), "epochs": 2, "batch_inputs": 4, "learning_rate": 1e-3,
                 "n_candidates": 5, "distill_epochs": 1, "distill_learning_rate": 1e-3}
     config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, reward_model=settings)
@@ -370,13 +347,8 @@ def test_a_reward_model_learns_the_lm_scores_and_teaches_the_query_encoder(lm_ru
     scores = reward_scores(work / "reward" / "model", task, [_row(0)["q"], _row(1)["q"]],
                            [[c["id"] for c in r["candidates"]] for r in rows])
     assert [len(s) for s in scores] == [4, 4] and all(len(set(s.tolist())) > 1 for s in scores)
-    before = SentenceTransformer(str(work / "retriever" / "model"), device="cpu")
-    after = SentenceTransformer(str(work / "reward" / "retriever" / "model"), device="cpu")
-    texts = ["music please for tokyo number 7"]
-    assert torch.allclose(before.encode_document(texts, convert_to_tensor=True),
-                          after.encode_document(texts, convert_to_tensor=True))
-    assert not torch.allclose(before.encode_query(texts, convert_to_tensor=True),
-                              after.encode_query(texts, convert_to_tensor=True))
+    _assert_only_the_query_encoder_moved(work / "retriever", work / "reward" / "retriever",
+                                         "music please for tokyo number 7")
     meta = json.loads((work / "index" / "meta.json").read_text())
     assert meta["retriever"] == "dense"
 
@@ -389,3 +361,26 @@ def test_fused_scores_weigh_min_max_scaled_components():
     fused = fuse_scores(np.array([0.9, 0.5, 0.1]), np.array([-3.0, 5.0, 1.0]), weight=0.5)
     assert fused.tolist() == pytest.approx([0.5, 0.75, 0.25])
     assert fuse_scores(np.array([1.0, 1.0]), np.array([2.0, 0.0]), weight=0.3).tolist() == pytest.approx([1.0, 0.3])
+
+
+def _round_one(lm_run, tmp_path: Path) -> Path:
+    """A copy of the module's finished EPR run without its config, index and evaluation: round one of a run
+    that a test's config then continues."""
+    import shutil
+
+    first, _, _ = lm_run
+    work = tmp_path / "work"
+    shutil.copytree(first, work, ignore=shutil.ignore_patterns("pipeline_config.json", "index", "eval"))
+    return work
+
+
+def _assert_only_the_query_encoder_moved(before_dir: Path, after_dir: Path, text: str) -> None:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    before = SentenceTransformer(str(before_dir / "model"), device="cpu")
+    after = SentenceTransformer(str(after_dir / "model"), device="cpu")
+    assert torch.allclose(before.encode_document([text], convert_to_tensor=True),
+                          after.encode_document([text], convert_to_tensor=True))
+    assert not torch.allclose(before.encode_query([text], convert_to_tensor=True),
+                              after.encode_query([text], convert_to_tensor=True))

@@ -258,10 +258,11 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
 
     candidates = Stage(f"{name} candidates", work / "candidates.jsonl", say=say, timings=_times(config))
     candidates.run(mine)
-    earlier = [row for path in score_files for row in read_scores(path)]
-    fresh = unscored(read_candidates(candidates.output, known_ids=set(examples)), earlier)
 
     def label(out: Path) -> str:
+        # Only here: a resumed round whose labels exist reads no earlier scores at all.
+        earlier = [row for path in score_files for row in read_scores(path)]
+        fresh = unscored(read_candidates(candidates.output, known_ids=set(examples)), earlier)
         scores = work / "scoring" / SCORES_FILE
         if fresh:
             scores = run_scoring(fresh, examples, config.scoring_lm, work / "scoring",

@@ -22,7 +22,6 @@ uses it to train the retriever, and (:func:`fuse_scores`) fused with the retriev
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +32,9 @@ import numpy as np
 from ..data import Example, Task
 from ..formats import render_demo
 from ..io import write_json
+from .finetune import embed, fit_epochs, query_route, save_model
+
+DISTILL_BATCH = 32  # training inputs per distillation step, each with all its candidates
 
 __all__ = ["RewardConfig", "candidate_text", "train_reward_model", "reward_scores", "distill_reward", "fuse_scores"]
 
@@ -60,15 +62,6 @@ def candidate_text(task: Task, example: Example) -> str:
     return render_demo(example.input, task.prompt_output(example))
 
 
-def _save(model, out_dir: Path) -> Path:
-    final, staging = out_dir / "model", out_dir / ".model.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save(str(staging))
-    shutil.rmtree(final, ignore_errors=True)
-    staging.rename(final)
-    return final
-
-
 def train_reward_model(task: Task, score_rows: Sequence[dict], out_dir: str | os.PathLike,
                        config: RewardConfig | None = None, progress: Callable[[int], None] | None = None) -> Path:
     """Train the cross-encoder on ``score_rows`` (an EPR ``scores.jsonl``'s rows); write ``out_dir/model`` and
@@ -89,38 +82,29 @@ def train_reward_model(task: Task, score_rows: Sequence[dict], out_dir: str | os
                          device="cpu")
     network, tokenizer = model.model, model.tokenizer
     optimizer = torch.optim.AdamW(network.parameters(), lr=config.learning_rate)
-    rng = np.random.default_rng(config.seed)
+
+    def batch_loss(batch: list[int]):
+        queries, docs, sizes, targets = [], [], [], []
+        for row in (rows[i] for i in batch):
+            query = pool[row["id"]].input
+            for cand in row["candidates"]:
+                queries.append(query)
+                docs.append(candidate_text(task, pool[cand["id"]]))
+            sizes.append(len(row["candidates"]))
+            targets.append(torch.tensor([c["logprob"] for c in row["candidates"]]) / config.temperature)
+        features = tokenizer(queries, docs, padding=True, truncation=True, max_length=config.max_length,
+                             return_tensors="pt")
+        logits = network(**features).logits.squeeze(-1)
+        loss = logits.new_zeros(())
+        for part, target in zip(torch.split(logits, sizes), targets):
+            loss = loss - (torch.softmax(target, -1) * torch.log_softmax(part, -1)).sum()
+        return loss / len(batch)
+
     network.train()
-    epoch_losses = []
-    for _ in range(config.epochs):
-        losses = []
-        order = rng.permutation(len(rows))
-        for start in range(0, len(order), config.batch_inputs):
-            batch = [rows[int(i)] for i in order[start: start + config.batch_inputs]]
-            queries, docs, sizes, targets = [], [], [], []
-            for row in batch:
-                query = pool[row["id"]].input
-                for cand in row["candidates"]:
-                    queries.append(query)
-                    docs.append(candidate_text(task, pool[cand["id"]]))
-                sizes.append(len(row["candidates"]))
-                targets.append(torch.tensor([c["logprob"] for c in row["candidates"]]) / config.temperature)
-            features = tokenizer(queries, docs, padding=True, truncation=True, max_length=config.max_length,
-                                 return_tensors="pt")
-            logits = network(**features).logits.squeeze(-1)
-            loss = logits.new_zeros(())
-            for part, target in zip(torch.split(logits, sizes), targets):
-                loss = loss - (torch.softmax(target, -1) * torch.log_softmax(part, -1)).sum()
-            loss = loss / len(batch)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss))
-            if progress is not None:
-                progress(len(batch))
-        epoch_losses.append(round(float(np.mean(losses)), 5))
+    epoch_losses, _ = fit_epochs(len(rows), config.batch_inputs, config.epochs, config.seed, optimizer, batch_loss,
+                                 progress)
     network.eval()
-    final = _save(model, out_dir)
+    final = save_model(model, out_dir)
     write_json(out_dir / "reward_config.json", {**asdict(config), "n_inputs": len(rows),
                                                 "n_pairs": sum(len(r["candidates"]) for r in rows),
                                                 "epoch_losses": epoch_losses,
@@ -166,7 +150,6 @@ def distill_reward(task: Task, encoder_dir: str | os.PathLike, reward_dir: str |
     from sentence_transformers import SentenceTransformer
 
     from ..retrieval import DenseRetriever
-    from .sets import _embed, _query_route
 
     config = config or RewardConfig()
     started = time.perf_counter()
@@ -178,7 +161,7 @@ def distill_reward(task: Task, encoder_dir: str | os.PathLike, reward_dir: str |
     teacher = reward_scores(reward_dir, task, [e.input for e in examples], result.ids)
     torch.manual_seed(config.seed)
     model = SentenceTransformer(str(encoder_dir), device="cpu")
-    query_modules = _query_route(model)
+    query_modules = query_route(model)
     position = {e.id: n for n, e in enumerate(examples)}
     with torch.no_grad():
         vectors = model.encode_document([e.input for e in examples], convert_to_tensor=True,
@@ -186,35 +169,27 @@ def distill_reward(task: Task, encoder_dir: str | os.PathLike, reward_dir: str |
     usable = [n for n, ids in enumerate(result.ids) if len(ids) >= 2]
     parameters = [p for m in query_modules for p in m.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=config.distill_learning_rate)
-    rng = np.random.default_rng(config.seed)
+
+    def batch_loss(batch: list[int]):
+        rows = [usable[i] for i in batch]
+        queries = torch.nn.functional.normalize(embed(query_modules, [examples[n].input for n in rows]), dim=-1)
+        loss = queries.new_zeros(())
+        for q, n in zip(queries, rows):
+            index = torch.tensor([position[i] for i in result.ids[n]])
+            student = torch.log_softmax((vectors[index] @ q) / config.student_temperature, -1)
+            target = torch.softmax(torch.as_tensor(teacher[n]) / config.temperature, -1)
+            kl = (target * (torch.log(target.clamp_min(1e-12)) - student)).sum()
+            info_nce = -student[int(torch.argmax(target))]
+            loss = loss + kl + info_nce
+        return loss / len(rows)
+
     for module in query_modules:
         module.train()
-    epoch_losses = []
-    for _ in range(config.distill_epochs):
-        losses = []
-        order = rng.permutation(len(usable))
-        for start in range(0, len(order), 32):
-            batch = [usable[int(i)] for i in order[start: start + 32]]
-            queries = torch.nn.functional.normalize(_embed(query_modules, [examples[n].input for n in batch]), dim=-1)
-            loss = queries.new_zeros(())
-            for q, n in zip(queries, batch):
-                index = torch.tensor([position[i] for i in result.ids[n]])
-                student = torch.log_softmax((vectors[index] @ q) / config.student_temperature, -1)
-                target = torch.softmax(torch.as_tensor(teacher[n]) / config.temperature, -1)
-                kl = (target * (torch.log(target.clamp_min(1e-12)) - student)).sum()
-                info_nce = -student[int(torch.argmax(target))]
-                loss = loss + kl + info_nce
-            loss = loss / len(batch)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss))
-            if progress is not None:
-                progress(len(batch))
-        epoch_losses.append(round(float(np.mean(losses)), 5))
+    epoch_losses, _ = fit_epochs(len(usable), DISTILL_BATCH, config.distill_epochs, config.seed, optimizer, batch_loss,
+                                 progress)
     for module in query_modules:
         module.eval()
-    final = _save(model, out_dir)
+    final = save_model(model, out_dir)
     write_json(out_dir / "distill_config.json", {**asdict(config), "encoder": str(encoder_dir),
                                                  "reward_model": str(reward_dir), "n_inputs": len(usable),
                                                  "teacher_pairs": int(sum(len(ids) for ids in result.ids)),

@@ -36,6 +36,7 @@ import numpy as np
 from ..data import Example, Task
 from ..formats import demonstration, render_query
 from ..io import iter_records, write_json
+from .finetune import embed, fit_epochs, query_route, save_model
 
 __all__ = ["SetTrainingConfig", "sample_sets", "score_sets", "train_set_encoder", "set_prompt", "ranking_loss",
            "trained_selection"]
@@ -129,32 +130,12 @@ def ranking_loss(scores, margin: float):
     return total
 
 
-def _query_route(model):
-    """The query encoder's modules of a query/document Router (the EPR dual encoder), and the document route's
-    encoder for the examples' vectors."""
-    from sentence_transformers.sentence_transformer.modules import Router
-
-    router = model[0] if len(model) else None
-    if not isinstance(router, Router) or "query" not in router.sub_modules:
-        raise ValueError("set training needs the EPR dual encoder (a query/document Router)")
-    return list(router.sub_modules["query"])
-
-
-def _embed(modules, texts: Sequence[str]):
-    features = modules[0].tokenize(list(texts))
-    for module in modules:
-        features = module(features)
-    return features["sentence_embedding"]
-
-
 def train_set_encoder(task: Task, encoder_dir: str | os.PathLike, set_scores: str | os.PathLike,
                       out_dir: str | os.PathLike, config: SetTrainingConfig | None = None,
                       progress: Callable[[int], None] | None = None) -> Path:
     """Fine-tune the query encoder of the dual encoder at ``encoder_dir`` on ``set_scores`` (module docstring);
     write ``out_dir/model`` (saved under a temporary name, then renamed) and ``out_dir/ceil_config.json``
     (the config, steps, loss by epoch, wall time). Returns ``out_dir / "model"``."""
-    import shutil
-
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -166,7 +147,7 @@ def train_set_encoder(task: Task, encoder_dir: str | os.PathLike, set_scores: st
     rows = [row for _, row in iter_records(Path(set_scores))]
     torch.manual_seed(config.seed)
     model = SentenceTransformer(str(encoder_dir), device="cpu")
-    query_modules = _query_route(model)
+    query_modules = query_route(model)
     # The examples' vectors, from the frozen document encoder: computed once.
     needed = sorted({i for row in rows for s in row["sets"] for i in s["ids"]})
     with torch.no_grad():
@@ -185,43 +166,26 @@ def train_set_encoder(task: Task, encoder_dir: str | os.PathLike, set_scores: st
         members.append(index)
     parameters = [p for m in query_modules for p in m.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate)
-    rng = np.random.default_rng(config.seed)
+
+    def batch_loss(batch: list[int]):
+        queries = torch.nn.functional.normalize(embed(query_modules, [pool[rows[i]["id"]].input for i in batch]), dim=-1)
+        scores = []
+        for q, i in zip(queries, batch):
+            relevance = (vectors[members[i]] @ q + 1) / 2  # sets x size
+            scores.append(relevance.sum(dim=-1) / config.scale_factor + diversity[i])
+        return ranking_loss(torch.stack(scores), config.margin)
+
     for module in query_modules:
         module.train()
-    epoch_losses, steps = [], 0
-    for _ in range(config.epochs):
-        order = rng.permutation(len(rows))
-        losses = []
-        for start in range(0, len(order), config.batch_size):
-            batch = [int(i) for i in order[start: start + config.batch_size]]
-            queries = _embed(query_modules, [pool[rows[i]["id"]].input for i in batch])
-            queries = torch.nn.functional.normalize(queries, dim=-1)
-            scores = []
-            for q, i in zip(queries, batch):
-                relevance = (vectors[members[i]] @ q + 1) / 2  # sets x size
-                scores.append(relevance.sum(dim=-1) / config.scale_factor + diversity[i])
-            loss = ranking_loss(torch.stack(scores), config.margin)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss))
-            steps += 1
-            if progress is not None:
-                progress(len(batch))
-        epoch_losses.append(round(float(np.mean(losses)), 5))
+    epoch_losses, steps = fit_epochs(len(rows), config.batch_size, config.epochs, config.seed, optimizer, batch_loss,
+                                     progress)
     for module in query_modules:
         module.eval()
-    final = out_dir / "model"
-    staging = out_dir / ".model.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save(str(staging))
-    shutil.rmtree(final, ignore_errors=True)
-    staging.rename(final)
+    final = save_model(model, out_dir)
     write_json(out_dir / "ceil_config.json", {**asdict(config), "encoder": str(encoder_dir), "n_inputs": len(rows),
                                               "steps": steps, "epoch_losses": epoch_losses,
                                               "wall_time_s": round(time.perf_counter() - started, 1)})
     return final
-
 
 
 def trained_selection(epr_dir: str | os.PathLike):

@@ -1,0 +1,68 @@
+"""What the fine-tuning stages past the EPR paper share (:mod:`taskret.epr.reward`'s reward model and its
+distillation, :mod:`taskret.epr.sets`' set training): an epoch loop over shuffled mini-batches with a plain torch
+optimiser, the query route of the EPR dual encoder, and saving a model folder atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["fit_epochs", "query_route", "embed", "save_model"]
+
+
+def fit_epochs(n_items: int, batch_size: int, epochs: int, seed: int, optimizer, batch_loss: Callable[[list[int]], object],
+               progress: Callable[[int], None] | None = None) -> tuple[list[float], int]:
+    """``epochs`` passes over ``n_items`` in a seeded shuffled order, ``batch_size`` at a time: one optimiser step
+    on ``batch_loss(indices)`` each. Returns the mean loss of each epoch (5 decimals) and the number of steps;
+    ``progress`` hears how many items each step took."""
+    rng = np.random.default_rng(seed)
+    epoch_losses, steps = [], 0
+    for _ in range(epochs):
+        order = rng.permutation(n_items)
+        losses = []
+        for start in range(0, n_items, batch_size):
+            batch = [int(i) for i in order[start: start + batch_size]]
+            loss = batch_loss(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            steps += 1
+            if progress is not None:
+                progress(len(batch))
+        epoch_losses.append(round(float(np.mean(losses)), 5))
+    return epoch_losses, steps
+
+
+def query_route(model) -> list:
+    """The query encoder's modules of a query/document Router (the EPR dual encoder), to train on their own."""
+    from sentence_transformers.sentence_transformer.modules import Router
+
+    router = model[0] if len(model) else None
+    if not isinstance(router, Router) or "query" not in router.sub_modules:
+        raise ValueError("this stage fine-tunes the EPR dual encoder (a query/document Router)")
+    return list(router.sub_modules["query"])
+
+
+def embed(modules: Sequence, texts: Sequence[str]):
+    """``texts`` through ``modules`` (:func:`query_route`'s) with gradients: their sentence embeddings."""
+    features = modules[0].tokenize(list(texts))
+    for module in modules:
+        features = module(features)
+    return features["sentence_embedding"]
+
+
+def save_model(model, out_dir: str | os.PathLike) -> Path:
+    """Save a sentence-transformers model (or CrossEncoder) as ``out_dir/model``: written to a temporary folder
+    beside it and renamed onto it (:func:`taskret.training.fit.replace_dir`), so a failed save leaves none."""
+    from ..training.fit import replace_dir
+
+    out_dir = Path(out_dir)
+    staging = Path(tempfile.mkdtemp(prefix=".model.", suffix=".tmp", dir=out_dir))
+    model.save(str(staging))
+    replace_dir(staging, out_dir / "model")
+    return out_dir / "model"
