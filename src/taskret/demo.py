@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .backends.base import LMBackend
+from .icl.compare import verdict  # the sentence `taskret compare` and `taskret epr run` end with too
 from .io import write_json
 
 # Sized so that EPR's lead over BM25 is well outside the noise of the test sample, in ~5 min on 2 CPU cores
@@ -91,23 +92,6 @@ class _Indented:
 
 def _took(start: float) -> str:
     return f"({time.perf_counter() - start:.1f} s)"
-
-
-def verdict(name_a: str, name_b: str, em_a: float, em_b: float, paired, n: int) -> str:
-    """One sentence on what a table of two methods shows: the paired count, McNemar's p and the verdict."""
-    gap = em_a - em_b
-    head = (f"{name_a} solves {paired.only_a} test inputs {name_b} misses and misses {paired.only_b} {name_b} "
-            f"solves (McNemar p={paired.p_value:.2g})")
-    if gap > 0 and paired.p_value < 0.05:
-        tail = (f"{name_a} beats {name_b} by {gap:.1f} EM points on these {n} test inputs, more than chance "
-                f"explains")
-    elif gap > 0:
-        tail = f"{name_a} is {gap:.1f} EM points ahead of {name_b} on these {n} test inputs, within chance"
-    elif gap < 0:
-        tail = f"{name_a} is {-gap:.1f} EM points behind {name_b} on these {n} test inputs"
-    else:
-        tail = f"{name_a} and {name_b} are level on these {n} test inputs"
-    return f"{head}: {tail}."
 
 
 def run_demo(out: str | Path, lm: str | LMBackend = "smollm2-135m", methods: Sequence[str] = DEFAULT_METHODS,
@@ -205,7 +189,8 @@ def _run_epr(out: Path, lm_name: str, lms: dict, settings: DemoSettings, console
     config = EPRConfig(task="mtop" if files else "demo", **files, work_dir=str(work), scoring_lm=lm_name,
                        inference_lm=lm_name, max_train_examples=settings.n_labelled, n_candidates=settings.n_candidates,
                        k=settings.k, training=training, eval_limit=n_test, context_window=settings.context_window,
-                       max_new_tokens=settings.max_new_tokens, seed=settings.seed)
+                       max_new_tokens=settings.max_new_tokens, seed=settings.seed,
+                       baseline=None)  # the demo pairs EPR with its own BM25 run
     start = time.perf_counter()
     summary = run_pipeline(config, console=_Indented(console, "  epr "), progress=False, lms=lms)
     summary["index_time_s"] = round(time.perf_counter() - start - summary["wall_time_s"], 2)

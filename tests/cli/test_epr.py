@@ -179,9 +179,12 @@ def test_run_a_bm25_pipeline(tmp_path, train, tiny_model_dir, tiny_bert_dir):
     assert result.stdout == "" and "'loss'" not in result.stderr and "it/s]" not in result.stderr  # no trainer output
     assert '"loss": ' in (work / "logs" / "run.log").read_text(encoding="utf-8")
     assert json.loads((work / "eval" / "summary.json").read_text())["n"] == 2
+    # the last line pairs EPR with BM25 on the same test inputs
+    assert json.loads((work / "baseline" / "summary.json").read_text())["retriever"] == "bm25"
+    assert result.stderr.strip().splitlines()[-1].startswith("EPR solves ") and "(McNemar p=" in result.stderr
     again = invoke("run", config)
     assert again.exit_code == 0
-    assert again.stderr.count("exists, skipped") == 4 and "index:" in again.stderr and "EPR on train: em" in again.stderr
+    assert again.stderr.count("exists, skipped") == 5 and "index:" in again.stderr and "EPR on train: em" in again.stderr
 
 
 def test_the_shared_task_options_take_a_known_format(tmp_path):

@@ -83,7 +83,7 @@ def test_lm_pipeline_writes_every_stage(lm_run):
     assert summary["n"] == 4 and summary["retriever"] == f"epr:{work}" and summary["lm"] == str(config.inference_lm)
     assert json.loads((work / "retriever" / "epr_config.json").read_text())["epochs"] == 1
     times = read_jsonl_rows(work / "stage_times.jsonl")  # what each stage cost
-    assert [t["stage"] for t in times] == ["candidates", "labels", "training", "index", "evaluation"]
+    assert [t["stage"] for t in times] == ["candidates", "labels", "training", "index", "evaluation", "baseline"]
     assert all(t["wall_s"] >= 0 and t["cpu_s"] >= 0 for t in times)
 
 
@@ -206,7 +206,7 @@ def test_a_work_folder_copied_elsewhere_resumes_without_redoing_a_stage(lm_run, 
         assert {k: v for k, v in after.items() if not k.startswith("logs")} == \
             {k: v for k, v in before.items() if not k.startswith("logs")}
         printed = lines.getvalue()
-        assert printed.count("exists, skipped") == 4 and "exists, loaded" in printed
+        assert printed.count("exists, skipped") == 5 and "exists, loaded" in printed  # 5: the baseline too
     finally:
         shutil.move(str(tmp_path / "original"), str(work))
 

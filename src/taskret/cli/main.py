@@ -201,6 +201,28 @@ def _weights(text: str) -> list[float]:
 
 
 @app.command()
+def compare(
+    run_a: Path = typer.Argument(..., help="an evaluation folder (predictions.jsonl, summary.json): `taskret evaluate "
+                                 "--out`, an EPR run's eval/ or baseline/"),
+    run_b: Path = typer.Argument(..., help="another, on the same test inputs"),
+    name_a: Optional[str] = typer.Option(None, "--name-a", help="RUN_A's name in the line (default: its retriever)"),
+    name_b: Optional[str] = typer.Option(None, "--name-b", help="RUN_B's name in the line (default: its retriever)"),
+    as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout"),
+):
+    """Pair two evaluation runs on the same test inputs: EM with McNemar's test, each graded metric both report
+    (chrf) with a Wilcoxon signed-rank test; one line, as the demo and `taskret epr run` end with."""
+    import json
+
+    from ..icl.compare import compare_runs, comparison_line
+
+    comparison = compare_runs(run_a, run_b, name_a, name_b)
+    if as_json:
+        print(json.dumps(comparison.to_dict(), indent=1))
+        return
+    console.print(comparison_line(comparison), soft_wrap=True, markup=False)
+
+
+@app.command()
 def index(
     task: Optional[str] = typer.Option(None, "--task", help="built-in task whose training set to index, or a file"),
     train: Optional[Path] = typer.Option(None, help="training pool file, instead of --task"),

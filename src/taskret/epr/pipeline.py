@@ -15,6 +15,8 @@ Layout of the work folder (every file can be inspected, and each stage can be ru
                          so far), retriever/ (trained on, starting from the previous round's encoder)
     index/               FAISS index of the training set (meta.json, index.faiss)
     eval/                predictions.jsonl, summary.json
+    baseline/            predictions.jsonl, summary.json of ``baseline`` (BM25) on the same test inputs; the run ends
+                         with one line pairing the two (EM with McNemar, each graded metric with Wilcoxon)
     logs/run.log         the libraries' logs and warnings, the trainer's log dicts (appended by every run)
     stage_times.jsonl    one line per stage run: {"stage", "wall_s", "cpu_s", "made"} (what each stage cost)
     pipeline_config.json the config the folder was made with; a run with another is refused, except for where
@@ -27,7 +29,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ..data import Task, load_task, sample
 from ..pipeline import Stage, guard_config, read_config
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
 
 class EPRConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     task: Optional[str] = None
     train: Optional[str] = None
@@ -75,6 +77,11 @@ class EPRConfig(BaseModel):
     eval_limit: Optional[int] = 300
     context_window: int = 2048
     max_new_tokens: int = 128
+    metrics: list[str] = Field(default_factory=list, validation_alias=AliasChoices("metrics", "metric"),
+                               description="graded metrics reported beside exact match, as `taskret evaluate "
+                               "--metric`: chrf (key `metrics` or `metric`)")
+    baseline: Optional[str] = Field("bm25", description="a retriever spec evaluated on the same test inputs, paired "
+                                    "with EPR in the run's last line; null: none")
     seed: int = 0
 
     @model_validator(mode="after")
@@ -97,8 +104,9 @@ class EPRConfig(BaseModel):
 
     # Where the work runs, not what it computes: a finished work folder may be resumed with other values (a work
     # folder copied or moved elsewhere, or scored on another cluster).
+    # ``baseline`` too: it adds a stage of its own and changes no EPR output.
     EXECUTION_FIELDS: ClassVar[frozenset] = frozenset({"work_dir", "ray", "ray_workers", "ray_gpus_per_worker",
-                                                       "ray_cpus_per_worker"})
+                                                       "ray_cpus_per_worker", "baseline"})
 
     def load_task(self) -> Task:
         return load_task(self.task, train=self.train, test=self.test, input_field=self.input_field,
@@ -156,6 +164,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         return lms[key]
 
     task = config.load_task()
+    _check_metrics(task, config.metrics)
     examples = {e.id: e for e in task.train}
     queries = sample(task.train, config.max_train_examples, seed=config.seed)
 
@@ -222,14 +231,56 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), "evaluating", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=f"epr:{work}", context_window=config.context_window,
-                     max_new_tokens=config.max_new_tokens, progress=advance, selection=selection)
+                     max_new_tokens=config.max_new_tokens, progress=advance, selection=selection,
+                     metrics=config.metrics)
         return f"{len(test)} test examples"
 
     evaluation = Stage("evaluation", work / "eval", marker=work / "eval" / "summary.json", say=say, timings=_times(config))
     evaluation.run(run_evaluation)
     summary = read_json(evaluation.marker)
     say(f"EPR on {task.name}: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["metrics"].items()))
+    if config.baseline is not None:
+        _baseline(config, task, work, load_lm, say, progress)
     return summary
+
+
+def _check_metrics(task: Task, metrics: list[str]) -> None:
+    """An unknown metric, or chrf without sacrebleu, fails before any stage runs."""
+    from ..icl.evaluation import graded_metrics_for
+
+    graded_metrics_for(task, metrics)
+
+
+def _baseline(config: EPRConfig, task: Task, work: Path, load_lm, say, progress: bool) -> None:
+    """``baseline/``: the baseline retriever on EPR's test inputs, with EPR's LM and prompt settings; then the line
+    pairing the two (:func:`taskret.icl.compare.comparison_line`)."""
+    import shutil
+
+    from ..icl.compare import compare_runs, comparison_line
+    from ..icl.evaluation import evaluate
+    from ..io import read_json
+    from ..progress import progress_bar
+    from ..retrieval import make_retriever
+
+    def run_baseline(out: Path) -> str:
+        retriever = make_retriever(config.baseline, seed=config.seed)
+        if not retriever.ids:
+            retriever.index(task.train)
+        lm = load_lm(config.inference_lm, config.inference_lm_options)
+        test = sample(task.test, config.eval_limit, seed=config.seed)
+        with progress_bar(len(test), f"evaluating {config.baseline}", enabled=progress) as advance:
+            evaluate(task, retriever, lm, test, out, retriever_name=config.baseline,
+                     context_window=config.context_window, max_new_tokens=config.max_new_tokens, progress=advance,
+                     metrics=config.metrics)
+        return f"{config.baseline}, {len(test)} test examples"
+
+    stage = Stage("baseline", work / "baseline", marker=work / "baseline" / "summary.json", say=say,
+                  timings=_times(config))
+    if stage.done and read_json(stage.marker).get("retriever") != config.baseline:  # another baseline's, made earlier
+        shutil.rmtree(stage.output)
+    stage.run(run_baseline)
+    names = ("EPR", "BM25" if config.baseline == "bm25" else config.baseline)
+    say(comparison_line(compare_runs(work / "eval", work / "baseline", *names)))
 
 
 def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int, previous_dir: Path,

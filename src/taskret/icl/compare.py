@@ -1,0 +1,150 @@
+"""Two evaluation runs on the same test inputs, paired: who solves what, and whether the gap is more than chance.
+
+An evaluation folder (``taskret evaluate --out``, ``taskret epr run``'s ``eval/`` and ``baseline/``, the demo's
+``<method>/``) holds ``predictions.jsonl``, one row per test input with its ``correct`` field and a sentence score per
+graded metric (``chrf``), and ``summary.json``. Two of them compare example by example:
+
+* exact match with McNemar's exact test on the inputs only one run solves (:func:`~taskret.icl.evaluation.mcnemar`);
+* each graded metric both runs report with a Wilcoxon signed-rank test on the per-input sentence scores (the
+  summary's corpus score is the one shown; the test is over the inputs);
+
+and :func:`comparison_line` says it in one sentence, as the demo does (``taskret compare RUN_A RUN_B``; the last line
+of ``taskret epr run``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..io import read_json, read_jsonl
+from .evaluation import GRADED_METRICS, PairedTest, mcnemar
+
+PREDICTIONS = "predictions.jsonl"
+SUMMARY = "summary.json"
+
+
+def wilcoxon(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of paired per-example scores (the same ids in both; zero
+    differences split between the signs, as Pratt's and Wilcoxon's variants disagree on them); 1.0 when no
+    example differs."""
+    if a.keys() != b.keys():
+        raise ValueError(f"paired test needs the same examples: {len(a.keys() - b.keys())} ids only in a, "
+                         f"{len(b.keys() - a.keys())} only in b")
+    differences = [a[k] - b[k] for k in a]
+    if not any(differences):
+        return 1.0
+    from scipy.stats import wilcoxon as signed_rank
+
+    return float(signed_rank(differences, zero_method="zsplit").pvalue)
+
+
+def verdict(name_a: str, name_b: str, em_a: float, em_b: float, paired: PairedTest, n: int) -> str:
+    """One sentence on what exact match shows of two runs: the paired count, McNemar's p and the verdict."""
+    gap = em_a - em_b
+    head = (f"{name_a} solves {paired.only_a} test inputs {name_b} misses and misses {paired.only_b} {name_b} "
+            f"solves (McNemar p={paired.p_value:.2g})")
+    if gap > 0 and paired.p_value < 0.05:
+        tail = (f"{name_a} beats {name_b} by {gap:.1f} EM points on these {n} test inputs, more than chance "
+                f"explains")
+    elif gap > 0:
+        tail = f"{name_a} is {gap:.1f} EM points ahead of {name_b} on these {n} test inputs, within chance"
+    elif gap < 0:
+        tail = f"{name_a} is {-gap:.1f} EM points behind {name_b} on these {n} test inputs"
+    else:
+        tail = f"{name_a} and {name_b} are level on these {n} test inputs"
+    return f"{head}: {tail}."
+
+
+@dataclass(frozen=True)
+class GradedPair:
+    """One graded metric of two runs: each run's score (the summary's corpus score, else the mean of the sentence
+    scores), on how many inputs each scored higher, and the Wilcoxon p-value of the per-input scores."""
+
+    a: float
+    b: float
+    higher_a: int
+    higher_b: int
+    p_value: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    name_a: str
+    name_b: str
+    n: int
+    em_a: float
+    em_b: float
+    paired: PairedTest
+    graded: dict[str, GradedPair] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        row = asdict(self)
+        row["paired"] = self.paired._asdict()
+        return row
+
+
+def compare_rows(rows_a: Sequence[dict], rows_b: Sequence[dict], name_a: str = "A", name_b: str = "B",
+                 corpus_a: Mapping[str, float] | None = None, corpus_b: Mapping[str, float] | None = None,
+                 ) -> Comparison:
+    """Pair two runs' prediction rows (``id``, ``correct``, and a sentence score per graded metric) by id: EM with
+    McNemar and every graded metric both report with Wilcoxon. ``corpus_a`` / ``corpus_b``: the summaries' metrics,
+    whose corpus scores are shown for the graded metrics. Both runs must hold the same ids."""
+    by_a, by_b = {r["id"]: r for r in rows_a}, {r["id"]: r for r in rows_b}
+    if by_a.keys() != by_b.keys():
+        raise ValueError(f"{name_a} and {name_b} were not run on the same test inputs: {len(by_a.keys() - by_b.keys())} "
+                         f"ids only in {name_a}, {len(by_b.keys() - by_a.keys())} only in {name_b} (evaluate both "
+                         f"with the same --limit and --seed)")
+    if not by_a:
+        raise ValueError(f"{name_a} and {name_b} hold no predictions to compare")
+    ids = list(by_a)
+    correct_a = {i: bool(by_a[i]["correct"]) for i in ids}
+    correct_b = {i: bool(by_b[i]["correct"]) for i in ids}
+    graded = {}
+    for name in GRADED_METRICS:
+        if not all(name in by_a[i] and name in by_b[i] for i in ids):
+            continue
+        scores_a = {i: float(by_a[i][name]) for i in ids}
+        scores_b = {i: float(by_b[i][name]) for i in ids}
+        graded[name] = GradedPair(
+            a=float((corpus_a or {}).get(name, sum(scores_a.values()) / len(ids))),
+            b=float((corpus_b or {}).get(name, sum(scores_b.values()) / len(ids))),
+            higher_a=sum(scores_a[i] > scores_b[i] for i in ids), higher_b=sum(scores_b[i] > scores_a[i] for i in ids),
+            p_value=wilcoxon(scores_a, scores_b))
+    return Comparison(name_a, name_b, len(ids), 100.0 * sum(correct_a.values()) / len(ids),
+                      100.0 * sum(correct_b.values()) / len(ids), mcnemar(correct_a, correct_b), graded)
+
+
+def read_run(folder: str | Path) -> tuple[list[dict], dict]:
+    """An evaluation folder's prediction rows and summary (``{}`` when it has no summary.json)."""
+    folder = Path(folder)
+    if not (folder / PREDICTIONS).is_file():
+        raise FileNotFoundError(f"{folder} is not an evaluation folder: it has no {PREDICTIONS} (`taskret evaluate "
+                                f"--out DIR` writes one)")
+    summary = read_json(folder / SUMMARY) if (folder / SUMMARY).is_file() else {}
+    return read_jsonl(folder / PREDICTIONS), summary
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, name_a: str | None = None,
+                 name_b: str | None = None) -> Comparison:
+    """Pair two evaluation folders (each with predictions.jsonl and summary.json) on their common test inputs;
+    each is named by its summary's retriever unless ``name_a`` / ``name_b`` are given."""
+    rows_a, summary_a = read_run(run_a)
+    rows_b, summary_b = read_run(run_b)
+    name_a = name_a or summary_a.get("retriever") or str(run_a)
+    name_b = name_b or summary_b.get("retriever") or str(run_b)
+    if name_a == name_b:
+        name_a, name_b = str(run_a), str(run_b)
+    return compare_rows(rows_a, rows_b, name_a, name_b, summary_a.get("metrics"), summary_b.get("metrics"))
+
+
+def comparison_line(comparison: Comparison) -> str:
+    """The demo's sentence on exact match (:func:`verdict`), then one clause per graded metric: both scores, on how
+    many inputs each is higher, and Wilcoxon's p."""
+    c = comparison
+    line = verdict(c.name_a, c.name_b, c.em_a, c.em_b, c.paired, c.n)
+    for name, g in c.graded.items():
+        line += (f" {name}: {c.name_a} {g.a:.1f}, {c.name_b} {g.b:.1f}; higher for {c.name_a} on {g.higher_a} inputs, "
+                 f"for {c.name_b} on {g.higher_b} (Wilcoxon p={g.p_value:.2g}).")
+    return line
