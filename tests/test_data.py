@@ -377,3 +377,32 @@ def test_data_error_is_a_value_error():
     err = DataError("f.jsonl", 4, "q", "empty value")
     assert isinstance(err, ValueError)
     assert str(err) == "f.jsonl, line 4, field 'q': empty value"
+
+
+def test_a_multi_line_output_is_refused_naming_file_line_and_field(tmp_path):
+    path = write_jsonl_rows(tmp_path / "multiline.jsonl", [{"uid": "a", "nl": "list files", "cmd": "ls"},
+                                                           {"uid": "b", "nl": "two steps", "cmd": "cd /tmp\nls"}])
+    with pytest.raises(DataError, match=r"multiline.jsonl, line 2, field 'cmd': the output spans 2 lines; it must be "
+                                        r"one line"):
+        read_examples(path, "nl", "cmd", "uid")
+    path.write_text(json.dumps({"nl": "x", "cmd": "ls\n"}) + "\n", encoding="utf-8")  # a trailing newline is not a line
+    assert read_examples(path, "nl", "cmd")[0].output == "ls\n"
+
+
+def test_an_id_field_that_is_not_read_is_one_warning_naming_the_fields(tmp_path, caplog):
+    path = write_jsonl_rows(tmp_path / "mine.jsonl", [{"id": "q1", "input": "x", "output": "y"},
+                                                      {"id": "q2", "input": "z", "output": "w"}])
+    with caplog.at_level("WARNING", logger="taskret.data"):
+        assert [e.id for e in read_examples(path)] == ["mine-1", "mine-2"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: ids are the file's name and line ('mine-1', ...), not its field 'id' (--id-field id reads it)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="taskret.data"):
+        read_examples(path, id_field="uid")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: no id field 'uid' (fields here: id, input, output), so ids are the file's name and line "
+        f"('mine-1', ...)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="taskret.data"):
+        read_examples(path, id_field="id")
+    assert caplog.records == []

@@ -6,6 +6,7 @@ and the field, so that a user can fix their data instead of debugging a stack tr
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Iterable
 
 from .formats import BREAK_FORMAT, OutputFormat, break_from_prompt, break_to_prompt
 from .io import DataError, iter_records
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DataError",
@@ -137,11 +140,17 @@ def read_examples(
 
     Without ``id_field`` (or when the records lack it) ids are ``"{file stem}-{line}"``.
     Duplicate ids, missing or empty fields and malformed lines raise :class:`DataError`.
+    An output must be one line (a prompt shows each example as ``input<TAB>output`` and the LM's answer is cut at
+    its first newline): a multi-line output raises :class:`DataError` too. An id field that is not read (none given
+    while the file has an ``id`` or ``_id`` field, or one given that the file lacks) is logged as a warning naming
+    the file's fields.
     """
     path = Path(path)
     examples: list[Example] = []
     seen: dict[str, int] = {}
     for line, record in iter_records(path):
+        if not examples:
+            _warn_unread_id(path, line, record, id_field)
         if id_field is not None and id_field in record:
             example_id = _field(path, line, record, id_field)
         else:
@@ -149,12 +158,32 @@ def read_examples(
         if example_id in seen:
             raise DataError(path, line, id_field, f"duplicate id '{example_id}' (first seen on line {seen[example_id]})")
         seen[example_id] = line
-        examples.append(
-            Example(example_id, _field(path, line, record, input_field), _field(path, line, record, output_field))
-        )
+        for name in (input_field, output_field):
+            if record.get(name) is None:
+                raise DataError(path, line, name, f"missing field (fields here: {', '.join(map(str, record)) or 'none'}"
+                                f"; name yours with --input-field / --output-field)")
+        output = _field(path, line, record, output_field)
+        if "\n" in output.strip() or "\r" in output.strip():
+            raise DataError(path, line, output_field, f"the output spans {len(output.strip().splitlines())} lines; it "
+                            f"must be one line (a prompt shows each example as input<TAB>output and the LM's answer "
+                            f"is cut at its first newline): join its lines, e.g. with '; '")
+        examples.append(Example(example_id, _field(path, line, record, input_field), output))
     if not examples:
         raise DataError(path, None, None, "no examples in file")
     return examples
+
+
+def _warn_unread_id(path: Path, line: int, record: dict, id_field: str | None) -> None:
+    """One warning when a file's ids will be its line numbers although it seems to hold ids of its own."""
+    fields = ", ".join(map(str, record))
+    if id_field is None:
+        own = next((name for name in ("id", "_id") if name in record), None)
+        if own is not None:
+            logger.warning("%s: ids are the file's name and line ('%s-%d', ...), not its field '%s' (--id-field %s "
+                           "reads it)", path, path.stem, line, own, own)
+    elif id_field not in record:
+        logger.warning("%s: no id field '%s' (fields here: %s), so ids are the file's name and line ('%s-%d', ...)",
+                       path, id_field, fields, path.stem, line)
 
 
 def _not_installed(name: str, missing: Path, base: Path) -> str:

@@ -54,7 +54,8 @@ def bad_beir(tmp_path):
 
 def test_a_data_error_prints_the_same_in_every_cli(tmp_path, bad_pool, bad_beir):
     pool_error = message_of(lambda: read_examples(bad_pool, "q", "a", "key"))
-    assert f"{bad_pool}, line 2, field 'a': missing field" == pool_error
+    assert f"{bad_pool}, line 2, field 'a': missing field (fields here: key, q; name yours with --input-field / " \
+        f"--output-field)" == pool_error
     assert_reported(invoke("evaluate", "--train", bad_pool, "--test", bad_pool, *FIELDS, "--out", tmp_path / "run"),
                     pool_error)
     assert_reported(invoke("epr", "candidates", "--train", bad_pool, *FIELDS, "--out", tmp_path / "c.jsonl"),

@@ -411,3 +411,28 @@ def test_an_unknown_berri_lite_task_lists_the_known_ones(tmp_path):
     with pytest.raises(FileNotFoundError, match="no berri-lite task 'medqad'; known tasks: medquad, nl2bash"):
         load_retrieval_task("berri-lite/medqad", tmp_path)
     assert load_corpus("berri-lite/medquad", tmp_path).name == "medquad"  # a corpus needs no qrels
+
+
+def test_a_corpus_whose_id_or_title_column_is_not_read_says_so_in_one_warning(tmp_path, caplog):
+    from taskret.tart.tasks import load_corpus
+
+    table = tmp_path / "medquad.csv"
+    table.write_text("doc_no,focus,answer_body\n12109,Diabetes,Insulin helps\n12110,Asthma,Inhalers help\n",
+                     encoding="utf-8")
+    with caplog.at_level("WARNING", logger="taskret.tart.tasks"):
+        corpus = load_corpus(table, text_field="answer_body", title_field="focus")
+    assert list(corpus.documents) == ["2", "3"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{table}: no id field ('_id' or 'id'), so ids are line numbers; --id-field names one (fields not read: "
+        f"doc_no)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="taskret.tart.tasks"):
+        assert list(load_corpus(table, text_field="answer_body", title_field="focus", id_field="doc_no").documents) \
+            == ["12109", "12110"]
+    assert caplog.records == []
+    titled = tmp_path / "titled.jsonl"
+    titled.write_text('{"_id": "d1", "Title": "T", "text": "first"}\n', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="taskret.tart.tasks"):
+        load_corpus(titled)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{titled}: no title field 'title', so no titles; --title-field names one (fields not read: Title)"]

@@ -15,6 +15,7 @@ Bad files stop with a :class:`~taskret.data.DataError` naming the file, the line
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,8 @@ from typing import Callable, NamedTuple, Sequence
 
 from ..data import _field, default_data_dir, read_examples, sample
 from ..io import DataError, iter_records
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "Document",
@@ -242,6 +245,8 @@ def read_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_f
     for line, record in iter_records(path):
         if ids_from is None:
             ids_from = next((name for name in ("_id", "id") if name in record), "")
+        if not corpus:
+            _warn_unread_fields(path, record, ids_from, text_field, title_field)
         doc_id = _field(path, line, record, ids_from) if ids_from else str(line)
         if text_field not in record or record[text_field] is None:
             raise DataError(path, line, text_field, "missing field" + _fields_hint(record, text_field))
@@ -256,6 +261,19 @@ def read_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_f
     if not corpus:
         raise DataError(path, None, None, "no documents in file")
     return corpus
+
+
+def _warn_unread_fields(path: Path, record: dict, ids_from: str, text_field: str, title_field: str | None) -> None:
+    """One warning when a corpus falls back while its first record has fields that are not read: ids numbered by
+    line beside unread columns (a CSV's ``doc_no``), or no titles beside a column whose name says title."""
+    unread = [str(name) for name in record if name not in (ids_from, text_field, title_field)]
+    fallbacks = []
+    if not ids_from:
+        fallbacks.append("no id field ('_id' or 'id'), so ids are line numbers; --id-field names one")
+    if (title_field is None or title_field not in record) and any("title" in name.lower() for name in unread):
+        fallbacks.append(f"no title field '{title_field}', so no titles; --title-field names one")
+    if unread and fallbacks:
+        logger.warning("%s: %s (fields not read: %s)", path, "; ".join(fallbacks), ", ".join(unread))
 
 
 def _fields_hint(record: dict, wanted: str) -> str:
