@@ -42,7 +42,10 @@ def test_index_and_search_round_trip(tmp_path):
                     "--k", 2, "aspirin heart attacks")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == "query: Retrieve scientific evidence [SEP] aspirin heart attacks"
+    # BM25 reads the query alone and nothing reranks: one warning, and the query line says what was searched
+    assert lines[0] == "query: aspirin heart attacks"
+    assert result.stderr.count("warning: no stage of this search reads --instruction (bm25's first stage reads the "
+                               "query alone, and no reranker runs)") == 1
     rank, doc_id, score, snippet = lines[1].split(None, 1)[0], *lines[1].split(None, 1)[1].split("\t")
     assert (rank, doc_id) == ("1.", "d1") and float(score) > 0
     assert snippet.startswith("Aspirin and the heart | Aspirin lowers the risk")
@@ -63,6 +66,8 @@ def test_dense_index_and_search_round_trip(tmp_path, tiny_bert_dir):
     result = invoke("search", "--index", tmp_path / "index", "--json", "--k", 3, "aspirin")
     assert result.exit_code == 0, result.output
     assert sorted(json.loads(result.stdout)["ids"]) == ["3", "d1", "d2"]
+    result = invoke("search", "--index", tmp_path / "index", "--json", "--instruction", "Find evidence", "aspirin")
+    assert json.loads(result.stdout)["query"] == "Find evidence [SEP] aspirin" and "warning" not in result.stderr
 
 
 def test_evaluate_builtin_tasks_closed_and_pooled(tmp_path):

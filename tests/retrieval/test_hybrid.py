@@ -186,3 +186,20 @@ def test_fuse_results_by_reciprocal_rank_ignores_score_scales():
         fuse_results([first, second], [0.5, 0.5], fusion="rrf")
     with pytest.raises(ValueError, match="unknown fusion"):
         fuse_results([first, second], [0.5, 0.5], fusion="max")
+
+
+def test_a_retriever_says_whether_it_reads_the_instruction(tmp_path, pool_examples):
+    from taskret.retrieval.index import load_index, save_index
+    from taskret.tart.search import instruction_read, search_index
+
+    assert not BM25Retriever().reads_instruction and make_retriever("bm25?read_instruction=1").reads_instruction
+    assert not RandomRetriever().reads_instruction
+    both_bm25 = make_retriever("hybrid:bm25+bm25:output?read_instruction=0,0")
+    assert not both_bm25.reads_instruction
+    assert make_retriever("hybrid:bm25+bm25:output?read_instruction=0,1").reads_instruction
+    save_index(tmp_path / "index", both_bm25.index(pool_examples), pool_examples, task="pool")
+    index = load_index(tmp_path / "index")
+    assert not instruction_read(index) and instruction_read(index, reranker="upr:tiny")  # a reranker reads it
+    texts, result = search_index(index, ["play jazz"], instruction="Find a music command", top_k=2)
+    assert texts == ["play jazz"]  # what was searched: the query alone
+    assert result.ids == search_index(index, ["play jazz"], top_k=2)[1].ids

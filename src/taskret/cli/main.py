@@ -160,6 +160,8 @@ def evaluate(
         if not ret.ids:
             with console.status(f"indexing {len(loaded.train)} examples with {retriever}"):
                 index_pool(ret, loaded, train)
+        if instruction is not None and not ret.reads_instruction:
+            say(f"warning: {retriever} reads the query alone, not --instruction: its ranking is the same without it")
         if instruction is not None:
             from ..retrieval.instructed import InstructedRetriever
 

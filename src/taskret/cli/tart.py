@@ -11,7 +11,7 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 
-from .common import App, DataDir, RerankWeight, console, write_ranked
+from .common import App, DataDir, RerankWeight, console, say, write_ranked
 
 app = App(help="TART: instruction-following retrieval (evaluate, index, search, tune-weight, build-data, ict, "
           "train-dual, train-full, distil, soup, run).")
@@ -215,7 +215,8 @@ def search(
                                    "index command)"),
     instruction: Optional[str] = typer.Option(None, help="what to find, e.g. 'Retrieve scientific evidence to "
                                               "verify this claim' (default: the index's, else the query alone); "
-                                              "the setups give it to the reranker only"),
+                                              "the setups give it to the reranker only: where no stage reads it "
+                                              "(BM25, docs-fast) a warning says so and the query is searched alone"),
     top_k: int = typer.Option(5, "--top-k", "--k", min=1, help="how many documents"),
     rerank: Optional[str] = typer.Option(None, help="rerank with a TART-full folder (or any CrossEncoder folder), or "
                                          "upr:LM (default: the reranker the index's setup records)"),
@@ -233,13 +234,17 @@ def search(
     chars; an index built from a setup is reranked as the setup says."""
     from ..progress import reporting
     from ..retrieval.index import load_index
-    from ..tart.search import RECORDED, recorded_rerank, search_index
+    from ..tart.search import RECORDED, instruction_read, recorded_rerank, search_index
 
     if rerank is not None and no_rerank:
         raise ValueError("give --rerank or --no-rerank, not both")
     index = load_index(index_dir)
     reranker = None if no_rerank else (rerank or RECORDED)
-    if instruction is None and index.instruction:
+    read = instruction_read(index, reranker)
+    if instruction is not None and not read:
+        say(f"warning: no stage of this search reads --instruction ({index.info.get('setup') or index.retriever.name}"
+            f"'s first stage reads the query alone, and no reranker runs): searching with the query alone")
+    if instruction is None and index.instruction and read:
         instruction = index.instruction
         console.print(f"instruction (the index's): '{instruction}'")
     recorded = recorded_rerank(index)["rerank"]

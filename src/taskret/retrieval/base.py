@@ -91,6 +91,12 @@ class Retriever(ABC):
 
     field: str = "input"
 
+    @property
+    def reads_instruction(self) -> bool:
+        """Whether a query's instruction (``"{instruction} [SEP] {query}"``) can change what this retriever finds: a
+        dense encoder reads it; BM25 (unless ``read_instruction``) and a hybrid whose components all drop it do not."""
+        return True
+
     def index(self, examples: Sequence[Example]) -> "Retriever":
         """Index examples by their ``field`` text (input, output or both)."""
         return self.index_texts([e.id for e in examples], [example_text(e, self.field) for e in examples])

@@ -43,6 +43,10 @@ class BM25Retriever(Retriever):
         self.b = b
         self._bm25 = None
 
+    @property
+    def reads_instruction(self) -> bool:
+        return self.read_instruction
+
     def _index_texts(self, texts: list[str]) -> None:
         import bm25s
 

@@ -212,6 +212,10 @@ class HybridRetriever(Retriever):
         self.fusion, self.weights, self.rrf_k, self.depth, self.field = fusion, list(weights), rrf_k, depth, field
         self.read_instruction = [bool(switch) for switch in read_instruction]
 
+    @property
+    def reads_instruction(self) -> bool:
+        return any(self.read_instruction)
+
     def _index_texts(self, texts: list[str]) -> None:
         if not self.components:
             raise RuntimeError("a hybrid retriever needs its component retrievers to index")

@@ -19,6 +19,10 @@ class RandomRetriever(Retriever):
         super().__init__()
         self.seed = seed
 
+    @property
+    def reads_instruction(self) -> bool:
+        return False  # nor the query
+
     def _index_texts(self, texts: list[str]) -> None:
         pass  # random draws need only the ids
 

@@ -9,6 +9,7 @@ Public API::
     search_index(index, queries, instruction, top_k, reranker)   # -> (searched texts, RetrievalResult)
     recorded_rerank(index)                                       # the reranking an index records (its setup)
     resolve_rerank(index, reranker, rerank_depth, rerank_weight) # the reranking to apply, overrides on the record
+    instruction_read(index, reranker)                            # whether any stage reads an instruction
     rerank_first_stage(index, texts, first, reranker, ...)       # search_index's second stage, on a first stage
     record_text(record)                                          # what a reranker reads of a record
     snippet(record)                                              # "title | first 200 characters..."
@@ -23,8 +24,8 @@ from ..formats import format_query
 from ..retrieval.base import RetrievalResult
 from ..retrieval.index import IndexRecord, LoadedIndex, load_index
 
-__all__ = ["RECORDED", "record_text", "recorded_rerank", "rerank_first_stage", "resolve_rerank", "snippet",
-           "search_index"]
+__all__ = ["RECORDED", "instruction_read", "record_text", "recorded_rerank", "rerank_first_stage", "resolve_rerank",
+           "snippet", "search_index"]
 
 
 def record_text(record: IndexRecord) -> str:
@@ -70,6 +71,13 @@ def resolve_rerank(index: LoadedIndex, reranker=RECORDED, rerank_depth: int | No
             "rerank_weight": rerank_weight}
 
 
+def instruction_read(index: LoadedIndex, reranker=RECORDED) -> bool:
+    """Whether a search of ``index`` with ``reranker`` (as :func:`search_index` takes it) reads an instruction at any
+    stage: a first stage that reads it (a dense one; not BM25, nor the named document setups' hybrid) or a reranker.
+    When none does, :func:`search_index` searches with the query alone, as its ranking would anyway."""
+    return index.retriever.reads_instruction or resolve_rerank(index, reranker)["rerank"] is not None
+
+
 def rerank_first_stage(index: LoadedIndex, texts: Sequence[str], first: RetrievalResult, reranker,
                        rerank_depth: int = 100, rerank_weight: float | None = None) -> RetrievalResult:
     """The second stage of :func:`search_index`, given its first stage's ``first`` for the searched ``texts``:
@@ -98,7 +106,10 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
     (:meth:`~taskret.rerank.Reranker.rerank`'s ``first_stage_weight``, the first stage's share).
 
     ``query_encoder``: a dense index is searched with queries encoded by this model, one trained over the
-    index's document vectors (:meth:`~taskret.retrieval.dense.DenseRetriever.use_query_encoder`, which checks it)."""
+    index's document vectors (:meth:`~taskret.retrieval.dense.DenseRetriever.use_query_encoder`, which checks it).
+
+    An instruction that no stage reads (:func:`instruction_read`) is left out of the searched texts: they are the
+    queries alone, which rank the same."""
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if not isinstance(index, LoadedIndex):
@@ -107,6 +118,8 @@ def search_index(index: LoadedIndex | str | os.PathLike, queries: Sequence[str],
     reranker, rerank_depth = rerank["rerank"], rerank["rerank_depth"]
     if query_encoder is not None:
         index.use_query_encoder(query_encoder)
+    if instruction is not None and reranker is None and not index.retriever.reads_instruction:
+        instruction = None  # no stage reads it: the texts say what was searched
     texts = [format_query(instruction, q) for q in queries]
     if reranker is None:
         result = index.retriever.retrieve(texts, k=top_k)
