@@ -120,3 +120,27 @@ def test_retrieve_reads_a_bare_retriever_and_serve_refuses_it(tmp_path, pool_exa
         == ["music"]
     result = CliRunner().invoke(cli_app, ["serve", "--index", str(tmp_path / "bare")], env=ENV)
     assert result.exit_code == 2 and "holds no texts" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["taskret index", "taskret epr index"])
+def test_an_index_of_an_epr_run_records_its_context_window_and_serve_builds_prompts_for_it(command, tmp_path,
+                                                                                         pool_train, epr_run):
+    work = tmp_path / "work"
+    shutil.copytree(epr_run, work / "retriever")
+    (work / "pipeline_config.json").write_text(json.dumps({"context_window": 640, "max_new_tokens": 64}))
+    out = tmp_path / "index"
+    if command == "taskret index":
+        result = invoke("index", "--train", pool_train, *FIELDS, "--setup", f"examples-epr:{work}", "--out", out)
+        assert "(its run's prompts: context_window 640, max_new_tokens 64)" in result.output
+    else:
+        invoke("epr", "index", "--model", work / "retriever", "--train", pool_train, *FIELDS, "--out", out)
+    info = json.loads((out / INFO_FILE).read_text())
+    assert (info["context_window"], info["max_new_tokens"]) == (640, 64)
+    health = TestClient(create_app(out, warmup=False)).get("/health").json()
+    assert health["token_budget"] == 640 - 64  # not 2048 - 128
+    assert TestClient(create_app(out, warmup=False, context_window=1024)).get("/health").json()["token_budget"] == \
+        1024 - 64  # an option given wins
+    plain = tmp_path / "plain"
+    invoke("index", "--train", pool_train, *FIELDS, "--retriever", "bm25", "--out", plain)
+    assert "context_window" not in json.loads((plain / INFO_FILE).read_text())
+    assert TestClient(create_app(plain, warmup=False)).get("/health").json()["token_budget"] == 2048 - 128

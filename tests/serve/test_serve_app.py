@@ -363,3 +363,16 @@ def test_docs_load_swagger_ui_from_the_service(client):
     assert "/static/swagger-ui/swagger-ui-bundle.js" in html and "/static/swagger-ui/swagger-ui.css" in html
     assert not re.search(r"https?://", html)  # no CDN, no favicon from elsewhere, no validator
     assert '"validatorUrl": null' in html
+
+
+def test_the_serve_page_states_the_servers_limits():
+    from pathlib import Path
+
+    from taskret.serve import app as served
+
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "how-to" / "serve.md").read_text(
+        encoding="utf-8").split())
+    assert f"`k` and `max_demos` at most {served.MAX_K};" in page
+    assert f"at most {served.MAX_TEXT_CHARS:,} characters" in page
+    assert f"`token_budget` at most {served.MAX_TOKEN_BUDGET:,}; `max_new_tokens` at most " \
+           f"{served.MAX_GENERATE_TOKENS}; a request body at most {served.MAX_BODY_BYTES >> 20} MiB" in page

@@ -228,7 +228,7 @@ def index(
     (servable by `taskret serve`, written atomically)."""
     from ..models import resolve_model
     from ..retrieval import make_retriever
-    from ..retrieval.index import output_format_name, save_index
+    from ..retrieval.index import output_format_name, run_prompt_settings, save_index
 
     loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config)
     if lm is not None:
@@ -236,7 +236,8 @@ def index(
     retriever = make_retriever(f"epr:{model}")
     retriever.index(loaded.train)
     save_index(out, retriever, loaded.train, task=loaded.name, retriever_spec=f"epr:{model}",
-               output_format=output_format_name(loaded.output_format), lm=lm)
+               output_format=output_format_name(loaded.output_format), lm=lm,
+               extra=run_prompt_settings(f"epr:{model}"))  # the run's context window, for `taskret serve`
     console.print(f"indexed {len(loaded.train)} examples -> {out}")
 
 

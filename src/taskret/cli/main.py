@@ -244,7 +244,7 @@ def index(
     from ..models import resolve_model
     from ..progress import reporting
     from ..retrieval import make_retriever
-    from ..retrieval.index import output_format_name, save_index
+    from ..retrieval.index import output_format_name, run_prompt_settings, save_index
     from ..setups import resolve_setup
 
     if task is not None and train is None and task not in (*BUILTIN_TASKS, "demo") and Path(task).is_file():
@@ -267,8 +267,14 @@ def index(
     ret = make_retriever(retriever)
     with reporting():  # the encoding's progress, rate and ETA on stderr (a status spinner would share its line)
         ret.index(examples)
-    save_index(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm)
-    console.print(f"indexed {len(examples)} examples with {retriever} -> {out}")
+    recorded = run_prompt_settings(retriever)  # an EPR run's context window: `taskret serve` builds its prompts
+    save_index(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm, extra=recorded)
+    console.print(f"indexed {len(examples)} examples with {retriever} -> {out}"
+                  + (f" (its run's prompts: {_settings(recorded)})" if recorded else ""))
+
+
+def _settings(recorded: dict) -> str:
+    return ", ".join(f"{key} {value}" for key, value in recorded.items())
 
 
 @app.command()
@@ -281,9 +287,11 @@ def serve(
                                      "LM, else whitespace-separated words)"),
     token_budget: Optional[int] = typer.Option(None, min=1, help="default /prompt token budget (default: --context-window "
                                                "minus --max-new-tokens, capped by the LM's context)"),
-    context_window: int = typer.Option(2048, min=2, help="LM context in tokens, as `taskret evaluate --context-window`"),
-    max_new_tokens: int = typer.Option(128, min=1, help="room left for the answer, as `taskret evaluate "
-                                       "--max-new-tokens`"),
+    context_window: Optional[int] = typer.Option(None, min=2, help="LM context in tokens, as `taskret evaluate "
+                                                 "--context-window` (default: the index's, which an index of an EPR "
+                                                 "run records from the run, else 2048)"),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="room left for the answer, as `taskret evaluate "
+                                                 "--max-new-tokens` (default: the index's, else 128)"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="log every request"),
     query_encoder: Optional[str] = typer.Option(None, help="encode the queries with this model: one distilled with "

@@ -95,6 +95,15 @@ class LoadedIndex:
     def instruction(self) -> str | None:
         return self.info.get("instruction")
 
+    @property
+    def context_window(self) -> int | None:
+        """The LM context its prompts were built for (an index of an EPR run records the run's), else None."""
+        return self.info.get("context_window")
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.info.get("max_new_tokens")
+
     def prompt_output(self, record: IndexRecord) -> str:
         """The output as a demonstration shows it (Break's ``1#) step 2#) step``, others unchanged)."""
         return OUTPUT_FORMATS[self.output_format](record.output or "")
@@ -140,6 +149,27 @@ def _item_row(kind: str, item) -> dict:
             return {"id": item.id, "input": item.text, "output": item.output or ""}
         return {"id": item.id, "input": item.input, "output": item.output}
     return {"id": item.id, "title": item.title or "", "text": item.text}
+
+
+PROMPT_SETTINGS = ("context_window", "max_new_tokens")
+
+
+def run_prompt_settings(spec: str) -> dict:
+    """The prompt settings (``context_window``, ``max_new_tokens``) of the EPR run behind ``epr:DIR`` (DIR: the work
+    folder, its ``index/`` or ``retriever/``), read from its ``pipeline_config.json``; ``{}`` for any other spec or a
+    folder without one. :func:`save_index` gets them as ``extra``, so ``taskret serve`` builds the prompts the run
+    was evaluated with."""
+    from ..io import read_json
+
+    if not spec.startswith("epr:"):
+        return {}
+    folder = Path(spec[len("epr:"):])
+    for candidate in (folder, folder.parent):
+        config = candidate / "pipeline_config.json"
+        if config.is_file():
+            saved = read_json(config)
+            return {key: saved[key] for key in PROMPT_SETTINGS if isinstance(saved.get(key), int)}
+    return {}
 
 
 def save_index(out: str | os.PathLike, retriever: Retriever, items: Sequence, *, kind: str = "examples",

@@ -280,15 +280,16 @@ def _finite(score) -> Optional[float]:
 
 
 def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = None, token_budget: int | None = None,
-               context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-               warmup: bool = True, query_encoder: str | None = None, rerank: str | None = RECORDED,
+               context_window: int | None = None, max_new_tokens: int | None = None, warmup: bool = True,
+               query_encoder: str | None = None, rerank: str | None = RECORDED,
                rerank_depth: int | None = None, rerank_weight: float | None = None, generate: bool = False,
                generate_timeout_s: float = DEFAULT_GENERATE_TIMEOUT_S, mmap: bool = False) -> FastAPI:
     """A FastAPI app serving one index folder, of any layout a taskret ``index`` command writes (checked
     first: a partial or mismatched one raises :class:`~taskret.retrieval.index.InvalidIndex`). ``lm``
     overrides the LM whose tokenizer counts prompt tokens; the default prompt budget is ``token_budget``,
     else :func:`~taskret.icl.prompt.prompt_token_budget` of ``context_window`` and ``max_new_tokens``
-    (capped by the LM's context); ``warmup`` runs one query so that a dense retriever loads its encoder
+    (capped by the LM's context; each by default the index's, which an index of an EPR run records, else 2048 and
+    128); ``warmup`` runs one query so that a dense retriever loads its encoder
     before the first request, not during it. ``query_encoder``: queries of a dense index are encoded by this
     model, one distilled over the index's frozen document vectors (:meth:`LoadedIndex.use_query_encoder`,
     which refuses any other).
@@ -324,6 +325,10 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     examples = index.kind == "examples"
     counter = make_token_counter(lm or index.lm) if examples else TokenCounter(None, "none")
     count_tokens, counter_name = counter.count, counter.name
+    if context_window is None:
+        context_window = index.context_window or DEFAULT_CONTEXT_WINDOW
+    if max_new_tokens is None:
+        max_new_tokens = index.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     if token_budget is None:
         token_budget = prompt_token_budget(context_window, max_new_tokens, counter.context_length)
     if not 1 <= token_budget <= MAX_TOKEN_BUDGET:
