@@ -482,3 +482,17 @@ def test_cli_checksum_mismatch_exits_2(server, tmp_path, monkeypatch):
     server.files["break-qdmr-dev.csv"] = break_dev_csv(12)
     result = runner.invoke(app, [*args, "--force"])
     assert result.exit_code == 2 and "sha256" in result.output
+
+
+def test_cli_list_reads_the_folder_every_command_reads(tmp_path, monkeypatch):
+    from taskret.data import default_data_dir
+
+    shared = tmp_path / "shared" / "data"
+    (shared / "mtop").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.delenv("TASKRET_DATA_DIR", raising=False)
+    assert default_data_dir() == shared  # what load_task reads here
+    result = CliRunner().invoke(app, ["data", "list"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert f"datasets ({shared})" in result.output

@@ -436,3 +436,16 @@ def test_a_corpus_whose_id_or_title_column_is_not_read_says_so_in_one_warning(tm
         load_corpus(titled)
     assert [r.getMessage() for r in caplog.records] == [
         f"{titled}: no title field 'title', so no titles; --title-field names one (fields not read: Title)"]
+
+
+def test_a_beir_folder_with_only_dev_qrels_is_evaluated_on_dev_and_says_so(tmp_path, caplog):
+    folder = write_beir(tmp_path / "mine", qrels={"dev": [("q1", "d1", 1)], "train": [("q3", "3", 1)]})
+    with caplog.at_level("WARNING", logger="taskret.tart.tasks"):
+        task = load_retrieval_task(str(folder))
+    assert task.qrels == {"q1": {"d1": 1}} and list(task.queries) == ["q1"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder} has no test qrels: evaluating on its dev qrels ({folder / 'qrels' / 'dev.tsv'})"]
+    assert load_retrieval_task(str(folder), split="train").qrels == {"q3": {"3": 1}}
+    (folder / "qrels" / "dev.tsv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"no qrels for split 'test' \(available: train\)"):
+        load_retrieval_task(str(folder))

@@ -1,5 +1,6 @@
-"""``taskret data ...``: list the datasets of the built-in tasks and download them from their publishers
-into the data directory the tasks read (``$TASKRET_DATA_DIR``, else ``~/.cache/taskret/data``)."""
+"""``taskret data ...``: list the datasets of the built-in tasks, installed or not in the folder every other command
+reads them from (:func:`taskret.data.default_data_dir`), and download them from their publishers into the download
+folder (``$TASKRET_DATA_DIR``, else ``~/.cache/taskret/data``)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,23 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..download import DATASETS, DownloadError, download, download_dir, is_installed
+from ..data import default_data_dir
+from ..download import DATASETS, DownloadError, download, is_installed
 from .common import App
 
 app = App(help="Datasets of the built-in tasks: list them, download them from their publishers.")
 console = Console(stderr=True)
 
 DATA_DIR_HELP = "where datasets go (default $TASKRET_DATA_DIR, else ~/.cache/taskret/data)"
+LIST_DIR_HELP = ("where datasets are read from (default: where every command reads them: $TASKRET_DATA_DIR, else "
+                 "../shared/data when it exists, else ~/.cache/taskret/data)")
 
 
 @app.command("list")
-def list_datasets(data_dir: Optional[Path] = typer.Option(None, help=DATA_DIR_HELP)):
-    """Every downloadable dataset: what it is, its size, licence, source, and whether it is installed."""
-    folder = data_dir or download_dir()
+def list_datasets(data_dir: Optional[Path] = typer.Option(None, help=LIST_DIR_HELP)):
+    """Every downloadable dataset: what it is, its size, licence, source, and whether it is installed in the folder
+    the tasks are read from (the table's title names it)."""
+    folder = data_dir or default_data_dir()
     table = Table(title=f"datasets ({folder})")
     for column in ("name", "what", "size", "licence", "source", "installed"):
         table.add_column(column, overflow="fold")

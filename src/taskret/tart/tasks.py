@@ -650,13 +650,19 @@ def _berri_lite_instructions(name: str, data_dir: str | os.PathLike | None) -> l
 def load_retrieval_task(name: str, data_dir: str | os.PathLike | None = None, split: str = "test") -> RetrievalTask:
     """A built-in task (``scifact``, ``mtop``, ``mtop-similar``, ``break``, ``ambigqa``, ``berri-lite/TASK``)
     read from ``data_dir`` (default :func:`taskret.data.default_data_dir`), or any folder in the BEIR layout
-    given by path (named after the folder, with the instructions of its ``instructions.json`` if any)."""
+    given by path (named after the folder, with the instructions of its ``instructions.json`` if any). A folder
+    without ``qrels/test.tsv`` but with ``qrels/dev.tsv`` is evaluated on dev for ``split="test"``, as the berri-lite
+    tasks are, with a warning that says so."""
     if name.startswith(BERRI_LITE + "/"):
         return _berri_lite_task(name, data_dir, split)
     if name.startswith(ICT_PREFIX):
         return _plugin(ICT_TASK)(name[len(ICT_PREFIX):], data_dir, split)
     if name not in RETRIEVAL_TASKS:
         if Path(name).is_dir():
+            qrels = Path(name) / "qrels"
+            if split == "test" and not (qrels / "test.tsv").exists() and (qrels / "dev.tsv").exists():
+                logger.warning("%s has no test qrels: evaluating on its dev qrels (%s)", name, qrels / "dev.tsv")
+                split = "dev"
             return read_beir(name, split)
         raise ValueError(f"unknown retrieval task '{name}'; built-in tasks: {', '.join(RETRIEVAL_TASKS)}, "
                          f"{BERRI_LITE}/TASK (or the path of a folder in the BEIR layout; to index or search a "
