@@ -291,3 +291,32 @@ def test_ict_writes_a_task_that_build_data_reads(tmp_path):
     assert again.exit_code == 2 and "already exists" in again.output
     bad = invoke("ict", tmp_path / "src", "--out", tmp_path / "bad", "--keep-sentence", 2)
     assert bad.exit_code == 2 and "keep_sentence must be in [0, 1]" in bad.output and not (tmp_path / "bad").exists()
+
+
+def test_evaluate_a_built_index_without_encoding_the_corpus_again(tmp_path, tiny_bert_dir, monkeypatch):
+    import taskret.tart.evaluation as evaluation
+
+    folder = write_beir(tmp_path / "facts")
+    spec = f"dense:{tiny_bert_dir}"
+    assert invoke("index", "--corpus", folder, "--retriever", spec, "--out", tmp_path / "index").exit_code == 0
+    fresh = invoke("evaluate", "--tasks", folder, "--retriever", spec, "--out", tmp_path / "fresh")
+    assert fresh.exit_code == 0, fresh.output
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("the corpus was encoded again")
+
+    monkeypatch.setattr(evaluation, "build_indexes", no_encoding)
+    result = invoke("evaluate", "--tasks", folder, "--index", tmp_path / "index", "--out", tmp_path / "saved")
+    assert result.exit_code == 0, result.output
+    assert f"evaluating the index {tmp_path / 'index'} ({spec}; 3 documents, not encoded again)" in result.stderr
+    saved = json.loads((tmp_path / "saved" / "metrics.json").read_text())
+    assert saved["settings"]["closed"]["facts"]["index_s"] == 0.0
+    expected = json.loads((tmp_path / "fresh" / "metrics.json").read_text())["settings"]["closed"]["facts"]
+    assert saved["settings"]["closed"]["facts"]["metrics"] == expected["metrics"] and saved["retriever"] == spec
+    other = write_beir(tmp_path / "other", corpus=[{"_id": "x1", "text": "something else"}],
+                       queries=[{"_id": "q1", "text": "else"}], qrels={"test": [("q1", "x1", 1)]})
+    wrong = invoke("evaluate", "--tasks", other, "--index", tmp_path / "index", "--out", tmp_path / "wrong")
+    assert wrong.exit_code == 2 and "the index holds other documents than other's corpus: 1 of its 1 documents " \
+                                    "missing (e.g. x1), 3 not in it" in wrong.stderr
+    pooled = invoke("evaluate", "--tasks", f"{folder},{other}", "--index", tmp_path / "index")
+    assert pooled.exit_code == 2 and "give one task in --tasks and --setting closed" in pooled.stderr

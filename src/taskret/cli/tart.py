@@ -75,6 +75,9 @@ def evaluate(
         None, "--first-stage-instruction/--no-first-stage-instruction",
         help="with --rerank: whether the first stage reads the instruction too (default: as --instruction)"),
     rerank_weight: RerankWeight = None,
+    index_dir: Optional[Path] = typer.Option(None, "--index", help="evaluate this saved index (`taskret tart index` of "
+                                             "the task's corpus) instead of encoding the corpus again: its retriever, "
+                                             "and its setup's reranker unless --rerank is given; one task, closed"),
     data_dir: DataDir = None,
     out: Path = typer.Option(Path("runs/tart-evaluate"), help="output folder: metrics.json and runs/{setting}/{task}.jsonl"),
 ):
@@ -91,7 +94,27 @@ def evaluate(
         raise ValueError("--limit must be at least 1")
     if k < 1:
         raise ValueError("--k must be at least 1")
-    retriever, setup = _resolve_setup(retriever)
+    names, setup, index = _task_names(tasks), None, None
+    if index_dir is not None:
+        from ..retrieval.index import load_index
+        from ..tart.search import recorded_rerank
+
+        if setting != "closed" or len(names) != 1:
+            raise ValueError("--index evaluates one task's corpus as it was indexed: give one task in --tasks and "
+                             "--setting closed")
+        index = load_index(index_dir)
+        if index.kind != "documents":
+            raise ValueError(f"{index_dir} holds {index.kind}, not documents: `taskret tart index --corpus` writes "
+                             f"a document index")
+        retriever = index.info.get("retriever") or index.retriever.name
+        recorded = recorded_rerank(index)
+        if rerank is None and recorded["rerank"]:
+            rerank, rerank_top_k = recorded["rerank"], rerank_top_k or recorded["rerank_depth"]
+            rerank_weight = recorded["rerank_weight"] if rerank_weight is None else rerank_weight
+        console.print(f"evaluating the index {index_dir} ({retriever}{', reranked by ' + rerank if rerank else ''}"
+                      f"; {len(index.retriever.ids)} documents, not encoded again)", soft_wrap=True)
+    else:
+        retriever, setup = _resolve_setup(retriever)
     if setup is not None and setup.kind != "documents":
         raise ValueError(f"setup '{setup.name}' retrieves examples for prompts: evaluate it with `taskret evaluate`")
     if setup is not None and setup.rerank is not None and rerank is None:
@@ -99,13 +122,14 @@ def evaluate(
         rerank_top_k = setup.rerank_depth if rerank_top_k is None else rerank_top_k
     rerank_top_k = 100 if rerank_top_k is None else rerank_top_k
     loaded = [_with_instruction(load_retrieval_task(name, data_dir, split), instruction_text).sample(limit, seed=seed)
-              for name in _task_names(tasks)]
+              for name in names]
+    indexed = {loaded[0].name: index.retriever} if index is not None else None  # searched, not built again
     if instruction:
         for task in loaded:
             console.print(f"{task.name}: instruction " + (f"'{task.instruction}'" if task.instruction else
                           "none (the task has no instructions: give --instruction-text, or an instructions.json "
                           "in its folder); its queries are used alone"))
-        if not _first_stage_reads_instruction(retriever):
+        if not (index.retriever.reads_instruction if index is not None else _first_stage_reads_instruction(retriever)):
             console.print(f"{retriever} reads the query alone" + (", the instruction goes to the reranker" if rerank
                           else ": the instruction changes nothing here") + " (bm25?read_instruction=1, or a hybrid's "
                           "read_instruction=1,..., gives it to BM25)")
@@ -122,7 +146,7 @@ def evaluate(
     result = evaluate_retriever(retriever, loaded, setting=setting, use_instruction=instruction, k=k,
                                 run_dir=out / "runs", reranker=reranker, rerank_top_k=rerank_top_k,
                                 first_stage_instruction=first_stage_instruction, rerank_weight=rerank_weight,
-                                progress=True)
+                                progress=True, indexed=indexed)
     result.update({"split": split, "limit": limit, "seed": seed, "wall_time_s": round(time.perf_counter() - start, 2)})
     write_json(out / "metrics.json", result)
     from rich.table import Table

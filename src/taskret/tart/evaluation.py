@@ -171,9 +171,10 @@ def _evaluate_setting(tasks: Sequence[RetrievalTask], setting: str, indexes: dic
 
 
 def _indexes(cache: dict, retriever_spec: str, tasks: Sequence[RetrievalTask], setting: str,
-             make: Callable | None) -> dict[str, tuple[object, float]]:
+             make: Callable | None, indexed: Mapping[str, object] | None = None) -> dict[str, tuple[object, float]]:
     """The indexes of a setting, built on first use: one per task's corpus (closed), shared by every call
-    that evaluates that task, or one over all corpora (pooled), shared by calls with the same tasks."""
+    that evaluates that task, or one over all corpora (pooled), shared by calls with the same tasks. ``indexed``:
+    closed-setting retrievers already indexed over a task's corpus (a saved index), by task name: not built."""
     def corpus_key(task: RetrievalTask) -> str:
         return f"{task.name}:{len(task.corpus)}"
 
@@ -181,6 +182,9 @@ def _indexes(cache: dict, retriever_spec: str, tasks: Sequence[RetrievalTask], s
         out = {}
         for task in tasks:
             key = f"{retriever_spec}|closed|{corpus_key(task)}"
+            if indexed and task.name in indexed:
+                check_indexed_corpus(indexed[task.name], task)
+                cache[key] = (indexed[task.name], 0.0)
             if key not in cache:
                 cache[key] = build_indexes(retriever_spec, [task], "closed", make=make)[task.name]
             out[task.name] = cache[key]
@@ -191,6 +195,16 @@ def _indexes(cache: dict, retriever_spec: str, tasks: Sequence[RetrievalTask], s
     return {POOLED: cache[key]}
 
 
+def check_indexed_corpus(retriever, task: RetrievalTask) -> None:
+    """Refuse a retriever indexed over other documents than ``task``'s corpus (a saved index of another corpus)."""
+    ids, corpus = set(retriever.ids), set(task.corpus)
+    if ids != corpus:
+        missing, extra = sorted(corpus - ids), sorted(ids - corpus)
+        raise ValueError(f"the index holds other documents than {task.name}'s corpus: {len(missing)} of its "
+                         f"{len(corpus)} documents missing (e.g. {', '.join(missing[:3]) or '-'}), {len(extra)} not in "
+                         f"it (e.g. {', '.join(extra[:3]) or '-'}); index this corpus with `taskret tart index`")
+
+
 def _mean(per_task: dict[str, dict]) -> dict[str, float]:
     return {m: sum(t["metrics"][m] for t in per_task.values()) / len(per_task) for m in METRICS}
 
@@ -199,7 +213,8 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
                        use_instruction: bool = True, k: int = 100, run_dir: str | Path | None = None,
                        indexes: dict | None = None, make: Callable | None = None, reranker=None,
                        rerank_top_k: int = 100, first_stage_instruction: bool | None = None,
-                       rerank_weight: float | None = None, progress: bool = False) -> dict:
+                       rerank_weight: float | None = None, progress: bool = False,
+                       indexed: Mapping[str, object] | None = None) -> dict:
     """Evaluate one retriever (a ``make_retriever`` spec) on ``tasks``.
 
     ``setting``: ``closed``, ``pooled`` or ``both``. Queries are ``format_query(task.instruction, query)``
@@ -221,6 +236,10 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
 
     ``progress``: the long stages (encoding a corpus, reranking) report their rate and ETA on stderr
     (:func:`taskret.progress.reporting`); without it they are as quiet as the caller's setting.
+
+    ``indexed``: retrievers already indexed over a task's corpus, by task name (a saved index's, as ``taskret tart
+    evaluate --index`` loads it): the closed setting searches them instead of encoding the corpus again; one indexed
+    over other documents is refused (:func:`check_indexed_corpus`).
     """
     if progress:
         from ..progress import reporting
@@ -229,7 +248,7 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
             return evaluate_retriever(retriever_spec, tasks, setting=setting, use_instruction=use_instruction, k=k,
                                       run_dir=run_dir, indexes=indexes, make=make, reranker=reranker,
                                       rerank_top_k=rerank_top_k, first_stage_instruction=first_stage_instruction,
-                                      rerank_weight=rerank_weight)
+                                      rerank_weight=rerank_weight, indexed=indexed)
     if k < 1:
         raise ValueError("k must be at least 1")
     if reranker is not None:
@@ -254,8 +273,9 @@ def evaluate_retriever(retriever_spec: str, tasks: Sequence[RetrievalTask], sett
                     "first_stage_instruction": use_instruction if first_stage_instruction is None
                     else first_stage_instruction, "rerank_weight": rerank_weight})
     for name in settings:
-        per_task = _evaluate_setting(tasks, name, _indexes(cache, retriever_spec, tasks, name, make), use_instruction,
-                                     k, run_path, reranker, rerank_top_k, first_stage_instruction, rerank_weight)
+        per_task = _evaluate_setting(tasks, name, _indexes(cache, retriever_spec, tasks, name, make, indexed),
+                                     use_instruction, k, run_path, reranker, rerank_top_k, first_stage_instruction,
+                                     rerank_weight)
         out["settings"][name] = per_task
         out["mean"][name] = _mean(per_task)
     if len(settings) == 2:
