@@ -232,3 +232,39 @@ def test_demo_command_with_a_local_model(runner, tmp_path, tiny_model_dir):
     for method in ("random", "bm25"):
         assert len(read_jsonl_rows(out / method / "predictions.jsonl")) == 100
     assert "exact match" in result.stdout
+
+
+def test_evaluate_sizes_the_answer_by_the_training_outputs_when_max_new_tokens_is_not_given(runner, tmp_path,
+                                                                                          pool_files, tiny_model_dir,
+                                                                                          tokenizer):
+    train, test = pool_files
+    out = tmp_path / "run"
+    result = invoke(runner, "evaluate", "--train", train, "--test", test, "--input-field", "q", "--output-field", "a",
+                    "--id-field", "key", "--retriever", "bm25", "--lm", tiny_model_dir, "--context-window", "256",
+                    "--limit", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    longest = max(len(tokenizer(row["a"], add_special_tokens=False)["input_ids"]) for row in read_jsonl_rows(train))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["max_new_tokens"] == longest + 16 < 128
+    assert f"--max-new-tokens {longest + 16}: 99% of the training outputs fit in {longest} tokens, + 16" in \
+        result.stderr  # 8 outputs: 99% of them is all of them
+    small = invoke(runner, "evaluate", "--train", train, "--test", test, "--input-field", "q", "--output-field", "a",
+                   "--id-field", "key", "--retriever", "bm25", "--lm", tiny_model_dir, "--context-window", "20",
+                   "--limit", "1", "--out", tmp_path / "small")
+    assert small.exit_code == 0, small.output
+    assert json.loads((tmp_path / "small" / "summary.json").read_text())["max_new_tokens"] == 10  # half the window
+
+
+def test_max_new_tokens_for_counts_the_longest_outputs():
+    from taskret.icl.prompt import max_new_tokens_for
+
+    words = lambda text: len(text.split())  # noqa: E731
+    outputs = ["a b", "a b c d e", "a"]
+    assert max_new_tokens_for(outputs, words, margin=3) == (8, 5)  # 99% of 3 outputs: all of them
+    many = ["w " * 5] * 99 + ["w " * 190]  # one outlier in 100
+    assert max_new_tokens_for(many, words) == (5 + 16, 5) and max_new_tokens_for(many, words, quantile=1.0)[1] == 190
+    counted = []
+    max_new_tokens_for(many * 30, lambda text: counted.append(text) or words(text), sample_size=200)
+    assert len(counted) == 200  # a seeded sample of a big pool is counted
+    with pytest.raises(ValueError, match="no training outputs"):
+        max_new_tokens_for([], len)

@@ -80,7 +80,9 @@ def evaluate(
                                        "--max-new-tokens. Inference time grows with it: on 2 CPU cores with "
                                        "SmolLM2-135M, 2048 fits ~46 MTOP demonstrations and runs ~0.19 inputs/s; "
                                        "640 (what the benchmarks use, ~15 demonstrations) is ~2.5x faster"),
-    max_new_tokens: int = typer.Option(128, min=1, help="room left for the answer"),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="room left for the answer (default: the tokens "
+                                                 "99% of the training outputs fit in, + 16, so an LM that loops stops "
+                                                 "soon after a real answer would have ended)"),
     device: Device = None,
     dtype: Dtype = "auto",
     out: Path = typer.Option(Path("runs/evaluate"), help="output folder: predictions.jsonl and summary.json"),
@@ -120,7 +122,7 @@ def evaluate(
     if instruction is not None and (retriever in TEST_TIME_METHODS or not instruction.strip()):
         raise ValueError("--instruction needs a retriever that reads queries (not a test-time method) and a "
                          "non-empty text")
-    if context_window <= max_new_tokens:
+    if max_new_tokens is not None and context_window <= max_new_tokens:
         raise ValueError(f"--context-window {context_window} leaves no room for the prompt: it must exceed "
                          f"--max-new-tokens ({max_new_tokens})")
     if select in (None, "none") and (select_weight is not None or tune_weights):
@@ -147,6 +149,8 @@ def evaluate(
     examples = sample(loaded.test, limit, seed=seed)
     with console.status(f"loading {lm}"):
         model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
+    if max_new_tokens is None:
+        max_new_tokens = _answer_room(loaded, model, context_window)
     ret, retrieved = None, None
     if retriever in TEST_TIME_METHODS:
         same = scoring_lm in (None, lm) and not scoring_lm_option
@@ -189,6 +193,18 @@ def evaluate(
                                  extra=extra)
     metrics = ", ".join(f"{name} {value:.1f}" for name, value in summary["metrics"].items())
     console.print(f"{loaded.name} / {label}: {metrics} (N={summary['n']}, {summary['wall_time_s']:.0f}s) -> {out}")
+
+
+def _answer_room(task, model, context_window: int) -> int:
+    """``--max-new-tokens`` when not given: the training outputs' longest plus a margin (at most half the window)."""
+    from ..icl.prompt import OUTPUT_MARGIN, OUTPUT_QUANTILE, max_new_tokens_for
+
+    room, length = max_new_tokens_for([task.prompt_output(e) for e in task.train], model.count_tokens)
+    room = min(room, context_window // 2)
+    say(f"--max-new-tokens {room}: {OUTPUT_QUANTILE:.0%} of the training outputs fit in {length} tokens, + "
+        f"{OUTPUT_MARGIN}" + (f", at most half of --context-window {context_window}"
+                              if room < length + OUTPUT_MARGIN else ""))
+    return room
 
 
 def _weights(text: str) -> list[float]:

@@ -34,6 +34,31 @@ def prompt_token_budget(context_window: int = DEFAULT_CONTEXT_WINDOW, max_new_to
     return budget
 
 
+#: Tokens the answer may run past the training outputs' length (:func:`max_new_tokens_for`).
+OUTPUT_MARGIN = 16
+#: The share of training outputs the answer room fits: the longest but for the top 1%, whose outliers (a 190-token
+#: bash pipeline among 5,000 commands of 16 tokens' median) would otherwise set the room for every answer.
+OUTPUT_QUANTILE = 0.99
+
+
+def max_new_tokens_for(outputs: Sequence[str], count_tokens: Callable[[str], int], margin: int = OUTPUT_MARGIN,
+                       quantile: float = OUTPUT_QUANTILE, sample_size: int = 2000, seed: int = 0) -> tuple[int, int]:
+    """Room for an answer as the task's training outputs need it: ``(length + margin, length)``, ``length`` the token
+    count that a ``quantile`` share of the outputs fit in (1.0: the longest). What ``taskret evaluate`` leaves for
+    the answer when ``--max-new-tokens`` is not given, so that greedy decoding that loops (``-o -o -o ...``) stops
+    soon after a real answer would have ended, not at a fixed 128 tokens. ``outputs``: as demonstrations show
+    them; more than ``sample_size`` are counted on a seeded sample."""
+    import math
+    import random
+
+    if not outputs:
+        raise ValueError("no training outputs to size the answer by")
+    counted = list(outputs) if len(outputs) <= sample_size else random.Random(seed).sample(list(outputs), sample_size)
+    lengths = sorted(count_tokens(text) for text in counted)
+    length = lengths[min(len(lengths) - 1, max(0, math.ceil(quantile * len(lengths)) - 1))]
+    return length + margin, length
+
+
 # -- token counting --------------------------------------------------------------------------------------
 
 
