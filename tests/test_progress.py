@@ -11,10 +11,27 @@ def test_lines_report_count_rate_and_eta():
         for _ in range(4):
             advance(1)
     lines = stream.getvalue().splitlines()
-    assert len(lines) == 5  # one per advance (log_every=0) and a final one
+    assert len(lines) == 4  # one per advance (log_every=0); the final one would repeat the last: not printed again
+    assert [line.split(" (")[0] for line in lines] == [f"scoring: {i}/10" for i in range(1, 5)]
     assert lines[0].startswith("scoring: 1/10 (10%)")
     assert "pairs/s" in lines[0] and "ETA 0:00:" in lines[0]
     assert lines[-1].startswith("scoring: 4/10 (40%)")
+
+
+def test_the_last_line_is_printed_once_and_a_count_that_moved_since_gets_one():
+    stream = io.StringIO()
+    with progress_lines(3, "eval", log_every=0.0, stream=stream) as advance:
+        advance(3)
+    assert len(stream.getvalue().splitlines()) == 1 and stream.getvalue().startswith("eval: 3/3 (100%)")
+    stream = io.StringIO()
+    with progress_lines(3, "eval", log_every=3600.0, stream=stream) as advance:
+        advance(3)
+    assert len(stream.getvalue().splitlines()) == 1  # nothing shown before: the end shows it
+    stream = io.StringIO()
+    with progress_lines(3, "eval", log_every=0.0, stream=stream) as advance:
+        advance(1)
+        advance.resume(2)  # counted after the last line: the end shows 3/3
+    assert [line.split(" (")[0] for line in stream.getvalue().splitlines()] == ["eval: 1/3", "eval: 3/3"]
 
 
 def test_lines_are_rate_limited():

@@ -54,10 +54,11 @@ def _duration(seconds: float) -> str:
 def progress_lines(total: int, description: str, unit: str = "ex", log_every: float = 30.0,
                    stream: TextIO | None = None) -> Iterator[Callable[[int], None]]:
     """``advance(n)`` that writes ``description: done/total (pct) rate unit/s, elapsed, ETA`` lines,
-    at most one per ``log_every`` seconds, and a last one when the block ends."""
+    at most one per ``log_every`` seconds, and a last one when the block ends (unless the count has not moved since
+    the line before: the last line is printed once)."""
     stream = stream or sys.stderr
     start = time.monotonic()
-    state = {"done": 0, "resumed": 0, "last": start}
+    state = {"done": 0, "resumed": 0, "last": start, "shown": None}
 
     def line() -> str:
         elapsed = time.monotonic() - start
@@ -72,7 +73,7 @@ def progress_lines(total: int, description: str, unit: str = "ex", log_every: fl
         state["done"] += n
         now = time.monotonic()
         if now - state["last"] >= log_every:
-            state["last"] = now
+            state["last"], state["shown"] = now, state["done"]
             print(line(), file=stream, flush=True)
 
     def resume(n: int) -> None:
@@ -81,7 +82,8 @@ def progress_lines(total: int, description: str, unit: str = "ex", log_every: fl
 
     advance.resume = resume
     yield advance
-    print(line(), file=stream, flush=True)
+    if state["shown"] != state["done"]:
+        print(line(), file=stream, flush=True)
 
 
 @contextmanager

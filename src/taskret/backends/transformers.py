@@ -98,9 +98,12 @@ class CausalLM(LMBackend):
 
         if threads:
             torch.set_num_threads(threads)
+        from ..training.logs import no_loading_bars
+
         folder = resolve_model(name_or_path)
         device = pick_device(device)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=pick_dtype(dtype, device)).to(device)
+        with no_loading_bars():
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=pick_dtype(dtype, device)).to(device)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         return cls(model, tokenizer, name=str(name_or_path), **kwargs)
 

