@@ -293,7 +293,11 @@ def test_set_training_scores_sets_fine_tunes_the_query_encoder_and_selects_with_
     _assert_only_the_query_encoder_moved(work / "retriever", work / "sets" / "retriever",
                                          "weather please for paris number 3")
     trained = json.loads((work / "sets" / "retriever" / "ceil_config.json").read_text())
-    assert trained["steps"] == 2 * 4 and len(trained["epoch_losses"]) == 2
+    # 2 of 16 inputs held out for early stopping (CEIL's 10%); 14 trained on, 4 steps per epoch; margin 1 / n_sets.
+    assert trained["n_held_out"] == 2 and trained["n_inputs"] == 14 and trained["steps"] == 2 * 4
+    assert len(trained["epoch_losses"]) == len(trained["held_out_losses"]) == 2 and trained["margin"] == 0.25
+    assert all(len({frozenset(s) for s in r["sets"]}) == 4 for r in sets)  # no set drawn twice
+    assert len(list((work / "sets" / "set_shards").glob("*.jsonl"))) == 1  # 16 inputs, shards of 25
     assert summary["selection"]["method"] == "dpp" and summary["selection"]["n_candidates"] == 6
     assert summary["selection"]["weight"] == pytest.approx(1 / 1.1, abs=1e-3)
     # `taskret evaluate --retriever epr:WORK` selects with the DPP the run was trained for, unless told not to.
@@ -315,6 +319,24 @@ def test_set_training_scores_sets_fine_tunes_the_query_encoder_and_selects_with_
     assert "selection" not in json.loads((tmp_path / "top" / "summary.json").read_text())
 
 
+def test_set_scoring_resumes_from_its_shards(lm_run, tmp_path, data_files, tiny_model_dir):
+    from taskret.backends.base import load_lm
+    from taskret.data import load_task
+    from taskret.epr.sets import score_sets_in_shards
+
+    task = load_task(None, train=data_files[0], test=data_files[1], input_field="q", output_field="a", id_field="key")
+    ids = [e.id for e in task.train]
+    rows = [{"id": ids[n], "sets": [[ids[(n + 1) % 16], ids[(n + 2) % 16]], [ids[(n + 3) % 16], ids[(n + 5) % 16]]]}
+            for n in range(5)]
+    lm = load_lm(str(tiny_model_dir))
+    first = score_sets_in_shards(task, rows, lm, tmp_path / "shards", shard_size=2)
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["00000.jsonl", "00001.jsonl", "00002.jsonl"]
+    (tmp_path / "shards" / "00001.jsonl").unlink()  # a run stopped in the second shard
+    calls = []
+    again = score_sets_in_shards(task, rows, lm, tmp_path / "shards", shard_size=2, progress=calls.append)
+    assert again == first and sum(calls) == 10  # every set counted, only the missing shard scored anew
+
+
 def test_ceil_ranking_loss_is_zero_when_the_scores_follow_the_lm_by_the_margins_and_positive_otherwise():
     import torch
 
@@ -325,42 +347,113 @@ def test_ceil_ranking_loss_is_zero_when_the_scores_follow_the_lm_by_the_margins_
     assert float(ranking_loss(agreeing.flip(-1), margin=0.2)) > 1.0
 
 
-def test_a_reward_model_learns_the_lm_scores_and_teaches_the_query_encoder(lm_run, tmp_path, data_files,
-                                                                           tiny_model_dir, tiny_bert_dir):
-    from taskret.epr.reward import reward_scores
-    from taskret.epr.scoring import read_scores
+def test_llm_r_trains_a_gold_reading_teacher_reports_its_agreement_and_distils_a_retriever(
+        lm_run, tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    from taskret.epr.reward import teacher_query
 
     work = _round_one(lm_run, tmp_path)
-    settings = {"base_model": str(tiny_bert_dir), "epochs": 2, "batch_inputs": 4, "learning_rate": 1e-3,
-                "n_candidates": 5, "distill_epochs": 1, "distill_learning_rate": 1e-3}
+    settings = {"base_model": str(tiny_bert_dir), "student_model": str(tiny_bert_dir), "group_size": 3,
+                "top_k_positive": 1, "bottom_k_negative": 2, "epochs": 2, "batch_inputs": 4, "learning_rate": 1e-3,
+                "held_out": 0.25, "distill_group_size": 3, "distill_epochs": 2, "distill_batch_inputs": 4,
+                "distill_learning_rate": 1e-3}
     config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, reward_model=settings)
     run_pipeline(config, progress=False)
-    trained = json.loads((work / "reward" / "reward_config.json").read_text())
-    assert trained["n_inputs"] == 16 and trained["n_pairs"] == 64 and len(trained["epoch_losses"]) == 2
-    distilled = json.loads((work / "reward" / "retriever" / "distill_config.json").read_text())
-    assert distilled["n_inputs"] == 16 and distilled["teacher_pairs"] == 16 * 5
-    # The teacher scores any (input, candidate) pair; the student's query encoder moved, its documents did not.
+    trained = json.loads((work / "reward" / "teacher" / "reward_config.json").read_text())
+    # 4 of the 16 scored inputs held out; the other 12 trained on, 3 steps of 4 per epoch.
+    assert len(trained["held_out_ids"]) == 4 and trained["n_inputs"] == 12 and trained["steps"] == 6
+    teacher = read_jsonl_rows(work / "reward" / "teacher_scores.jsonl")
+    scores = read_jsonl_rows(work / "scoring" / "scores.jsonl")
+    assert [[c["id"] for c in r["candidates"]] for r in teacher] == [[c["id"] for c in r["candidates"]] for r in scores]
+    assert all(len({c["reward"] for c in r["candidates"]}) > 1 for r in teacher)
+    agreement = json.loads((work / "reward" / "agreement.json").read_text())
+    assert agreement["n_inputs"] == 4
+    assert set(agreement["scorers"]) == {"reward_model", "epr_retriever", "bm25"}
+    assert all(v["spearman"] is None or -1 <= v["spearman"] <= 1 for v in agreement["scorers"].values()), agreement
+    assert agreement["scorers"]["reward_model"]["spearman"] is not None
+    assert all(0 <= v["top5_overlap"] <= 1 for v in agreement["scorers"].values())
+    distilled = json.loads((work / "reward" / "retriever" / "epr_config.json").read_text())
+    assert distilled["field"] == "both" and distilled["n_inputs"] == 16 and len(distilled["epoch_losses"]) == 2
+    # The index encodes what the student was trained on: each example's input and output.
+    meta = json.loads((work / "index" / "meta.json").read_text())
+    assert meta["retriever"] == "dense" and meta["field"] == "both"
+    # The teacher reads the gold output beside the input.
     from taskret.data import load_task
 
     task = load_task(None, train=data_files[0], test=data_files[1], input_field="q", output_field="a", id_field="key")
-    rows = read_scores(work / "scoring" / "scores.jsonl")[:2]
-    scores = reward_scores(work / "reward" / "model", task, [_row(0)["q"], _row(1)["q"]],
-                           [[c["id"] for c in r["candidates"]] for r in rows])
+    assert teacher_query(task, task.train[0]) == f"{_row(0)['q']}\t{_row(0)['a']}"
+
+
+def test_llm_r_groups_take_one_positive_and_cycle_through_the_negatives():
+    from taskret.epr.reward import _group
+
+    positives, negatives = ["p1", "p2", "p3"], [f"n{i}" for i in range(16)]
+    first, second = _group(positives, negatives, 8, 0), _group(positives, negatives, 8, 1)
+    assert first == ["p1"] + [f"n{i}" for i in range(7)] and second == ["p2"] + [f"n{i}" for i in range(7, 14)]
+    assert _group(positives, negatives, 8, 2)[1:] == ["n14", "n15"] + [f"n{i}" for i in range(5)]
+
+
+def test_llm_r_contrastive_scores_mask_the_own_pair():
+    import torch
+
+    from taskret.epr.reward import _contrastive_scores
+
+    queries, passages = torch.eye(4)[:2], torch.eye(4)[[0, 2, 1, 3]]  # groups of 2: positives rows 0 and 2
+    logits, labels = _contrastive_scores(queries, passages, 2)
+    assert labels.tolist() == [0, 2] and logits.shape == (2, 4 + 3 * 2)
+    assert logits[0, 0] == 1 and logits[1, 2] == 1  # each query's own positive
+    for block in (4, 6, 8):  # positive-query, query-query, positive-positive: the own pair masked
+        assert torch.isinf(logits[:, block: block + 2].diagonal()).all()
+        assert not torch.isinf(logits[:, block: block + 2]).fill_diagonal_(False).any()
+
+
+def test_a_candidate_reranker_learns_the_lm_scores_without_reading_the_gold_output(lm_run, tmp_path, data_files,
+                                                                                   tiny_bert_dir):
+    from taskret.data import load_task
+    from taskret.epr.candidate_reranker import RerankerConfig, reranker_scores, train_candidate_reranker
+    from taskret.epr.scoring import read_scores
+
+    work, _, _ = lm_run
+    task = load_task(None, train=data_files[0], test=data_files[1], input_field="q", output_field="a", id_field="key")
+    rows = read_scores(work / "scoring" / "scores.jsonl")
+    settings = RerankerConfig(base_model=str(tiny_bert_dir), epochs=2, batch_inputs=4, learning_rate=1e-3)
+    model = train_candidate_reranker(task, rows, tmp_path / "reranker", settings)
+    trained = json.loads((tmp_path / "reranker" / "reranker_config.json").read_text())
+    assert trained["n_inputs"] == 16 and trained["n_pairs"] == 64 and len(trained["epoch_losses"]) == 2
+    scores = reranker_scores(model, task, [_row(0)["q"], _row(1)["q"]], [[c["id"] for c in r["candidates"]]
+                                                                         for r in rows[:2]])
     assert [len(s) for s in scores] == [4, 4] and all(len(set(s.tolist())) > 1 for s in scores)
-    _assert_only_the_query_encoder_moved(work / "retriever", work / "reward" / "retriever",
-                                         "music please for tokyo number 7")
-    meta = json.loads((work / "index" / "meta.json").read_text())
-    assert meta["retriever"] == "dense"
 
 
 def test_fused_scores_weigh_min_max_scaled_components():
     import numpy as np
 
-    from taskret.epr.reward import fuse_scores
+    from taskret.epr.candidate_reranker import fuse_scores
 
     fused = fuse_scores(np.array([0.9, 0.5, 0.1]), np.array([-3.0, 5.0, 1.0]), weight=0.5)
     assert fused.tolist() == pytest.approx([0.5, 0.75, 0.25])
     assert fuse_scores(np.array([1.0, 1.0]), np.array([2.0, 0.0]), weight=0.3).tolist() == pytest.approx([1.0, 0.3])
+
+
+def test_listwise_rounds_train_from_the_base_on_every_rounds_scores(lm_run, tmp_path, data_files, tiny_model_dir,
+                                                                     tiny_bert_dir):
+    import shutil
+
+    work = _round_one(lm_run, tmp_path)
+    shutil.rmtree(work / "retriever")  # round one trains with the listwise objective too
+    settings = {"base_model": str(tiny_bert_dir), "list_size": 3, "top_k": 1, "epochs": 2, "batch_inputs": 4,
+                "learning_rate": 1e-3}
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, listwise=settings, rounds=2,
+                         baseline=None)
+    run_pipeline(config, progress=False)
+    first = json.loads((work / "retriever" / "epr_config.json").read_text())
+    second = json.loads((work / "round2" / "retriever" / "epr_config.json").read_text())
+    assert first["method"] == second["method"] == "udr listwise" and first["field"] == "both"
+    assert first["n_inputs"] == 16 and first["steps"] == 2 * 4 and len(second["epoch_losses"]) == 2
+    # Round two mined with round one's retriever and scored only the pairs round one had not.
+    old = {(r["id"], c["id"]) for r in read_jsonl_rows(work / "scoring" / "scores.jsonl") for c in r["candidates"]}
+    new_rows = read_jsonl_rows(work / "round2" / "scoring" / "scores.jsonl")
+    assert new_rows and not {(r["id"], c["id"]) for r in new_rows for c in r["candidates"]} & old
+    assert json.loads((work / "index" / "meta.json").read_text())["field"] == "both"
 
 
 def _round_one(lm_run, tmp_path: Path) -> Path:

@@ -11,41 +11,75 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["fit_epochs", "query_route", "embed", "save_model"]
+__all__ = ["fit_epochs", "held_out_ids", "linear_warmup", "query_route", "document_route", "embed", "save_model"]
 
 
-def fit_epochs(n_items: int, batch_size: int, epochs: int, seed: int, optimizer, batch_loss: Callable[[list[int]], object],
-               progress: Callable[[int], None] | None = None) -> tuple[list[float], int]:
+def held_out_ids(rows: Sequence[dict], share: float, seed: int) -> set[str]:
+    """The ids of a seeded ``share`` of ``rows`` (each with an ``"id"``): the inputs a stage keeps out of training,
+    to measure on (LLM-R's teacher agreement, CEIL's early stopping)."""
+    ids = sorted(r["id"] for r in rows)
+    n = int(round(share * len(ids)))
+    return {ids[int(i)] for i in np.random.default_rng(seed).permutation(len(ids))[:n]}
+
+
+def linear_warmup(optimizer, n_items: int, batch_size: int, epochs: int, warmup_ratio: float):
+    """The published recipes' schedule (LLM-R, UDR, CEIL): the learning rate rises linearly over the first
+    ``warmup_ratio`` of the steps, then falls linearly to zero."""
+    from transformers import get_linear_schedule_with_warmup
+
+    total = epochs * -(-n_items // batch_size)
+    return get_linear_schedule_with_warmup(optimizer, int(round(warmup_ratio * total)), total)
+
+
+def fit_epochs(n_items: int, batch_size: int, epochs: int, seed: int, optimizer, batch_loss: Callable[..., object],
+               progress: Callable[[int], None] | None = None, scheduler=None,
+               with_epoch: bool = False, after_epoch: Callable[[int], bool] | None = None
+               ) -> tuple[list[float], int]:
     """``epochs`` passes over ``n_items`` in a seeded shuffled order, ``batch_size`` at a time: one optimiser step
-    on ``batch_loss(indices)`` each. Returns the mean loss of each epoch (5 decimals) and the number of steps;
-    ``progress`` hears how many items each step took."""
+    on ``batch_loss(indices)`` (``batch_loss(indices, epoch)`` when ``with_epoch``: a loss that draws its groups
+    anew each epoch) each, then a ``scheduler`` step if given. ``after_epoch(epoch)`` returning True stops early
+    (a held-out loss that stopped improving). Returns the mean loss of each epoch (5 decimals)
+    and the number of steps; ``progress`` hears how many items each step took."""
     rng = np.random.default_rng(seed)
     epoch_losses, steps = [], 0
-    for _ in range(epochs):
+    for epoch in range(epochs):
         order = rng.permutation(n_items)
         losses = []
         for start in range(0, n_items, batch_size):
             batch = [int(i) for i in order[start: start + batch_size]]
-            loss = batch_loss(batch)
+            loss = batch_loss(batch, epoch) if with_epoch else batch_loss(batch)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
             losses.append(loss.item())
             steps += 1
             if progress is not None:
                 progress(len(batch))
         epoch_losses.append(round(float(np.mean(losses)), 5))
+        if after_epoch is not None and after_epoch(epoch):
+            break
     return epoch_losses, steps
 
 
 def query_route(model) -> list:
     """The query encoder's modules of a query/document Router (the EPR dual encoder), to train on their own."""
+    return _route(model, "query")
+
+
+def document_route(model) -> list:
+    """The example encoder's modules of a query/document Router."""
+    return _route(model, "document")
+
+
+def _route(model, name: str) -> list:
     from sentence_transformers.sentence_transformer.modules import Router
 
     router = model[0] if len(model) else None
-    if not isinstance(router, Router) or "query" not in router.sub_modules:
+    if not isinstance(router, Router) or name not in router.sub_modules:
         raise ValueError("this stage fine-tunes the EPR dual encoder (a query/document Router)")
-    return list(router.sub_modules["query"])
+    return list(router.sub_modules[name])
 
 
 def embed(modules: Sequence, texts: Sequence[str]):

@@ -26,6 +26,12 @@ def top_bottom(scored: Sequence[tuple[str, float]], k: int) -> tuple[list[str], 
     return positives, negatives
 
 
+def mean_logprob(candidate: dict) -> float:
+    """A scored candidate's log-probability per output token: the score LLM-R, UDR and CEIL rank by. One input's
+    candidates share its output, so the order is the sum's; only a loss that reads the values sees a change."""
+    return candidate["logprob"] / max(int(candidate.get("n_tokens", 1)), 1)
+
+
 def lm_labels(score_rows: Sequence[dict], k: int = 5, normalize: bool = False) -> list[dict]:
     """EPR labels from scoring-LM log-probabilities (sum over the output's tokens, or mean if normalize)."""
     out = []

@@ -70,7 +70,10 @@ class EPRConfig(BaseModel):
                                          "scoring LM rates whole sets, the query encoder is fine-tuned for the DPP "
                                          "that then selects each prompt")
     rounds: int = Field(1, ge=1, description="mining rounds (UDR): round r > 1 mines n_candidates with round "
-                                             "r-1's retriever, scores the new pairs and trains on from its encoder")
+                                             "r-1's retriever, scores the new pairs and trains on from its encoder "
+                                             "(with listwise: anew from the base model, on every round's scores)")
+    listwise: Optional[dict] = Field(None, description="UDR's objective (taskret.epr.listwise.ListwiseConfig "
+                                     "fields): every round's retriever learns the LM's order over sampled lists")
     training: dict = Field(default_factory=dict, description="TrainingConfig fields")
     inference_lm: str = Field("smollm2-135m", description="LM spec, as scoring_lm")
     inference_lm_options: dict = Field(default_factory=dict, description="backend options of the inference LM")
@@ -89,6 +92,13 @@ class EPRConfig(BaseModel):
         if self.rounds > 1 and self.labels != "lm":
             raise ValueError(f"rounds > 1 re-mines candidates for the scoring LM to label; labels must be 'lm', "
                              f"not '{self.labels}'")
+        return self
+
+    @model_validator(mode="after")
+    def _listwise_needs_lm_scores(self) -> "EPRConfig":
+        if self.listwise is not None and self.labels != "lm":
+            raise ValueError(f"the listwise objective learns the scoring LM's order; labels must be 'lm', not "
+                             f"'{self.labels}'")
         return self
 
     @model_validator(mode="after")
@@ -202,7 +212,10 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     retriever_dir = work / "retriever"
 
     def train(out: Path) -> str:
-        train_dual_encoder(task.train, labels.output, out, training, progress=progress)
+        if config.listwise is not None:
+            _train_listwise(config, task, [work / "scoring" / SCORES_FILE], out, progress)
+        else:
+            train_dual_encoder(task.train, labels.output, out, training, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
     Stage("training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
@@ -219,7 +232,10 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
         retriever_dir, selection = _set_training(config, task, queries, retriever_dir, say, progress, load_lm)
 
     def build_index(out: Path) -> str:
-        DenseRetriever(encoder=str(retriever_dir / "model"), field=training.field).index(task.train).save(out)
+        # The field the final retriever was trained to encode (LLM-R's student reads input and output).
+        trained_config = retriever_dir / CONFIG_FILE
+        field = read_json(trained_config).get("field", training.field) if trained_config.exists() else training.field
+        DenseRetriever(encoder=str(retriever_dir / "model"), field=field).index(task.train).save(out)
         return f"{len(task.train)} examples"
 
     index = Stage("index", work / "index", marker=work / "index" / "meta.json", say=say, timings=_times(config))
@@ -332,11 +348,27 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
     continued = training.__class__(**{**training.to_dict(), "base_model": str(previous_dir / "model")})
 
     def train(out: Path) -> str:
-        train_dual_encoder(task.train, labels.output, out, continued, progress=progress)
+        if config.listwise is not None:  # UDR: each round trains anew from the base, on every round's scores
+            _train_listwise(config, task, score_files, out, progress)
+        else:
+            train_dual_encoder(task.train, labels.output, out, continued, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
     Stage(f"{name} training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
     return retriever_dir
+
+
+def _train_listwise(config: EPRConfig, task: Task, score_files: list[Path], out: Path, progress: bool) -> None:
+    """UDR's objective (:mod:`taskret.epr.listwise`) on the merged scores of ``score_files``."""
+    from ..progress import progress_bar
+    from .candidates import merge_scores
+    from .listwise import ListwiseConfig, train_listwise
+    from .scoring import read_scores
+
+    settings = ListwiseConfig(**{"seed": config.seed, **config.listwise})
+    rows = merge_scores(*[read_scores(path) for path in score_files])
+    with progress_bar(len(rows) * settings.epochs, "listwise training", unit="inputs", enabled=progress) as advance:
+        train_listwise(task.train, rows, out, settings, progress=advance)
 
 
 def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Path, say, progress: bool, load_lm):
@@ -346,7 +378,7 @@ def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Pat
     from ..icl.selection import Selection, weight_for_scale_factor
     from ..io import read_jsonl, write_jsonl
     from ..progress import progress_bar
-    from .sets import SetTrainingConfig, sample_sets, score_sets, train_set_encoder
+    from .sets import SetTrainingConfig, sample_sets, score_sets_in_shards, train_set_encoder
     from .training import load_retriever
 
     settings = SetTrainingConfig(**{"seed": config.seed, **config.set_training})
@@ -367,7 +399,8 @@ def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Pat
         n_sets = sum(len(r["sets"]) for r in rows)
         lm = load_lm(config.scoring_lm, config.scoring_lm_options)
         with progress_bar(n_sets, "set scoring", unit="sets", enabled=progress) as advance:
-            write_jsonl(out, score_sets(task, rows, lm, progress=advance))
+            write_jsonl(out, score_sets_in_shards(task, rows, lm, work / "set_shards", settings.shard_size,
+                                                  progress=advance))
         return f"{n_sets} sets"
 
     scores = Stage("set scoring", work / "set_scores.jsonl", say=say, timings=_times(config))
@@ -386,31 +419,80 @@ def _set_training(config: EPRConfig, task: Task, queries: list, encoder_dir: Pat
 
 def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encoder_dir: Path, say,
                   progress: bool) -> Path:
-    """LLM-R's stages in ``work/reward/`` (:mod:`taskret.epr.reward`): train the cross-encoder on every pair the
-    LM scored, then distil it into the dual encoder. Returns the distilled retriever's folder."""
+    """LLM-R's stages in ``work/reward/`` (:mod:`taskret.epr.reward`): train the reward model on every pair the LM
+    scored (but a held-out share of the inputs), have it score every scored pair (``teacher_scores.jsonl``), say
+    how well it, the EPR retriever and BM25 agree with the LM on the held-out inputs (``agreement.json``), then
+    distil it into a retriever. Returns the distilled retriever's folder."""
+    from ..io import read_json, read_jsonl, write_json, write_jsonl
     from ..progress import progress_bar
-    from .reward import RewardConfig, distill_reward, train_reward_model
+    from .candidates import merge_scores
+    from .reward import RewardConfig, distill_reward, reward_scores, train_reward_model
     from .scoring import read_scores
 
     settings = RewardConfig(**{"seed": config.seed, **config.reward_model})
     work = Path(config.work_dir) / "reward"
+    pool = {e.id: e for e in task.train}
+    rows = merge_scores(*[read_scores(path) for path in score_files])
 
     def train(out: Path) -> str:
-        from .candidates import merge_scores
-
-        rows = merge_scores(*[read_scores(path) for path in score_files])
         with progress_bar(len(rows) * settings.epochs, "reward model", unit="inputs", enabled=progress) as advance:
             train_reward_model(task, rows, out, settings, progress=advance)
         return f"{sum(len(r['candidates']) for r in rows)} scored pairs"
 
-    Stage("reward model", work, marker=work / "model", say=say, timings=_times(config)).run(train)
+    teacher_dir = work / "teacher"
+    Stage("reward model", teacher_dir, marker=teacher_dir / "model", say=say, timings=_times(config)).run(train)
+
+    def score(out: Path) -> str:
+        with progress_bar(len(rows), "teacher scores", unit="inputs", enabled=progress) as advance:
+            rewards = reward_scores(teacher_dir / "model", task, [pool[r["id"]] for r in rows],
+                                    [[c["id"] for c in r["candidates"]] for r in rows], progress=advance)
+        teacher = [{"id": r["id"], "candidates": [{"id": c["id"], "reward": round(float(v), 5)}
+                                                  for c, v in zip(r["candidates"], values)]}
+                   for r, values in zip(rows, rewards)]
+        held = set(read_json(teacher_dir / "reward_config.json")["held_out_ids"])
+        agreement = _agreement(config, task, [r for r in read_scores(score_files[0]) if r["id"] in held],
+                               {r["id"]: [c["reward"] for c in r["candidates"]] for r in teacher}, encoder_dir)
+        write_json(work / "agreement.json", agreement)
+        write_jsonl(out, teacher)
+        shown = ", ".join(f"{name} {v['spearman']}" for name, v in agreement["scorers"].items())
+        return f"{len(teacher)} inputs; Spearman with the LM on {agreement['n_inputs']} held-out inputs: {shown}"
+
+    teacher_scores = Stage("teacher scores", work / "teacher_scores.jsonl", say=say, timings=_times(config))
+    teacher_scores.run(score)
     retriever_dir = work / "retriever"
 
     def distill(out: Path) -> str:
-        n = len(task.train) * settings.distill_epochs
+        teacher = read_jsonl(teacher_scores.output)
+        n = len(teacher) * settings.distill_epochs
         with progress_bar(n, "reward distillation", unit="inputs", enabled=progress) as advance:
-            distill_reward(task, encoder_dir / "model", work / "model", out, settings, progress=advance)
-        return f"{len(task.train)} inputs x top {settings.n_candidates}"
+            distill_reward(task, teacher, out, settings, progress=advance)
+        return f"{len(teacher)} inputs, groups of {settings.distill_group_size}"
 
     Stage("reward distillation", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(distill)
     return retriever_dir
+
+
+def _agreement(config: EPRConfig, task: Task, held_rows: list[dict], teacher: dict, encoder_dir: Path) -> dict:
+    """``agreement.json``: the reward model's, the EPR retriever's and BM25's agreement with the LM's ranking of the
+    held-out inputs' first-round (BM25) candidates (:func:`taskret.epr.reward.ranking_agreement`). The EPR
+    retriever was trained on every input's labels, these included: its figure is an in-sample one."""
+    from ..retrieval.base import example_text
+    from .candidates import read_candidates
+    from .reward import ranking_agreement
+    from .training import load_retriever
+
+    pool = {e.id: e for e in task.train}
+    bm25 = {r["id"]: dict(zip(r["candidates"], r["bm25"]))
+            for r in read_candidates(Path(config.work_dir) / "candidates.jsonl", known_ids=set(pool))}
+    retriever = load_retriever(encoder_dir)
+    scorers = {"reward_model": {r["id"]: teacher[r["id"]] for r in held_rows},
+               "bm25": {r["id"]: [bm25[r["id"]].get(c["id"], 0.0) for c in r["candidates"]] for r in held_rows}}
+    if held_rows:
+        queries = retriever.encode([pool[r["id"]].input for r in held_rows], queries=True)
+        scorers["epr_retriever"] = {}
+        for row, query in zip(held_rows, queries):
+            docs = retriever.encode([example_text(pool[c["id"]], retriever.field) for c in row["candidates"]])
+            scorers["epr_retriever"][row["id"]] = (docs @ query).tolist()
+    return {"what": "agreement with the scoring LM's ranking (mean log-probability per token) of each held-out "
+                    "input's scored BM25 candidates; epr_retriever was trained on these inputs' labels",
+            "n_inputs": len(held_rows), "scorers": ranking_agreement(held_rows, scorers)}

@@ -25,6 +25,7 @@ Stages, each a file one can read (:func:`sample_sets`, :func:`score_sets`, :func
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -36,26 +37,37 @@ import numpy as np
 from ..data import Example, Task
 from ..formats import demonstration, render_query
 from ..io import iter_records, write_json
-from .finetune import embed, fit_epochs, query_route, save_model
+from .finetune import embed, fit_epochs, held_out_ids, linear_warmup, query_route, save_model
 
-__all__ = ["SetTrainingConfig", "sample_sets", "score_sets", "train_set_encoder", "set_prompt", "ranking_loss",
+__all__ = ["SetTrainingConfig", "sample_sets", "score_sets", "score_sets_in_shards", "train_set_encoder", "set_prompt", "ranking_loss",
            "trained_selection"]
 
 
 @dataclass
 class SetTrainingConfig:
-    """How many sets per input and how large, and the fine-tuning's settings (CEIL's ``scale_factor`` 0.1 and
-    ``margin`` by default)."""
+    """How many sets per input and how large, and the fine-tuning's settings: CEIL's (``run_ceil.sh``) by default,
+    50 sets of 16 from the top 100, margin ``1 / n_sets``, 30 epochs with 10% of the inputs held out to stop early
+    (patience 5), learning rate 1e-5. ``shard_size`` inputs are scored at a time, each shard kept: a stopped
+    scoring resumes."""
 
-    n_candidates: int = 50
-    set_size: int = 8
-    n_sets: int = 8
+    n_candidates: int = 100
+    set_size: int = 16
+    n_sets: int = 50
     scale_factor: float = 0.1
-    margin: float = 0.2
-    epochs: int = 3
-    batch_size: int = 8
-    learning_rate: float = 2e-5
+    margin: float | None = None
+    epochs: int = 30
+    batch_size: int = 64
+    learning_rate: float = 1e-5
+    warmup_ratio: float = 0.1
+    held_out: float = 0.1
+    patience: int = 5
+    shard_size: int = 25
     seed: int = 0
+
+    @property
+    def pair_margin(self) -> float:
+        """The margin per place: ``margin``, or CEIL's ``1 / n_sets``."""
+        return self.margin if self.margin is not None else 1 / self.n_sets
 
     def __post_init__(self) -> None:
         if not 2 <= self.set_size <= self.n_candidates:
@@ -79,9 +91,15 @@ def sample_sets(retriever, pool: Sequence[Example], queries: Sequence[Example], 
             raise ValueError(f"example '{example.id}': {len(ids)} candidates, fewer than set_size {config.set_size}")
         rank = {i: r for r, i in enumerate(ids)}
         chosen = [list(ids[: config.set_size])]
-        for _ in range(config.n_sets - 1):
-            picks = rng.choice(len(ids), size=config.set_size, replace=False)
-            chosen.append([ids[int(p)] for p in picks])
+        seen = {frozenset(chosen[0])}
+        # CEIL draws until it has n_sets distinct sets (a repeated draw is skipped); bounded, for tiny pools.
+        for _ in range(100 * config.n_sets):
+            if len(chosen) == config.n_sets:
+                break
+            picks = frozenset(ids[int(p)] for p in rng.choice(len(ids), size=config.set_size, replace=False))
+            if picks not in seen:
+                seen.add(picks)
+                chosen.append(list(picks))
         # Prompt order: the most relevant last, as every taskret prompt.
         rows.append({"id": example.id, "sets": [sorted(s, key=lambda i: -rank[i]) for s in chosen]})
     return rows
@@ -112,6 +130,28 @@ def score_sets(task: Task, set_rows: Sequence[dict], lm, progress: Callable[[int
             score = next(scores)
             scored.append({"ids": ids, "logprob": round(float(score.logprob), 5), "n_tokens": int(score.n_tokens)})
         out.append({"id": row["id"], "sets": scored})
+    return out
+
+
+def score_sets_in_shards(task: Task, set_rows: Sequence[dict], lm, shard_dir: str | os.PathLike, shard_size: int,
+                         progress: Callable[[int], None] | None = None) -> list[dict]:
+    """:func:`score_sets` ``shard_size`` inputs at a time, each shard written to ``shard_dir`` as it is done
+    (``00000.jsonl``, ...; atomically): a stopped run resumes at the first missing shard. Returns every row."""
+    from ..io import read_jsonl, write_jsonl
+
+    shard_dir = Path(shard_dir)
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for number, start in enumerate(range(0, len(set_rows), shard_size)):
+        chunk = set_rows[start: start + shard_size]
+        path = shard_dir / f"{number:05d}.jsonl"
+        rows = read_jsonl(path) if path.exists() else None
+        if rows is None or [[s["ids"] for s in r["sets"]] for r in rows] != [r["sets"] for r in chunk]:
+            rows = score_sets(task, chunk, lm, progress=progress)
+            write_jsonl(path, rows)
+        elif progress is not None:
+            progress(sum(len(r["sets"]) for r in chunk))
+        out += rows
     return out
 
 
@@ -165,25 +205,56 @@ def train_set_encoder(task: Task, encoder_dir: str | os.PathLike, set_scores: st
         diversity.append(torch.linalg.slogdet(similarity + jitter).logabsdet)
         members.append(index)
     parameters = [p for m in query_modules for p in m.parameters()]
+    # CEIL holds 10% of the inputs out and keeps the encoder of the best held-out loss (early stopping).
+    held = set(held_out_ids(rows, config.held_out, config.seed)) if config.held_out > 0 else set()
+    train_rows = [n for n, row in enumerate(rows) if row["id"] not in held]
+    held_rows = [n for n, row in enumerate(rows) if row["id"] in held]
     optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate)
+    scheduler = linear_warmup(optimizer, len(train_rows), config.batch_size, config.epochs, config.warmup_ratio)
 
-    def batch_loss(batch: list[int]):
-        queries = torch.nn.functional.normalize(embed(query_modules, [pool[rows[i]["id"]].input for i in batch]), dim=-1)
+    def loss_of(indices: list[int]):
+        queries = torch.nn.functional.normalize(embed(query_modules, [pool[rows[i]["id"]].input for i in indices]),
+                                                dim=-1)
         scores = []
-        for q, i in zip(queries, batch):
+        for q, i in zip(queries, indices):
             relevance = (vectors[members[i]] @ q + 1) / 2  # sets x size
             scores.append(relevance.sum(dim=-1) / config.scale_factor + diversity[i])
-        return ranking_loss(torch.stack(scores), config.margin)
+        return ranking_loss(torch.stack(scores), config.pair_margin)
+
+    best = {"loss": float("inf"), "epoch": -1, "state": None}
+    held_losses: list[float] = []
+
+    def after_epoch(epoch: int) -> bool:
+        if not held_rows:
+            return False
+        for module in query_modules:
+            module.eval()
+        with torch.no_grad():
+            loss = float(np.mean([float(loss_of(held_rows[s: s + config.batch_size]))
+                                  for s in range(0, len(held_rows), config.batch_size)]))
+        for module in query_modules:
+            module.train()
+        held_losses.append(round(loss, 5))
+        if loss < best["loss"]:
+            best.update(loss=loss, epoch=epoch, state=[copy.deepcopy(m.state_dict()) for m in query_modules])
+        return epoch - best["epoch"] >= config.patience
 
     for module in query_modules:
         module.train()
-    epoch_losses, steps = fit_epochs(len(rows), config.batch_size, config.epochs, config.seed, optimizer, batch_loss,
-                                     progress)
+    epoch_losses, steps = fit_epochs(len(train_rows), config.batch_size, config.epochs, config.seed, optimizer,
+                                     lambda batch: loss_of([train_rows[i] for i in batch]), progress,
+                                     scheduler=scheduler, after_epoch=after_epoch)
+    if best["state"] is not None:
+        for module, state in zip(query_modules, best["state"]):
+            module.load_state_dict(state)
     for module in query_modules:
         module.eval()
     final = save_model(model, out_dir)
-    write_json(out_dir / "ceil_config.json", {**asdict(config), "encoder": str(encoder_dir), "n_inputs": len(rows),
-                                              "steps": steps, "epoch_losses": epoch_losses,
+    write_json(out_dir / "ceil_config.json", {**asdict(config), "margin": config.pair_margin,
+                                              "encoder": str(encoder_dir), "n_inputs": len(train_rows),
+                                              "n_held_out": len(held_rows), "steps": steps,
+                                              "epoch_losses": epoch_losses, "held_out_losses": held_losses,
+                                              "best_epoch": best["epoch"] + 1 if held_rows else None,
                                               "wall_time_s": round(time.perf_counter() - started, 1)})
     return final
 
