@@ -70,3 +70,26 @@ def test_serve_refuses_a_partial_index(bm25_index):
     result = subprocess.run([sys.executable, "-m", "taskret.cli", "serve", "--index", str(bm25_index)],
                             capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "2000"})
     assert result.returncode == 2 and "meta.json: missing" in result.stderr
+
+
+def test_stopping_a_server_of_two_workers_leaves_no_semaphore_behind(bm25_index):
+    import signal
+
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", "--index", str(bm25_index), "--port",
+                                str(port), "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "2000"})
+    try:
+        deadline = time.monotonic() + 90
+        answered = 0
+        while answered < 4 and time.monotonic() < deadline:  # queries reach both workers (each tokenizes with bm25s)
+            try:
+                answered += httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"query": "play jazz"},
+                                       timeout=2).status_code == 200
+            except httpx.TransportError:
+                time.sleep(0.3)
+        assert answered == 4
+    finally:
+        process.send_signal(signal.SIGINT)
+        output = process.communicate(timeout=30)[0].decode()
+    assert "leaked semaphore" not in output, output

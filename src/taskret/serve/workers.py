@@ -16,6 +16,9 @@ The workers speak HTTP through :class:`NoDelayProtocol`, which sets ``TCP_NODELA
 inherits the listening socket with its protocol number lost (``proto`` 0), so asyncio, which sets ``TCP_NODELAY`` only
 on sockets that say TCP, leaves Nagle's algorithm on, and each answer (headers and body written apart) waited for the
 client's delayed ACK: every request took ~44 ms with 2 workers, ~2 ms with 1 (wrk, 4 connections, GET /health).
+
+Each worker gives tqdm a thread lock (:func:`thread_lock_for_bars`), so that stopping the server leaves no
+multiprocessing semaphore behind (Python's resource tracker warned of one per worker).
 """
 
 from __future__ import annotations
@@ -64,7 +67,19 @@ def app():
                            "JSON (`taskret serve --workers N` sets it)")
     kwargs = json.loads(raw)
     kwargs.setdefault("mmap", True)
+    thread_lock_for_bars()
     return create_app(**kwargs)
+
+
+def thread_lock_for_bars() -> None:
+    """Give tqdm a thread lock before any bar exists. Its default lock holds a multiprocessing semaphore (bm25s
+    tokenizes each query under a hidden bar, so every worker made one), which a worker stopped by a signal never
+    releases: "2 leaked semaphore objects" at every server stop. A worker's bars are its own: no process shares them."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def serve_workers(kwargs: dict[str, Any], workers: int, *, host: str, port: int, log_level: str = "warning",
