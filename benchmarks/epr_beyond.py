@@ -104,20 +104,20 @@ def _finished(run_dir: Path, n: int) -> tuple[dict, dict] | None:
 
 
 def _reward_candidates(task, retriever, reward_dir: str, examples, k: int, exclude_self: bool = False):
-    """The retriever's top ``k`` of each example and the reward model's scores of them (computed once, then fused
-    at as many weights as wanted)."""
-    from taskret.epr.reward import reward_scores
+    """The retriever's top ``k`` of each example and the gold-free candidate reranker's scores of them (computed
+    once, then fused at as many weights as wanted)."""
+    from taskret.epr.candidate_reranker import reranker_scores
 
     first = retriever.retrieve([e.input for e in examples], k=k,
                                exclude=[e.id for e in examples] if exclude_self else None)
-    return first, reward_scores(reward_dir, task, [e.input for e in examples], first.ids)
+    return first, reranker_scores(reward_dir, task, [e.input for e in examples], first.ids)
 
 
 def _fused(first, teacher, weight: float):
     """``first`` (a RetrievalResult) reranked by ``weight * retriever + (1 - weight) * reward`` (``teacher``)."""
     import numpy as np
 
-    from taskret.epr.reward import fuse_scores
+    from taskret.epr.candidate_reranker import fuse_scores
     from taskret.retrieval import RetrievalResult
 
     ids, scores = [], np.full(first.scores.shape, -np.inf, dtype=np.float32)
@@ -145,6 +145,41 @@ def _choose_reward_weight(task, retriever, reward_dir: str, lm, weights: list[fl
                                   progress=advance)
             scores[weight] = score_predictions(task, predictions)["em"]
     return max(weights, key=lambda w: (scores[w], -weights.index(w))), scores
+
+
+def _reused(folder: Path, examples, args, run_dir: Path) -> tuple[dict, dict] | None:
+    """An evaluation another command already ran (``--reuse``: e.g. ``taskret epr run``'s ``eval/`` or
+    ``baseline/``), taken as this method's when it holds exactly these test inputs with this LM and these prompt
+    settings: its predictions and summary are copied into ``run_dir``; its cost is its own wall time."""
+    import shutil
+
+    summary_path, predictions = folder / "summary.json", folder / "predictions.jsonl"
+    if not summary_path.exists() or not predictions.exists():
+        raise SystemExit(f"--reuse {folder}: no summary.json and predictions.jsonl there")
+    summary = json.loads(summary_path.read_text())
+    wanted = {"n": len(examples), "lm": args.lm, "context_window": args.context_window,
+              "max_new_tokens": args.max_new_tokens}
+    differing = {k: (summary.get(k), v) for k, v in wanted.items() if summary.get(k) != v}
+    ids = {row["id"] for row in read_jsonl(predictions)}
+    if differing or ids != {e.id for e in examples}:
+        raise SystemExit(f"--reuse {folder}: not run as this benchmark runs ({differing or 'other test inputs'})")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for path in (predictions, summary_path):
+        shutil.copyfile(path, run_dir / path.name)
+    cost = {"cpu_s": None, "wall_s": summary.get("wall_time_s"), "reused": str(folder)}
+    (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
+    return summary, cost
+
+
+def _vs_epr(mine: dict[str, bool], epr: dict[str, bool]) -> dict:
+    """McNemar against plain EPR, the paired bootstrap's 95% interval of the EM difference, and the smallest
+    difference this N detects at 80% power given the observed discordance."""
+    from taskret.icl.compare import bootstrap_interval, min_detectable_difference
+
+    test = mcnemar(mine, epr)
+    return {"only_method": test.only_a, "only_epr": test.only_b, "p": round(test.p_value, 4),
+            "diff_ci95": list(bootstrap_interval(mine, epr)),
+            "min_detectable_diff": min_detectable_difference(len(mine), test.only_a + test.only_b)}
 
 
 def _training_cost(spec: str) -> dict:
@@ -254,7 +289,11 @@ def main() -> None:
                          help="the base retriever of a task (default: epr:runs/bench/epr_table/TASK/epr)")
     options.add_argument("--methods", default="epr,epr+dpp,epr+mmr",
                          help="some of: " + ", ".join(METHODS) + " (TASK:METHOD: on TASK only; default: %(default)s)")
-    options.add_argument("--n", type=int, default=300, help="test inputs (a seeded sample, the same for every method)")
+    options.add_argument("--n", type=int, default=300, help="test inputs (a seeded sample, the same for every method; "
+                         "0: all of them)")
+    options.add_argument("--reuse", action="append", default=[], metavar="TASK:METHOD=FOLDER",
+                         help="take METHOD's evaluation on TASK from FOLDER (e.g. taskret epr run's eval/ or "
+                              "baseline/), checked to hold the same test inputs, LM and prompt settings")
     options.add_argument("--variant", action="append", default=[], metavar="[TASK:]NAME=SPEC",
                          help="another retriever to pair with plain EPR (on TASK only, if given); {task} in SPEC is "
                               "the task's name")
@@ -296,6 +335,7 @@ def main() -> None:
         kind, _, weight = value.partition(":")
         variant_selection[name] = Selection(kind, float(weight) if weight else None, args.select_candidates)
     bases = _pairs(args.base, "--base")
+    reuse = _pairs(args.reuse, "--reuse")
     weights_given = {"dpp": args.dpp_weight, "mmr": args.mmr_weight}
     tune_weights = [float(w) for w in args.tune_weights.split(",") if w.strip()]
     device = machine()
@@ -305,7 +345,7 @@ def main() -> None:
     references: dict[str, dict[str, float]] = {}
     for task_name in [t.strip() for t in args.tasks.split(",") if t.strip()]:
         task = load_task(task_name, data_dir=args.data_dir)
-        examples = sample(task.test, args.n, seed=args.seed)
+        examples = sample(task.test, args.n or None, seed=args.seed)
         spec = bases.get(task_name, f"epr:runs/bench/epr_table/{task_name}/epr")
         retriever = make_retriever(spec, seed=args.seed)
         if not retriever.ids:
@@ -319,6 +359,8 @@ def main() -> None:
             if finished:
                 print(f"{task_name}/{method}: {run_dir / 'summary.json'} exists, reused", flush=True)
                 summary, cost = finished
+            elif f"{task_name}:{method}" in reuse:
+                summary, cost = _reused(Path(reuse[f"{task_name}:{method}"]), examples, args, run_dir)
             else:
                 cost, selection, kind, retrieved = {}, variant_selection.get(method), METHODS.get(method), None
                 method_retriever, method_spec = retriever, spec
@@ -361,6 +403,8 @@ def main() -> None:
                 (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
             row = {"em": round(summary["metrics"]["em"], 2), "n": summary["n"], "metrics": round_metrics(summary["metrics"]),
                    "cpu_s": cost["cpu_s"], "wall_s": cost["wall_s"], "lm_calls": summary["n"]}
+            if "reused" in cost:
+                row["reused"] = cost["reused"]
             if "selection" in summary:
                 row["selection"] = summary["selection"]
             if method in variants:
@@ -374,11 +418,14 @@ def main() -> None:
         epr_correct = read_correct(Path(args.work) / task_name / "epr" / "predictions.jsonl")
         for method in task_methods:
             if method != "epr":
-                test = mcnemar(read_correct(Path(args.work) / task_name / method / "predictions.jsonl"), epr_correct)
-                rows[method]["vs_epr"] = {"only_method": test.only_a, "only_epr": test.only_b,
-                                          "p": round(test.p_value, 4)}
+                mine = read_correct(Path(args.work) / task_name / method / "predictions.jsonl")
+                rows[method]["vs_epr"] = _vs_epr(mine, epr_correct)
+                rows[method]["min_detectable_diff"] = rows[method]["vs_epr"].pop("min_detectable_diff")
         result[task_name] = {"base": spec, **rows}
-        for name, value in _reference(task_name).items():
+        # BM25 and the LM-Oracle measured here, on these inputs, when they ran as methods; else an earlier table's.
+        measured = {name: rows[method]["em"] for name, method in (("bm25", "bm25"), ("lm_oracle", "lm-oracle"))
+                    if method in rows}
+        for name, value in {**_reference(task_name), **measured}.items():
             references.setdefault(name, {})[task_name] = value
     held_out = [t.strip() for t in args.held_out.split(",") if t.strip()]
     if held_out:

@@ -148,3 +148,42 @@ def comparison_line(comparison: Comparison) -> str:
         line += (f" {name}: {c.name_a} {g.a:.1f}, {c.name_b} {g.b:.1f}; higher for {c.name_a} on {g.higher_a} inputs, "
                  f"for {c.name_b} on {g.higher_b} (Wilcoxon p={g.p_value:.2g}).")
     return line
+
+
+def bootstrap_interval(correct_a: Mapping[str, bool], correct_b: Mapping[str, bool], n_resamples: int = 10_000,
+                       seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """The paired bootstrap's ``level`` interval of the EM difference a - b in points: the test inputs resampled
+    with replacement, both runs' verdicts kept together (percentile interval)."""
+    import numpy as np
+
+    ids = sorted(correct_a)
+    if set(ids) != set(correct_b):
+        raise ValueError("a paired interval needs the same test inputs in both runs")
+    differences = np.array([float(correct_a[i]) - float(correct_b[i]) for i in ids])
+    rng = np.random.default_rng(seed)
+    means = np.array([differences[rng.integers(0, len(ids), len(ids))].mean() for _ in range(n_resamples)])
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail]) * 100
+    return round(float(low), 2), round(float(high), 2)
+
+
+def min_detectable_difference(n: int, discordant: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest EM difference (points) McNemar's test finds at ``alpha`` (two-sided) with ``power``, given
+    ``discordant`` of ``n`` inputs solved by one run only (the observed discordance): Connor's (1987) sample size
+    ``n = (z_a sqrt(p) + z_b sqrt(p - d^2))^2 / d^2`` solved for ``d``, ``p`` the discordant share. None when no
+    input is discordant."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    if discordant <= 0 or n <= 0:
+        return None
+    share = discordant / n
+    z_a, z_b = norm.ppf(1 - alpha / 2), norm.ppf(power)
+
+    def needed(d: float) -> float:
+        return (z_a * share ** 0.5 + z_b * max(share - d * d, 0.0) ** 0.5) ** 2 / (d * d) - n
+
+    high = min(share ** 0.5, share) - 1e-9
+    if needed(high) > 0:  # even the largest possible difference is not detectable at this n
+        return round(100 * share, 2)
+    return round(100 * brentq(needed, 1e-6, high), 2)
