@@ -268,3 +268,18 @@ def test_max_new_tokens_for_counts_the_longest_outputs():
     assert len(counted) == 200  # a seeded sample of a big pool is counted
     with pytest.raises(ValueError, match="no training outputs"):
         max_new_tokens_for([], len)
+
+
+def test_evaluate_warns_once_when_its_retriever_does_not_read_the_instruction(runner, tmp_path, pool_files,
+                                                                              tiny_model_dir):
+    train, test = pool_files
+    args = ["evaluate", "--train", train, "--test", test, "--input-field", "q", "--output-field", "a", "--id-field",
+            "key", "--lm", tiny_model_dir, "--context-window", "128", "--max-new-tokens", "4", "--limit", "1",
+            "--instruction", "Parse the request"]
+    result = invoke(runner, *args, "--retriever", "bm25", "--out", tmp_path / "bm25")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("warning: bm25 reads the query alone, not --instruction: its ranking is the same "
+                               "without it") == 1
+    reads = invoke(runner, *args, "--retriever", "bm25?read_instruction=1", "--out", tmp_path / "reads")
+    assert reads.exit_code == 0, reads.output
+    assert "warning" not in reads.stderr

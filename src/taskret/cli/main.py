@@ -149,8 +149,6 @@ def evaluate(
     examples = sample(loaded.test, limit, seed=seed)
     with console.status(f"loading {lm}"):
         model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
-    if max_new_tokens is None:
-        max_new_tokens = _answer_room(loaded, model, context_window)
     ret, retrieved = None, None
     if retriever in TEST_TIME_METHODS:
         same = scoring_lm in (None, lm) and not scoring_lm_option
@@ -170,6 +168,8 @@ def evaluate(
             from ..retrieval.instructed import InstructedRetriever
 
             ret = InstructedRetriever(ret, instruction)
+    if max_new_tokens is None:  # after indexing: a pool that cannot be indexed fails first
+        max_new_tokens = _answer_room(loaded, model, context_window)
     extra = None
     if selection is not None and weights is not None:
         tuning_metric = next(iter(graded_metrics_for(loaded, metric or ())), "em")
