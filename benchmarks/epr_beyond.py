@@ -6,6 +6,8 @@ Methods (each a folder under --work/<task>/<method>/, resumed when its summary.j
 - epr: the base retriever's top of the ranking, filled to the token budget (``taskret evaluate`` as it is);
 - epr+dpp: greedy MAP of CEIL's DPP kernel over the base retriever's top --select-candidates;
 - epr+mmr: maximal marginal relevance over the same candidates;
+- lm-oracle: each test input's BM25-Oracle top 50 (BM25 over the training outputs, queried with the gold output)
+  ranked by the LM's log P(gold | e, x), EPR's upper reference (50 LM calls per input, resumable);
 - epr+reward: the base retriever's top --reward-candidates reranked by the fusion of its score and a reward
   model's (LLM-R's cross-encoder trained on the LM's scores: ``"reward_model": {}`` in the EPR config, read from
   --reward-model), each min-max scaled, the retriever's weight chosen like the selection weights (--reward-weights);
@@ -60,7 +62,8 @@ from taskret.io import read_jsonl
 from taskret.progress import progress_bar
 from taskret.retrieval import make_retriever
 
-METHODS = {"epr": None, "epr+dpp": "dpp", "epr+mmr": "mmr", "epr+reward": "reward"}
+METHODS = {"epr": None, "epr+dpp": "dpp", "epr+mmr": "mmr", "epr+reward": "reward", "lm-oracle": "oracle"}
+ORACLE_CHUNK = 25  # test inputs the LM-Oracle ranks at a time, each chunk kept (a stopped ranking resumes)
 HELD_OUT_METHODS = ("bm25", "sbert", "multitask", "epr")
 #: The task instruction in front of every query of the multi-task retriever: what the task asks of the LM.
 INSTRUCTIONS = {
@@ -169,6 +172,38 @@ def _reused(folder: Path, examples, args, run_dir: Path) -> tuple[dict, dict] | 
     cost = {"cpu_s": None, "wall_s": summary.get("wall_time_s"), "reused": str(folder)}
     (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
     return summary, cost
+
+
+def _lm_oracle(task, examples, lm, run_dir: Path):
+    """LM-Oracle's rankings (taskret.epr.methods.lm_oracle: BM25-Oracle's top 50 reranked by the LM's
+    ``log P(gold | e, x)``, filled to 100 with BM25-Oracle's order), ORACLE_CHUNK test inputs at a time, each
+    chunk written to ``run_dir/oracle/`` as it is done: a stopped ranking resumes at the first missing chunk."""
+    import numpy as np
+
+    from taskret.epr.methods import rank_test_examples
+    from taskret.io import read_json, write_json
+    from taskret.retrieval import RetrievalResult
+
+    folder = run_dir / "oracle"
+    folder.mkdir(parents=True, exist_ok=True)
+    ids, scores = [], []
+    with progress_bar(len(examples), f"{task.name}/lm-oracle: ranking", unit="inputs") as advance:
+        for number, start in enumerate(range(0, len(examples), ORACLE_CHUNK)):
+            chunk, path = examples[start: start + ORACLE_CHUNK], folder / f"{number:05d}.json"
+            done = read_json(path) if path.exists() else None
+            if done is None or done["inputs"] != [e.id for e in chunk]:
+                ranked = rank_test_examples("lm-oracle", task, chunk, lm, n_candidates=50, fill_to=100)
+                done = {"inputs": [e.id for e in chunk], "ids": ranked.ids,
+                        "scores": [[None if np.isnan(v) else float(v) for v in row] for row in ranked.scores]}
+                write_json(path, done)
+            ids += done["ids"]
+            scores += done["scores"]
+            advance(len(chunk))
+    width = max(len(row) for row in ids)
+    matrix = np.full((len(ids), width), np.nan, dtype=np.float32)
+    for n, row in enumerate(scores):
+        matrix[n, : len(row)] = [np.nan if v is None else v for v in row]
+    return RetrievalResult(ids, matrix)
 
 
 def _vs_epr(mine: dict[str, bool], epr: dict[str, bool]) -> dict:
@@ -369,7 +404,12 @@ def main() -> None:
                     method_retriever = make_retriever(method_spec, seed=args.seed)
                     if not method_retriever.ids:
                         method_retriever.index(task.train)
-                if kind == "reward":
+                if kind == "oracle":
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    retrieved = _lm_oracle(task, examples, lm, run_dir)
+                    cost["ranking"] = {"lm_pairs": 50 * len(examples), "cpu_s": round(time.process_time() - cpu, 1),
+                                       "wall_s": round(time.perf_counter() - wall, 1)}
+                elif kind == "reward":
                     reward_dir = args.reward_model.replace("{task}", task_name)
                     weights = [float(w) for w in args.reward_weights.split(",") if w.strip()]
                     cpu, wall = time.process_time(), time.perf_counter()
@@ -412,6 +452,9 @@ def main() -> None:
             if "tuning" in cost:
                 row["tuning"] = cost["tuning"]
                 row["lm_calls"] += cost["tuning"]["n"] * len(cost["tuning"]["scores"])
+            if "ranking" in cost:
+                row["ranking"] = cost["ranking"]
+                row["lm_calls"] += cost["ranking"]["lm_pairs"]
             rows[method] = row
             print(f"{task_name}/{method}: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["metrics"].items()),
                   flush=True)
