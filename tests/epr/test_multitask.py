@@ -68,3 +68,24 @@ def test_train_multitask_trains_one_encoder_on_both_tasks(two_tasks, tmp_path, t
     retriever = DenseRetriever(encoder=str(model)).index(two_tasks[1].task.train)
     result = retriever.retrieve(["Find a music request [SEP] music request 3"], k=3)
     assert len(result.ids[0]) == 3 and set(result.ids[0]) <= {f"e{i}" for i in range(8)}
+
+
+def test_train_multitask_with_udrs_listwise_objective_learns_from_every_tasks_scores(tmp_path, tiny_bert_dir):
+    from taskret.epr.listwise import ListwiseConfig
+
+    def scores(path, n: int = 8):
+        return write_jsonl_rows(path, [{"id": f"e{i}", "candidates": [
+            {"id": f"e{(i + j) % n}", "logprob": -float(j), "n_tokens": 2} for j in range(1, 6)]} for i in range(n)])
+
+    tasks = [LabelledTask(_task("alarms", "alarm"), _labels(tmp_path / "a.jsonl"), "Find a similar alarm request",
+                          scores=scores(tmp_path / "a_scores.jsonl")),
+             LabelledTask(_task("music", "music"), _labels(tmp_path / "b.jsonl"), "Find a music request",
+                          scores=scores(tmp_path / "b_scores.jsonl"))]
+    objective = ListwiseConfig(base_model=str(tiny_bert_dir), list_size=3, top_k=1, epochs=2, batch_inputs=4)
+    model = train_multitask(tasks, tmp_path / "out", listwise=objective, progress=False)
+    trained = json.loads((tmp_path / "out" / "epr_config.json").read_text())
+    assert model.is_dir() and trained["method"] == "udr listwise" and trained["n_inputs"] == 16
+    assert trained["steps"] == 2 * 4 and json.loads((tmp_path / "out" / "tasks.json").read_text())[1]["task"] == "music"
+    without = LabelledTask(_task("x", "x"), _labels(tmp_path / "c.jsonl"), "Find x")
+    with pytest.raises(ValueError, match="needs the run's scores.jsonl"):
+        train_multitask([without], tmp_path / "out2", listwise=objective, progress=False)

@@ -185,6 +185,9 @@ def multitask(
     epochs: int = typer.Option(5, min=1), batch_size: int = typer.Option(64, min=1),
     mini_batch_size: int = typer.Option(16, min=1),
     learning_rate: float = typer.Option(5e-5), seed: int = typer.Option(0),
+    listwise: bool = typer.Option(False, help="UDR's objective: learn each run's LM order over sampled lists of 8 "
+                                  "(its scoring/scores.jsonl) with UDR's settings; the options above but "
+                                  "--base-model and --seed are then not read"),
     out: Path = typer.Option(..., help="output folder: model/, labels.jsonl, tasks.json, training_log.jsonl"),
 ):
     """One retriever for several tasks (UDR): each run's labels, each query written with its task's instruction
@@ -204,13 +207,21 @@ def multitask(
                 raise typer.BadParameter(f"{folder / needed} is missing: run `taskret epr run` there first "
                                          "(labels from the scoring LM)", param_hint="--run")
         config = EPRConfig.from_file(folder / "pipeline_config.json")
-        tasks.append(LabelledTask(config.load_task(), folder / "labels.jsonl", text))
+        scores = folder / "scoring" / "scores.jsonl"
+        if listwise and not scores.exists():
+            raise typer.BadParameter(f"{scores} is missing: --listwise learns from the scoring LM's scores "
+                                     "(labels: lm)", param_hint="--run")
+        tasks.append(LabelledTask(config.load_task(), folder / "labels.jsonl", text, scores=scores))
     if len({t.task.name for t in tasks}) < len(tasks):  # two pools from files of the same name: the runs name them
-        tasks = [LabelledTask(t.task, t.labels, t.instruction, name=str(folder)) for t, folder in zip(tasks, run)]
+        tasks = [LabelledTask(t.task, t.labels, t.instruction, name=str(folder), scores=t.scores)
+                 for t, folder in zip(tasks, run)]
     settings = TrainingConfig(base_model=base_model, epochs=epochs, batch_size=batch_size,
                               mini_batch_size=mini_batch_size, learning_rate=learning_rate, seed=seed)
+    from ..epr.listwise import ListwiseConfig
+
+    objective = ListwiseConfig(base_model=base_model, seed=seed) if listwise else None
     with library_logs(out / "logs" / "train.log") as log:
-        path = train_multitask(tasks, out, settings)
+        path = train_multitask(tasks, out, settings, listwise=objective)
     say(f"multi-task retriever ({', '.join(t.key for t in tasks)}): {trained(out / CONFIG_FILE, log)} -> {path}")
 
 

@@ -17,12 +17,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..data import Example, Task
 from ..formats import format_query
 from ..io import iter_records, write_json, write_jsonl
 from .training import TrainingConfig, train_dual_encoder
+
+if TYPE_CHECKING:
+    from .listwise import ListwiseConfig
 
 __all__ = ["LabelledTask", "TASKS_FILE", "merge_labelled_tasks", "train_multitask"]
 
@@ -37,6 +40,7 @@ class LabelledTask:
     labels: Path
     instruction: str
     name: str | None = None  # what its ids are prefixed with (default: the task's name)
+    scores: Path | None = None  # the run's scores.jsonl: what UDR's listwise objective learns from
 
     def __post_init__(self) -> None:
         if not self.instruction.strip():
@@ -71,16 +75,44 @@ def merge_labelled_tasks(tasks: Sequence[LabelledTask]) -> tuple[list[Example], 
     return examples, rows, queries
 
 
+def _namespaced_scores(tasks: Sequence[LabelledTask]) -> list[dict]:
+    from .scoring import read_scores
+
+    rows = []
+    for labelled in tasks:
+        if labelled.scores is None:
+            raise ValueError(f"task '{labelled.key}': the listwise objective needs the run's scores.jsonl")
+        for row in read_scores(labelled.scores):
+            rows.append({"id": _namespaced(labelled, row["id"]),
+                         "candidates": [{**c, "id": _namespaced(labelled, c["id"])} for c in row["candidates"]]})
+    return rows
+
+
+def _write_tasks(tasks: Sequence[LabelledTask], out_dir: Path) -> None:
+    write_json(out_dir / TASKS_FILE, [{"task": t.key, "instruction": t.instruction, "labels": str(t.labels),
+                                       "rows": sum(1 for _ in iter_records(Path(t.labels)))} for t in tasks])
+
+
 def train_multitask(tasks: Sequence[LabelledTask], out_dir: str | os.PathLike, config: TrainingConfig | None = None,
-                    progress: bool = True) -> Path:
+                    progress: bool = True, listwise: "ListwiseConfig | None" = None) -> Path:
     """Train one dual encoder on every task's labels (module docstring); return ``out_dir / "model"``.
     Batches mix the tasks (the rows are shuffled as in single-task training), so a query's in-batch negatives
-    come from other tasks too; its hard negatives come from its own task's labels."""
+    come from other tasks too; its hard negatives come from its own task's labels. ``listwise``: UDR's objective
+    instead (:mod:`taskret.epr.listwise`), on every task's scores (``config`` is then not read)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     examples, rows, queries = merge_labelled_tasks(tasks)
+    if listwise is not None:
+        from ..progress import progress_bar
+        from .listwise import train_listwise
+
+        scored = _namespaced_scores(tasks)
+        _write_tasks(tasks, out_dir)
+        with progress_bar(len(scored) * listwise.epochs, "listwise training", unit="inputs",
+                          enabled=progress) as advance:
+            return train_listwise(examples, scored, out_dir, listwise, progress=advance,
+                                  query_text=lambda example: queries[example.id])
     write_jsonl(out_dir / "labels.jsonl", rows)
-    write_json(out_dir / TASKS_FILE, [{"task": t.key, "instruction": t.instruction, "labels": str(t.labels),
-                                       "rows": sum(1 for _ in iter_records(Path(t.labels)))} for t in tasks])
+    _write_tasks(tasks, out_dir)
     return train_dual_encoder(examples, out_dir / "labels.jsonl", out_dir, config, progress=progress,
                               query_text=lambda example: queries[example.id])
