@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
+from .corpus import _field, read_beir_files
 from .formats import BREAK_FORMAT, OutputFormat, break_from_prompt, break_to_prompt
 from .io import DataError, iter_records
 
@@ -117,19 +118,6 @@ def default_data_dir() -> Path:
     return download_dir()
 
 
-def _field(path: Path, line: int, record: dict, name: str) -> str:
-    if name not in record or record[name] is None:
-        raise DataError(path, line, name, "missing field")
-    value = record[name]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        raise DataError(path, line, name, f"expected a string, got {type(value).__name__}")
-    if not value.strip():
-        raise DataError(path, line, name, "empty value")
-    return value
-
-
 def read_examples(
     path: str | os.PathLike,
     input_field: str = "input",
@@ -203,18 +191,16 @@ def load_beir_task(folder: str | os.PathLike, name: str | None = None, train_spl
     title, if any, is left out). The pool is ``train_split``'s queries, the test set ``test_split``'s; ids are the
     query ids. What turns a retrieval task whose documents are *answers* (a command, a code snippet, a simpler
     sentence) into a generation task; a bad file is refused naming the file, line and field."""
-    from .tart.tasks import read_beir
-
     folder = Path(folder)
     splits = {}
     for split in (train_split, test_split):
-        task = read_beir(folder, split, instructions=[])
+        corpus, queries, qrels = read_beir_files(folder, split)
         examples = []
-        for qid, judged in task.qrels.items():
+        for qid, judged in qrels.items():
             positive = max(judged, key=lambda doc_id: judged[doc_id])  # max keeps the first of equal scores
             if judged[positive] <= 0:
                 continue  # judged, but nothing relevant: no output to show
-            examples.append(Example(qid, task.queries[qid], task.corpus[positive].text))
+            examples.append(Example(qid, queries[qid], corpus[positive].text))
         if not examples:
             raise DataError(folder / "qrels" / f"{split}.tsv", None, "score", "no query with a relevant document")
         splits[split] = examples

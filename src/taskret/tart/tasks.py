@@ -22,8 +22,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
-from ..data import _field, default_data_dir, read_examples, sample
-from ..io import DataError, iter_records
+from ..corpus import (
+    INSTRUCTIONS_FILE,
+    Document,
+    DocumentStream,
+    beir_instructions,
+    doc_ids_and_texts,
+    doc_text,
+    iter_corpus,
+    read_beir_files,
+    read_corpus,
+    read_qrels,
+    read_queries,
+)
+from ..data import default_data_dir, read_examples, sample
+from ..io import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +47,7 @@ __all__ = [
     "read_beir",
     "Corpus",
     "load_corpus",
+    "open_corpus",
     "read_corpus",
     "read_queries",
     "read_qrels",
@@ -53,24 +67,6 @@ __all__ = [
     "SCIFACT_TRAIN_INSTRUCTIONS",
     "SCIFACT_TEST_INSTRUCTIONS",
 ]
-
-
-@dataclass(frozen=True)
-class Document:
-    id: str
-    title: str
-    text: str
-
-
-def doc_ids_and_texts(documents: dict[str, "Document"]) -> tuple[list[str], list[str]]:
-    """The ids of ``documents`` in order, and the text a retriever indexes of each (:func:`doc_text`)."""
-    ids = list(documents)
-    return ids, [doc_text(documents[i]) for i in ids]
-
-
-def doc_text(doc: Document) -> str:
-    """The text a retriever indexes: ``"title text"``, trimmed (just the text when there is no title)."""
-    return f"{doc.title.strip()} {doc.text.strip()}".strip()
 
 
 @dataclass
@@ -220,165 +216,6 @@ def _read_eval_instructions(path: Path) -> dict[str, list[str]]:
     return out
 
 
-# --- BEIR layout -----------------------------------------------------------------------------------
-
-
-def _optional_text(path: Path, line: int, record: dict, name: str) -> str:
-    value = record.get(name)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DataError(path, line, name, f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def read_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_field: str = "text",
-                title_field: str | None = "title") -> dict[str, Document]:
-    """Documents from a JSONL, CSV or TSV file: a BEIR ``corpus.jsonl`` (``_id``, ``text`` and an optional
-    ``title`` per line) by default, or any file whose fields are named: ``text_field`` (required),
-    ``title_field`` (optional; None: no title), ``id_field`` (None: ``_id`` if the first record has it, else
-    ``id``, else the line number)."""
-    path = Path(path)
-    corpus: dict[str, Document] = {}
-    first_line: dict[str, int] = {}
-    ids_from = id_field
-    for line, record in iter_records(path):
-        if ids_from is None:
-            ids_from = next((name for name in ("_id", "id") if name in record), "")
-        if not corpus:
-            _warn_unread_fields(path, record, ids_from, text_field, title_field)
-        doc_id = _field(path, line, record, ids_from) if ids_from else str(line)
-        if text_field not in record or record[text_field] is None:
-            raise DataError(path, line, text_field, "missing field" + _fields_hint(record, text_field))
-        text = _optional_text(path, line, record, text_field)
-        title = _optional_text(path, line, record, title_field) if title_field else ""
-        if not (text.strip() or title.strip()):
-            raise DataError(path, line, text_field, "empty document (no text and no title)")
-        if doc_id in corpus:
-            raise DataError(path, line, ids_from, f"duplicate id '{doc_id}' (first seen on line {first_line[doc_id]})")
-        corpus[doc_id] = Document(doc_id, title, text)
-        first_line[doc_id] = line
-    if not corpus:
-        raise DataError(path, None, None, "no documents in file")
-    return corpus
-
-
-def _warn_unread_fields(path: Path, record: dict, ids_from: str, text_field: str, title_field: str | None) -> None:
-    """One warning when a corpus falls back while its first record has fields that are not read: ids numbered by
-    line beside unread columns (a CSV's ``doc_no``), or no titles beside a column whose name says title."""
-    unread = [str(name) for name in record if name not in (ids_from, text_field, title_field)]
-    fallbacks = []
-    if not ids_from:
-        fallbacks.append("no id field ('_id' or 'id'), so ids are line numbers; --id-field names one")
-    if (title_field is None or title_field not in record) and any("title" in name.lower() for name in unread):
-        fallbacks.append(f"no title field '{title_field}', so no titles; --title-field names one")
-    if unread and fallbacks:
-        logger.warning("%s: %s (fields not read: %s)", path, "; ".join(fallbacks), ", ".join(unread))
-
-
-def _fields_hint(record: dict, wanted: str) -> str:
-    """``" (fields here: a, b; choose one with --text-field)"``: the hint a user with their own file needs."""
-    return f" (fields here: {', '.join(map(str, record)) or 'none'}; name the text's field with --text-field)"
-
-
-def read_queries(path: str | os.PathLike) -> dict[str, str]:
-    """A BEIR ``queries.jsonl``: ``_id`` and ``text`` per line."""
-    path = Path(path)
-    queries: dict[str, str] = {}
-    first_line: dict[str, int] = {}
-    for line, record in iter_records(path):
-        qid = _field(path, line, record, "_id")
-        text = _field(path, line, record, "text")
-        if qid in queries:
-            raise DataError(path, line, "_id", f"duplicate id '{qid}' (first seen on line {first_line[qid]})")
-        queries[qid] = text
-        first_line[qid] = line
-    if not queries:
-        raise DataError(path, None, None, "no queries in file")
-    return queries
-
-
-_QRELS_COLUMNS = ("query-id", "corpus-id", "score")
-
-
-def read_qrels(path: str | os.PathLike, queries: dict[str, str] | None = None,
-               corpus: dict[str, Document] | None = None) -> dict[str, dict[str, int]]:
-    """A BEIR qrels file: tab-separated ``query-id, corpus-id, score`` (integer), with an optional header.
-
-    With ``queries``/``corpus`` given, every id must name one of them.
-    """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise DataError(path, None, None, f"cannot read file ({err.strerror or err})") from err
-    qrels: dict[str, dict[str, int]] = {}
-    seen: dict[tuple[str, str], int] = {}
-    for line_no, raw_line in enumerate(raw.splitlines(), start=1):
-        try:
-            line = raw_line.decode("utf-8-sig" if line_no == 1 else "utf-8")
-        except UnicodeDecodeError as err:
-            raise DataError(path, line_no, None, f"not valid UTF-8 ({err.reason})") from err
-        if not line.strip():
-            continue
-        cells = [c.strip() for c in line.split("\t")]
-        if line_no == 1 and cells[0] == "query-id":
-            continue  # header
-        if len(cells) != 3:
-            raise DataError(path, line_no, None, f"expected 3 tab-separated columns (query-id, corpus-id, score), "
-                            f"got {len(cells)}")
-        qid, doc_id, score_text = cells
-        for name, value in zip(_QRELS_COLUMNS, cells):
-            if not value:
-                raise DataError(path, line_no, name, "empty value")
-        try:
-            score = int(score_text)
-        except ValueError:
-            raise DataError(path, line_no, "score", f"expected an integer relevance, got '{score_text}'") from None
-        if queries is not None and qid not in queries:
-            raise DataError(path, line_no, "query-id", f"unknown query id '{qid}' (not in the queries file)")
-        if corpus is not None and doc_id not in corpus:
-            raise DataError(path, line_no, "corpus-id", f"unknown document id '{doc_id}' (not in the corpus file)")
-        if (qid, doc_id) in seen:
-            raise DataError(path, line_no, "corpus-id", f"duplicate judgement of ('{qid}', '{doc_id}') "
-                            f"(first on line {seen[qid, doc_id]})")
-        seen[qid, doc_id] = line_no
-        qrels.setdefault(qid, {})[doc_id] = score
-    if not qrels:
-        raise DataError(path, None, None, "no relevance judgements in file")
-    return qrels
-
-
-INSTRUCTIONS_FILE = "instructions.json"
-
-
-def beir_instructions(folder: str | os.PathLike, split: str) -> list[str]:
-    """The instructions a BEIR folder carries in ``instructions.json``: a list (every split), or
-    ``{"train": [...], "test": [...]}`` (a ``dev`` split without a list of its own uses ``test``'s).
-    No file: no instructions."""
-    path = Path(folder) / INSTRUCTIONS_FILE
-    if not path.exists():
-        return []
-    from ..io import read_json
-
-    data = read_json(path)
-    if isinstance(data, dict):
-        if split not in data and split == "dev":
-            split = "test"
-        if split not in data:
-            raise DataError(path, None, split, f"no instructions for split '{split}' "
-                            f"(keys: {', '.join(map(str, data)) or 'none'})")
-        data, where = data[split], split
-    else:
-        where = None
-    if not isinstance(data, list) or not data:
-        raise DataError(path, None, where, "expected a non-empty list of instructions, or {split: [instructions]}")
-    for n, instruction in enumerate(data):
-        if not isinstance(instruction, str) or not instruction.strip():
-            raise DataError(path, None, f"{where or ''}[{n}]", "expected a non-empty instruction string")
-    return [i.strip() for i in data]
-
-
 def read_beir(folder: str | os.PathLike, split: str = "test", instructions: Sequence[str] | None = None,
               name: str | None = None) -> RetrievalTask:
     """A task in the BEIR layout: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/{split}.tsv``.
@@ -387,16 +224,7 @@ def read_beir(folder: str | os.PathLike, split: str = "test", instructions: Sequ
     ``instructions`` default to the folder's own ``instructions.json`` (:func:`beir_instructions`).
     """
     folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no such folder (expected corpus.jsonl, queries.jsonl, qrels/)")
-    qrels_path = folder / "qrels" / f"{split}.tsv"
-    if not qrels_path.exists():
-        available = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
-        raise FileNotFoundError(f"{qrels_path}: no qrels for split '{split}' (available: {', '.join(available) or 'none'})")
-    corpus = read_corpus(folder / "corpus.jsonl")
-    all_queries = read_queries(folder / "queries.jsonl")
-    qrels = read_qrels(qrels_path, all_queries, corpus)
-    queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
+    corpus, queries, qrels = read_beir_files(folder, split)
     if instructions is None:
         instructions = beir_instructions(folder, split)
     return RetrievalTask(name or folder.name, corpus, queries, qrels, list(instructions))
@@ -698,26 +526,39 @@ def load_corpus(source: str | os.PathLike, data_dir: str | os.PathLike | None = 
     - a folder holding ``corpus.jsonl`` (the BEIR layout; qrels optional), with its ``instructions.json`` if any;
     - a file: a BEIR ``corpus.jsonl``, or any JSONL / CSV / TSV whose fields are named by ``text_field``,
       ``title_field`` and ``id_field`` (see :func:`read_corpus`).
+
+    :func:`open_corpus` reads the same sources without holding them.
     """
+    stream = open_corpus(source, data_dir, split, id_field=id_field, text_field=text_field, title_field=title_field)
+    return Corpus(stream.name, {doc.id: doc for doc in stream}, stream.instructions)
+
+
+def open_corpus(source: str | os.PathLike, data_dir: str | os.PathLike | None = None, split: str = "test", *,
+                id_field: str | None = None, text_field: str = "text", title_field: str | None = "title"
+                ) -> DocumentStream:
+    """The documents of ``source`` (what :func:`load_corpus` reads) as a :class:`~taskret.corpus.DocumentStream`:
+    a corpus file (or a folder's ``corpus.jsonl``) is read again, checked, on every pass and never held whole;
+    a built-in task, whose builder reads it whole, is held."""
     text = str(source)
     if text in RETRIEVAL_TASKS:
         splits = RETRIEVAL_TASKS[text].splits
         task = load_retrieval_task(text, data_dir, split if split in splits else next(iter(splits)))
-        return Corpus(task.name, task.corpus, task.instructions)
+        return DocumentStream(task.name, lambda: iter(task.corpus.values()), task.instructions)
     if text.startswith(BERRI_LITE + "/"):
         folder = _berri_lite_folder(text, data_dir)
-        return Corpus(folder.name, read_corpus(folder / "corpus.jsonl"), _berri_lite_instructions(text, data_dir))
+        return DocumentStream(folder.name, lambda: iter_corpus(folder / "corpus.jsonl"),
+                              _berri_lite_instructions(text, data_dir))
     path = Path(source)
+    fields = {"id_field": id_field, "text_field": text_field, "title_field": title_field}
     if path.is_dir():
         corpus_path = path / "corpus.jsonl"
         if not corpus_path.is_file():
             raise FileNotFoundError(f"{corpus_path}: missing; a corpus folder holds corpus.jsonl (the BEIR layout), "
                                     f"or give the corpus file itself with --text-field / --title-field")
-        documents = read_corpus(corpus_path, id_field=id_field, text_field=text_field, title_field=title_field)
-        return Corpus(path.name, documents, _folder_instructions(path, split))
+        return DocumentStream(path.name, lambda: iter_corpus(corpus_path, **fields), _folder_instructions(path, split))
     if path.is_file():
-        documents = read_corpus(path, id_field=id_field, text_field=text_field, title_field=title_field)
-        return Corpus(path.parent.name if path.name == "corpus.jsonl" else path.stem, documents, [])
+        return DocumentStream(path.parent.name if path.name == "corpus.jsonl" else path.stem,
+                              lambda: iter_corpus(path, **fields), [])
     raise FileNotFoundError(f"{source}: not a built-in task ({', '.join(RETRIEVAL_TASKS)}, {BERRI_LITE}/TASK), a "
                             f"folder with corpus.jsonl, or a JSONL / CSV file of documents")
 
