@@ -308,12 +308,17 @@ EPR_VARIANTS = {  # epr_beyond.json's methods, as the benchmark page names them
     "epr-round2": "UDR: a second round, candidates mined by the round-1 retriever (`rounds: 2`)",
     "epr-reward": "LLM-R: the reward model distilled into the retriever (`reward_model: {}`)",
     "ceil": "CEIL: the query encoder trained on LM-scored sets, and its DPP (`set_training: {}`)",
+    "udr": "UDR: listwise loss over sampled lists of 8, 3 rounds re-mining 50 (`listwise`, `rounds: 3`)",
+    "llm-r": "LLM-R: a reward model reading the gold output, distilled into a retriever (`reward_model: {}`)",
+    "bm25": "BM25 (no training)",
+    "lm-oracle": "LM-Oracle: BM25-Oracle's top 50 ranked by the LM with the gold output (an upper reference)",
 }
 
 
 EPR_SHORT = {"ceil": "CEIL set training (`set_training`) and its DPP", "epr-round2": "UDR round 2 (`rounds: 2`)",
              "epr-reward": "LLM-R distillation (`reward_model`)", "epr+dpp": "EPR + untrained DPP",
-             "epr+mmr": "EPR + MMR", "epr+reward": "EPR + reward model fused"}
+             "epr+mmr": "EPR + MMR", "epr+reward": "EPR + reward model fused",
+             "udr": "UDR (`listwise`, `rounds: 3`)", "llm-r": "LLM-R (`reward_model`)"}
 
 
 def _variant_cost(row: dict) -> str:
@@ -342,8 +347,9 @@ def epr_beyond_table() -> list[str]:
            f"(McNemar: inputs solved only by the variant / only by EPR) (`{d['commands'][-1]}`; "
            f"{describe_machine(d['machine'])}). The gap closed is (EM - BM25) / (LM-Oracle - BM25), BM25's and "
            "LM-Oracle's EM from `benchmarks/epr_table.py` on the same inputs.", "",
-           "| task | variant | EM | gap closed | only variant / only EPR | p | eval CPU s | what it costs beyond EPR |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| task | variant | N | EM | gap closed | only variant / only EPR | p | EM diff, 95% CI | detectable at 80% "
+           "| what it costs beyond EPR |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for task in ("mtop", "break"):
         if task not in d:
             continue
@@ -354,8 +360,11 @@ def epr_beyond_table() -> list[str]:
             gap = f"{100 * (row['em'] - bm25) / (oracle - bm25):.0f}%" if bm25 is not None and oracle else "-"
             paired = row.get("vs_epr")
             test = f"{paired['only_method']} / {paired['only_epr']} | {_p(paired['p'])}" if paired else "- | -"
-            out.append(f"| {task} | {EPR_VARIANTS.get(method, method)} | {row['em']:.1f} | {gap} | {test} | "
-                       f"{row['cpu_s']:.0f} | {_variant_cost(row)} |")
+            interval = paired.get("diff_ci95") if paired else None
+            interval = f"[{interval[0]:+.1f}, {interval[1]:+.1f}]" if interval else "-"
+            detectable = f"{row['min_detectable_diff']:.1f}" if row.get("min_detectable_diff") else "-"
+            out.append(f"| {task} | {EPR_VARIANTS.get(method, method)} | {row['n']} | {row['em']:.1f} | {gap} | {test} | "
+                       f"{interval} | {detectable} | {_variant_cost(row)} |")
     held = d.get("held_out")
     if held:
         setup = held and d["held_out_setup"]
@@ -630,7 +639,7 @@ def readme_table() -> list[str]:
                             f"(`examples-bm25` {bm25:.1f}; {only_epr} / {only_bm25} solved by one only, {_p(p)}) | "
                             f"{cite('icl', key)} |")
     beyond = (_load("epr_beyond.json") or {}).get("mtop", {})
-    variants = {m: r for m, r in beyond.items() if m not in ("base", "epr") and "vs_epr" in r}
+    variants = {m: r for m, r in beyond.items() if m not in ("base", "epr", "bm25", "lm-oracle") and "vs_epr" in r}
     if "epr" in beyond and variants:  # EPR's best successor here, paired with plain EPR on the same inputs
         top = max(r["em"] for r in variants.values())
         best = [m for m, r in variants.items() if r["em"] == top]
