@@ -230,6 +230,9 @@ def _training_cost(spec: str) -> dict:
     rounds = [json.loads(p.read_text())["n_pairs"] for p in work.glob("round*/scoring/scoring_meta.json")]
     if rounds:
         cost["lm_pairs_later_rounds"] = sum(rounds)
+    agreement = work / "reward" / "agreement.json"
+    if agreement.exists():  # LLM-R: the teacher's agreement with the LM beside the EPR retriever's and BM25's
+        cost["teacher_agreement"] = json.loads(agreement.read_text())
     set_scores = work / "sets" / "set_scores.jsonl"
     if set_scores.exists():
         cost["lm_sets"] = sum(len(row["sets"]) for row in read_jsonl(set_scores))
