@@ -84,7 +84,9 @@ def _route(model, name: str) -> list:
 
 def embed(modules: Sequence, texts: Sequence[str]):
     """``texts`` through ``modules`` (:func:`query_route`'s) with gradients: their sentence embeddings."""
-    features = modules[0].tokenize(list(texts))
+    # sentence-transformers 5 names it preprocess (tokenize is deprecated); earlier versions only tokenize.
+    prepare = getattr(modules[0], "preprocess", None) or modules[0].tokenize
+    features = prepare(list(texts))
     for module in modules:
         features = module(features)
     return features["sentence_embedding"]
