@@ -56,6 +56,7 @@ from _common import HERE, command_line, describe_machine, machine, parser, round
 
 from taskret.backends.base import load_lm
 from taskret.data import load_task, sample
+from taskret.icl.compare import wilcoxon
 from taskret.icl.evaluation import choose_selection_weight, evaluate, mcnemar, read_correct
 from taskret.icl.selection import Selection
 from taskret.io import read_jsonl
@@ -246,15 +247,6 @@ def _labels_of(task_name: str) -> Path:
     return path
 
 
-def _wilcoxon(a: dict[str, float], b: dict[str, float]) -> float:
-    from scipy.stats import wilcoxon
-
-    differences = [a[k] - b[k] for k in a]
-    if not any(differences):
-        return 1.0
-    return float(wilcoxon(differences, zero_method="zsplit").pvalue)
-
-
 def _held_out(name: str, train_tasks: list[str], args, lm) -> dict:
     """One leave-one-task-out fold: train on the other tasks' labels, evaluate every HELD_OUT_METHOD on ``name``."""
     from taskret.epr.multitask import LabelledTask, train_multitask
@@ -311,7 +303,7 @@ def _held_out(name: str, train_tasks: list[str], args, lm) -> dict:
         test = mcnemar({r["id"]: bool(r["correct"]) for r in mine}, base_correct)
         chrf = {r["id"]: r["chrf"] for r in mine}
         rows[method]["vs_bm25"] = {"chrf_diff": round(rows[method]["chrf"] - rows["bm25"]["chrf"], 2),
-                                   "chrf_p": round(_wilcoxon(chrf, base_chrf), 4), "only_method": test.only_a,
+                                   "chrf_p": round(wilcoxon(chrf, base_chrf), 4), "only_method": test.only_a,
                                    "only_bm25": test.only_b, "em_p": round(test.p_value, 4)}
     rows["multitask"]["trained_on"] = others
     train_cost = model_dir / COST_FILE
