@@ -9,8 +9,8 @@ Methods (each a folder under --work/<task>/<method>/, resumed when its summary.j
 - lm-oracle: each test input's BM25-Oracle top 50 (BM25 over the training outputs, queried with the gold output)
   ranked by the LM's log P(gold | e, x), EPR's upper reference (50 LM calls per input, resumable);
 - epr+reward: the base retriever's top --reward-candidates reranked by the fusion of its score and a reward
-  model's (LLM-R's cross-encoder trained on the LM's scores: ``"reward_model": {}`` in the EPR config, read from
-  --reward-model), each min-max scaled, the retriever's weight chosen like the selection weights (--reward-weights);
+  model's (the gold-free candidate reranker, taskret.epr.candidate_reranker, trained on the base EPR run's LM
+  scores into --reward-model when it is not there yet), each min-max scaled, the retriever's weight chosen like the selection weights (--reward-weights);
 - any other retriever given as ``--variant NAME=SPEC`` (``{task}`` in SPEC is replaced by the task's name), e.g.
   ``--variant epr-round2=epr:runs/bench/epr_table/{task}/epr-round2``: a UDR second mining round
   (``"rounds": 2`` in the EPR config), filled to the budget as plain EPR is.
@@ -131,6 +131,19 @@ def _fused(first, teacher, weight: float):
         ids.append([row[int(i)] for i in order])
         scores[n, : len(row)] = fused[order]
     return RetrievalResult(ids, scores)
+
+
+def _train_reranker(task, base_spec: str, model_dir: Path) -> None:
+    """The gold-free candidate reranker at ``model_dir``, trained on the base EPR run's LM scores if not there."""
+    from taskret.epr.candidate_reranker import train_candidate_reranker
+    from taskret.epr.scoring import read_scores
+
+    if model_dir.is_dir():
+        return
+    scores = Path(base_spec.removeprefix("epr:")) / "scoring" / "scores.jsonl"
+    if not scores.exists():
+        raise SystemExit(f"epr+reward: {model_dir} is missing and {scores} (the base run's LM scores) too")
+    train_candidate_reranker(task, read_scores(scores), model_dir.parent)
 
 
 def _choose_reward_weight(task, retriever, reward_dir: str, lm, weights: list[float], args):
@@ -329,7 +342,7 @@ def main() -> None:
                               "the task's name")
     options.add_argument("--variant-selection", action="append", default=[], metavar="NAME=METHOD:WEIGHT",
                          help="select a variant's prompts, e.g. ceil=dpp:0.909 (the weight its training matches)")
-    options.add_argument("--reward-model", default="runs/bench/epr_table/{task}/epr-reward/reward/model",
+    options.add_argument("--reward-model", default="runs/bench/epr_beyond/{task}/reranker/model",
                          help="epr+reward's cross-encoder (default: %(default)s)")
     options.add_argument("--reward-candidates", type=int, default=30)
     options.add_argument("--reward-weights", default="0.3,0.5,0.7", help="the retriever's shares tried")
@@ -406,6 +419,7 @@ def main() -> None:
                                        "wall_s": round(time.perf_counter() - wall, 1)}
                 elif kind == "reward":
                     reward_dir = args.reward_model.replace("{task}", task_name)
+                    _train_reranker(task, spec, Path(reward_dir))
                     weights = [float(w) for w in args.reward_weights.split(",") if w.strip()]
                     cpu, wall = time.process_time(), time.perf_counter()
                     weight, scores = _choose_reward_weight(task, retriever, reward_dir, lm, weights, args)
