@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -35,6 +35,13 @@ from .common import (
 )
 
 app = App(help="taskret: learned, task-aware retrieval (EPR prompt retrieval, TART instruction retrieval).")
+
+# --select's settings, as `taskret evaluate` and `taskret serve` take them (taskret.icl.selection.Selection)
+SelectWeight = Annotated[Optional[float], typer.Option(
+    "--select-weight", min=0.0, max=1.0, help="with --select: relevance's share (0-1; 1 is the retriever's order); "
+    "default: dpp 0.909 (CEIL's scale factor 0.1), mmr 0.7")]
+SelectCandidates = Annotated[int, typer.Option(
+    "--select-candidates", min=1, help="with --select: how many of the retriever's results to choose from")]
 
 
 def _register_subcommands() -> None:
@@ -93,11 +100,8 @@ def evaluate(
                                          "the retriever's top --select-candidates: dpp (greedy MAP of CEIL's kernel) "
                                          "or mmr; default: the ranking's top (an epr:DIR trained with set_training: "
                                          "its DPP); none: the ranking's top always"),
-    select_weight: Optional[float] = typer.Option(None, "--select-weight", min=0.0, max=1.0,
-                                                  help="with --select: relevance's share (0-1; 1 is the retriever's "
-                                                  "order); default: dpp 0.909 (CEIL's scale factor 0.1), mmr 0.7"),
-    select_candidates: int = typer.Option(50, "--select-candidates", min=1,
-                                          help="with --select: how many of the retriever's results to choose from"),
+    select_weight: SelectWeight = None,
+    select_candidates: SelectCandidates = 50,
     select_encoder: str = typer.Option("minilm-l6", "--select-encoder",
                                        help="with --select: the encoder whose vectors compare examples when the "
                                        "retriever has none of its own (a dense retriever's own are used)"),
@@ -129,10 +133,10 @@ def evaluate(
         raise ValueError("--select-weight and --tune-weights need --select dpp or --select mmr")
     selection = Selection(select, select_weight, select_candidates, select_encoder) if select not in (None, "none") \
         else None
-    if select is None and retriever.startswith("epr:"):
-        from ..epr.sets import trained_selection
+    if select is None:
+        from ..icl.selection import trained_for
 
-        selection = trained_selection(retriever[len("epr:"):])  # a CEIL run is meant to be used with its DPP
+        selection = trained_for(retriever)  # a CEIL run is meant to be used with its DPP
         if selection is not None:
             say(f"{retriever} was trained for its DPP (set_training): selecting with dpp at weight "
                 f"{selection.weight:.4f} over the top {selection.n_candidates} (--select none: the ranking's top)")
@@ -290,7 +294,12 @@ def index(
 
 
 def _settings(recorded: dict) -> str:
-    return ", ".join(f"{key} {value}" for key, value in recorded.items())
+    return ", ".join(f"{key} {_selection_text(value) if key == 'selection' else value}"
+                     for key, value in recorded.items())
+
+
+def _selection_text(record: dict) -> str:
+    return f"{record['method']} at weight {record['weight']:.4f} over the top {record['n_candidates']}"
 
 
 @app.command()
@@ -326,6 +335,12 @@ def serve(
     generate_timeout: float = typer.Option(60.0, min=0.1, help="seconds a /generate request may take (504 after)"),
     workers: Optional[int] = typer.Option(None, min=1, help="worker processes, each with the index memory-mapped "
                                           "(default: one per core)"),
+    select: Optional[str] = typer.Option(None, "--select", help="how /prompt and /generate choose the "
+                                         "demonstrations, as `taskret evaluate --select`: dpp or mmr over the top "
+                                         "--select-candidates; none: the ranking's top; default: the selection the "
+                                         "index records (an EPR run trained with set_training: its DPP), else none"),
+    select_weight: SelectWeight = None,
+    select_candidates: SelectCandidates = 50,
 ):
     """Serve an index over HTTP: POST /retrieve, POST /prompt, POST /generate (with --generate), GET /health, a page
     to try them at / and the API docs at /docs (OpenAPI schema at /openapi.json)."""
@@ -335,15 +350,23 @@ def serve(
         raise MissingExtra(f"taskret serve needs FastAPI and uvicorn: pip install 'taskret[serve]' ({err})") from err
     import uvicorn
 
+    from ..icl.selection import RECORDED as SELECT_RECORDED
+    from ..icl.selection import Selection
     from ..serve.workers import default_workers, serve_workers
     from ..tart.search import RECORDED
 
     if rerank is not None and no_rerank:
         raise ValueError("give --rerank or --no-rerank, not both")
+    if select not in (None, "none", "dpp", "mmr"):
+        raise ValueError(f"--select: dpp, mmr or none (got {select!r})")
+    if select in (None, "none") and select_weight is not None:
+        raise ValueError("--select-weight needs --select dpp or --select mmr")
+    chosen = Selection(select, select_weight, select_candidates).record() if select in ("dpp", "mmr") else \
+        (select or SELECT_RECORDED)  # JSON: each worker builds its app from these settings
     settings = dict(lm=lm, token_budget=token_budget, context_window=context_window, max_new_tokens=max_new_tokens,
                     query_encoder=query_encoder, rerank=None if no_rerank else (rerank or RECORDED),
                     rerank_depth=rerank_depth, rerank_weight=rerank_weight, generate=generate,
-                    generate_timeout_s=generate_timeout)
+                    generate_timeout_s=generate_timeout, select=chosen)
     workers = workers or default_workers()
     urls = (f"serving {index_dir} on http://{host}:{port} (the page: http://{host}:{port}/, docs: "
             f"http://{host}:{port}/docs)")

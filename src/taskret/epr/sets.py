@@ -260,13 +260,15 @@ def train_set_encoder(task: Task, encoder_dir: str | os.PathLike, set_scores: st
 
 
 def trained_selection(epr_dir: str | os.PathLike):
-    """The DPP selection an EPR work folder's set training (``WORK/sets/retriever``) was trained for, or None:
-    ``dpp`` at the weight of its ``scale_factor`` over its ``n_candidates``. ``taskret evaluate --retriever
-    epr:WORK`` selects with it unless told otherwise."""
+    """The DPP selection an EPR work folder's set training (``WORK/sets/retriever``, or that folder itself) was
+    trained for, or None: ``dpp`` at the weight of its ``scale_factor`` over its ``n_candidates``. ``taskret
+    evaluate --retriever epr:WORK`` selects with it unless told otherwise."""
     from ..icl.selection import Selection, weight_for_scale_factor
     from ..io import read_json
 
     path = Path(epr_dir) / "sets" / "retriever" / "ceil_config.json"
+    if not path.exists():
+        path = Path(epr_dir) / "ceil_config.json"  # the set training's own output folder
     if not path.exists():
         return None
     trained = read_json(path)

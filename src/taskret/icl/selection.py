@@ -46,9 +46,10 @@ from ..data import Example, Task
 from ..retrieval import RetrievalResult, Retriever
 from .prompt import PromptBuilder
 
-__all__ = ["SELECT_METHODS", "DEFAULT_WEIGHTS", "DEFAULT_CANDIDATES", "Selection", "VectorLookup", "greedy_map",
-           "dpp_order", "mmr_order", "ceil_scale_factor", "weight_for_scale_factor", "retriever_vectors",
-           "encoder_vectors", "example_vectors", "select_for_prompts", "select_demonstrations"]
+__all__ = ["SELECT_METHODS", "DEFAULT_WEIGHTS", "DEFAULT_CANDIDATES", "RECORDED", "Selection", "BoundSelection",
+           "VectorLookup", "greedy_map", "dpp_order", "mmr_order", "ceil_scale_factor", "weight_for_scale_factor",
+           "retriever_vectors", "encoder_vectors", "example_vectors", "select_set", "prompt_fit", "select_for_prompts",
+           "select_demonstrations", "trained_for", "resolve_selection"]
 
 SelectMethod = Literal["dpp", "mmr"]
 SELECT_METHODS: tuple[str, ...] = ("dpp", "mmr")
@@ -59,6 +60,10 @@ DEFAULT_CANDIDATES = 50
 #: A candidate whose conditional variance under S falls below this is (numerically) in the span of the chosen
 #: ones: the greedy MAP stops and the rest follow in relevance order.
 MIN_VARIANCE = 1e-9
+
+#: ``resolve_selection(RECORDED, ...)``: the selection an index (or a trained run) records, as ``taskret evaluate`` and
+#: the service apply it by default (the same word as :data:`taskret.tart.search.RECORDED` for rerankers).
+RECORDED = "recorded"
 
 #: Unit vectors of examples by id, one row per id, in the order asked.
 VectorLookup = Callable[[Sequence[str]], np.ndarray]
@@ -262,6 +267,98 @@ class Selection:
             described["ceil_scale_factor"] = round(ceil_scale_factor(self.trade_off), 4) if self.trade_off else None
         return described
 
+    def record(self) -> dict:
+        """The settings as an index records them (``index_info.json``'s ``selection``), read by
+        :meth:`from_record`: the weight at full precision."""
+        return {"method": self.method, "weight": self.trade_off, "n_candidates": self.n_candidates,
+                "encoder": self.encoder}
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> "Selection":
+        """The selection :meth:`record` (or :meth:`describe`) wrote; ``ValueError`` for one that is not."""
+        if not isinstance(record, Mapping) or not isinstance(record.get("method"), str):
+            raise ValueError(f"a selection record is an object with a 'method' (got {record!r})")
+        weight, n_candidates = record.get("weight"), record.get("n_candidates", DEFAULT_CANDIDATES)
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))):
+            raise ValueError(f"a selection's 'weight' is a number (got {weight!r})")
+        if isinstance(n_candidates, bool) or not isinstance(n_candidates, int):
+            raise ValueError(f"a selection's 'n_candidates' is an integer (got {n_candidates!r})")
+        return cls(record["method"], None if weight is None else float(weight), n_candidates,
+                   str(record.get("encoder") or "minilm-l6"))
+
+
+def trained_for(spec: str) -> Selection | None:
+    """The selection the retriever ``spec`` was trained for, or None: an ``epr:DIR`` run with set training (CEIL),
+    DIR its work folder or the set training's output, is trained for its DPP
+    (:func:`taskret.epr.sets.trained_selection`). ``taskret evaluate``, ``taskret index`` (which records it for the
+    service) and the LangChain selector apply it by default."""
+    if not spec.startswith("epr:"):
+        return None
+    from ..epr.sets import trained_selection
+
+    return trained_selection(spec[len("epr:"):])
+
+
+def resolve_selection(select, recorded: Selection | None) -> Selection | None:
+    """The selection to apply, given as the service and the LangChain selector take it: :data:`RECORDED` (the one
+    ``recorded`` by the index or the run), None or ``"none"`` (the ranking's top), a :class:`Selection`, or a
+    :meth:`Selection.record` dict (JSON, as ``taskret serve``'s workers receive it)."""
+    if isinstance(select, str) and select == RECORDED:
+        return recorded
+    if select is None or (isinstance(select, str) and select == "none"):
+        return None
+    if isinstance(select, Selection):
+        return select
+    if isinstance(select, Mapping):
+        return Selection.from_record(select)
+    raise ValueError(f"select: '{RECORDED}', 'none', a Selection or its record (got {select!r})")
+
+
+class BoundSelection:
+    """A :class:`Selection` bound to one retriever and its pool, for callers that select one query at a time (the
+    service's ``/prompt``, the LangChain selector; an evaluation binds one per run): the vectors it compares the
+    examples with (:func:`example_vectors`) and whether the retriever's scores are cosines (a dense retriever's;
+    any other's are min-max scaled)."""
+
+    def __init__(self, selection: Selection, retriever: Retriever | None, pool: Mapping[str, Example],
+                 device: str | None = None):
+        from ..retrieval import DenseRetriever
+
+        self.selection = selection
+        self.vectors, self.source = example_vectors(retriever, pool, selection.encoder, device=device)
+        self.cosine = isinstance(retriever, DenseRetriever)
+
+    def select(self, ids: Sequence[str], scores: Sequence[float], fit: Callable[[list[str]], Sequence[str]]) -> list[int]:
+        """One query's selected set (:func:`select_set`): positions in ``ids``, best first."""
+        return select_set(ids, scores, self.selection, self.vectors, fit, self.cosine)
+
+    def describe(self) -> dict:
+        """The settings, where the vectors come from and how relevance is read: what a summary, ``/health`` and
+        ``/prompt`` record."""
+        relevance = "cosine" if self.cosine and self.selection.method == "dpp" else "min-max"
+        return {**self.selection.describe(), "vectors": self.source, "relevance": relevance}
+
+
+def select_set(ids: Sequence[str], scores: Sequence[float], selection: Selection, vectors: VectorLookup,
+               fit: Callable[[list[str]], Sequence[str]], cosine_scores: bool) -> list[int]:
+    """One query's selected set: the positions in ``ids`` (the retriever's ranking, best first; its top
+    ``selection.n_candidates`` are the candidates, ``scores`` theirs) of the candidates ``fit`` keeps when offered
+    them in the selection's order, in the retriever's order. ``fit`` returns the ids of those it takes: a prompt's
+    longest prefix within its budget (:func:`prompt_fit`), or the first k."""
+    ids = list(ids[: selection.n_candidates])
+    if not ids:
+        return []
+    order = selection.order([float(s) for s in scores[: len(ids)]], vectors(ids), cosine_scores)
+    fitted = set(fit([ids[i] for i in order]))
+    return [i for i in range(len(ids)) if ids[i] in fitted]
+
+
+def prompt_fit(builder: PromptBuilder, test_input: str,
+               demo: Callable[[str], tuple[str, str, str]]) -> Callable[[list[str]], list[str]]:
+    """:func:`select_set`'s ``fit`` for a prompt: the ids ``builder`` takes for ``test_input`` when offered them in
+    that order, ``demo(id)`` giving each one's ``(id, input, output as shown)``."""
+    return lambda ordered: builder.build(test_input, [demo(i) for i in ordered]).demo_ids
+
 
 def select_for_prompts(task: Task, examples: Sequence[Example], result: RetrievalResult, selection: Selection,
                        vectors: VectorLookup, builder: PromptBuilder, cosine_scores: bool) -> RetrievalResult:
@@ -274,20 +371,17 @@ def select_for_prompts(task: Task, examples: Sequence[Example], result: Retrieva
         raise ValueError(f"the candidates hold ids that are not in the training set of '{task.name}' (e.g. "
                          f"'{unknown}'): they were retrieved from another pool")
     vectors([i for ids in result.ids for i in ids[: selection.n_candidates]])  # one batch for an encoder
+
+    def demo(example_id: str) -> tuple[str, str, str]:
+        return example_id, pool[example_id].input, task.prompt_output(pool[example_id])
+
     out_ids: list[list[str]] = []
     out_scores = np.full((len(result.ids), max((len(i) for i in result.ids), default=0)), np.nan, dtype=np.float32)
     for q, (example, ids) in enumerate(zip(examples, result.ids)):
-        ids = list(ids[: selection.n_candidates])
-        scores = [float(s) for s in result.scores[q, : len(ids)]]
-        if not ids:
-            out_ids.append([])
-            continue
-        order = selection.order(scores, vectors(ids), cosine_scores)
-        demos = [(ids[i], pool[ids[i]].input, task.prompt_output(pool[ids[i]])) for i in order]
-        fitted = set(builder.build(example.input, demos).demo_ids)
-        kept = [i for i in range(len(ids)) if ids[i] in fitted]  # the retriever's order: best first
+        kept = select_set(ids, result.scores[q], selection, vectors, prompt_fit(builder, example.input, demo),
+                          cosine_scores)
         out_ids.append([ids[i] for i in kept])
-        out_scores[q, : len(kept)] = [scores[i] for i in kept]
+        out_scores[q, : len(kept)] = [result.scores[q, i] for i in kept]
     return RetrievalResult(out_ids, out_scores)
 
 
@@ -300,8 +394,6 @@ def select_demonstrations(task: Task, retriever: Retriever | None, examples: Seq
     ``exclude_self``: an example retrieving from its own pool (held-out training examples) does not find itself."""
     import time
 
-    from ..retrieval import DenseRetriever
-
     start = time.perf_counter()
     if retrieved is None:
         if retriever is None:
@@ -309,9 +401,7 @@ def select_demonstrations(task: Task, retriever: Retriever | None, examples: Seq
         retrieved = retriever.retrieve([e.input for e in examples], k=selection.n_candidates,
                                        exclude=[e.id for e in examples] if exclude_self else None)
     # only a dense retriever's own ranking has cosine scores; a ranking made elsewhere is min-max scaled
-    cosine = isinstance(retriever, DenseRetriever)
-    vectors, source = example_vectors(retriever, {e.id: e for e in task.train}, selection.encoder, device=device)
-    selected = select_for_prompts(task, examples, retrieved, selection, vectors, builder, cosine_scores=cosine)
-    info = {**selection.describe(), "vectors": source, "relevance": "cosine" if cosine and selection.method == "dpp" else "min-max",
-            "select_s": round(time.perf_counter() - start, 3)}
-    return selected, info
+    bound = BoundSelection(selection, retriever, {e.id: e for e in task.train}, device=device)
+    selected = select_for_prompts(task, examples, retrieved, selection, bound.vectors, builder,
+                                  cosine_scores=bound.cosine)
+    return selected, {**bound.describe(), "select_s": round(time.perf_counter() - start, 3)}

@@ -21,6 +21,12 @@ names the format of the prompt the examples go into: ``"f-string"`` (default, as
 ``"jinja2"``, or ``None`` for prompts that do not re-read the examples (``FewShotChatMessagePromptTemplate``)
 and for using :meth:`select_examples` directly.
 
+Set selection: a retriever trained for a selection (an EPR run with ``set_training``, CEIL's DPP) is selected with
+it by default, as ``taskret evaluate`` and the service's ``/prompt`` select: the k chosen from its top
+``n_candidates`` by :mod:`taskret.icl.selection` (an index built from the run records it; ``from_examples("epr:DIR")``
+reads it from the run). ``select=None`` takes the ranking's top k; ``select=Selection("mmr", 0.7)`` (or ``dpp``)
+selects any retriever's results. :attr:`TaskretExampleSelector.selection` says which applies.
+
 ``add_example``: a selector made with :meth:`TaskretExampleSelector.from_examples` owns its pool and
 supports it (the example is appended and the pool re-indexed: fine for BM25 and small pools; a dense
 retriever re-encodes every example). A selector over a saved index folder (:meth:`from_index`) is
@@ -36,6 +42,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 from langchain_core.example_selectors import BaseExampleSelector
 
 from ..data import Example
+from ..icl.selection import RECORDED, BoundSelection, Selection, resolve_selection, trained_for
 from ..retrieval import Retriever, make_retriever
 
 __all__ = ["TaskretExampleSelector"]
@@ -63,12 +70,15 @@ class TaskretExampleSelector(BaseExampleSelector):
     ``template_format`` is the ``FewShotPromptTemplate``'s (``"f-string"``, ``"jinja2"``): the returned values
     are escaped for it, so that the prompt shows the examples' braces literally; ``None`` returns them as they are
     (``FewShotChatMessagePromptTemplate``, or reading the examples yourself).
+    ``selection``: choose the k as a set from the retriever's top ``selection.n_candidates``
+    (:class:`~taskret.icl.selection.Selection`, as ``taskret evaluate --select``); None: its top k.
     """
 
     def __init__(self, retriever: Retriever, examples: Sequence[Example], *, k: int = 4, input_key: str = "input",
                  output_key: str = "output", query_key: str | None = None, instruction: str | None = None,
                  prompt_output=None, mutable: bool = False,
-                 template_format: Literal["f-string", "jinja2"] | None = "f-string"):
+                 template_format: Literal["f-string", "jinja2"] | None = "f-string",
+                 selection: Selection | None = None):
         if k < 1:
             raise ValueError("k must be at least 1")
         if template_format not in _ESCAPES:
@@ -90,27 +100,37 @@ class TaskretExampleSelector(BaseExampleSelector):
         self.prompt_output = prompt_output or (lambda e: e.output)
         self.mutable = mutable
         self.template_format = template_format
+        self.selection = selection
+        self._bound: BoundSelection | None = None  # the selection's vectors, bound when first asked
 
     # -- construction ----------------------------------------------------------------------------------
 
     @classmethod
     def from_examples(cls, examples: Iterable[Mapping[str, Any]], retriever: str | Retriever = "bm25", *,
                       k: int = 4, input_key: str = "input", output_key: str = "output", id_key: str | None = None,
-                      **kwargs) -> "TaskretExampleSelector":
+                      select=RECORDED, **kwargs) -> "TaskretExampleSelector":
         """Index LangChain-style example dicts (``{input_key: ..., output_key: ...}``) with a retriever spec
-        (``bm25``, ``sbert``, ``dense:ENCODER``, ``epr:DIR``, ...) or an un-indexed :class:`Retriever`."""
+        (``bm25``, ``sbert``, ``dense:ENCODER``, ``epr:DIR``, ...) or an un-indexed :class:`Retriever`.
+        ``select``: by default the selection the spec was trained for (``epr:DIR`` of a set-training run: its DPP,
+        :func:`~taskret.icl.selection.trained_for`); None: the ranking's top k; or a
+        :class:`~taskret.icl.selection.Selection`."""
         pool = [cls._to_example(row, i, input_key, output_key, id_key) for i, row in enumerate(examples)]
         if not pool:
             raise ValueError("no examples to select from")
+        selection = resolve_selection(select, trained_for(retriever) if isinstance(retriever, str) else None)
         ret = make_retriever(retriever) if isinstance(retriever, str) else retriever
         ret.index(pool)
-        return cls(ret, pool, k=k, input_key=input_key, output_key=output_key, mutable=True, **kwargs)
+        return cls(ret, pool, k=k, input_key=input_key, output_key=output_key, mutable=True, selection=selection,
+                   **kwargs)
 
     @classmethod
     def from_index(cls, index_dir: str | os.PathLike, *, k: int = 4, input_key: str = "input",
-                   output_key: str = "output", **kwargs) -> "TaskretExampleSelector":
+                   output_key: str = "output", select=RECORDED, **kwargs) -> "TaskretExampleSelector":
         """A read-only selector over an index folder written by ``taskret index`` (checked as the service
-        checks it). Outputs are shown as the task's prompts show them (Break: ``1#) step 2#) step``)."""
+        checks it). Outputs are shown as the task's prompts show them (Break: ``1#) step 2#) step``).
+        ``select``: by default the selection the index records (an EPR run trained for CEIL's DPP), as the
+        service's ``/prompt`` applies it; None: the ranking's top k; or a
+        :class:`~taskret.icl.selection.Selection`."""
         from ..retrieval.index import load_index
 
         index = load_index(index_dir)
@@ -119,7 +139,8 @@ class TaskretExampleSelector(BaseExampleSelector):
                              f"`taskret epr index`")
         records = index.records
         return cls(index.retriever, index.examples(), k=k, input_key=input_key, output_key=output_key,
-                   prompt_output=lambda e: index.prompt_output(records[e.id]), mutable=False, **kwargs)
+                   prompt_output=lambda e: index.prompt_output(records[e.id]), mutable=False,
+                   selection=resolve_selection(select, index.selection), **kwargs)
 
     @staticmethod
     def _to_example(row: Mapping[str, Any], position: int, input_key: str, output_key: str,
@@ -150,8 +171,17 @@ class TaskretExampleSelector(BaseExampleSelector):
         return value
 
     def select_examples(self, input_variables: dict[str, str]) -> list[dict]:
-        """The top-k examples as ``{input_key, output_key}`` dicts, the most similar last."""
-        ids = self.retriever.retrieve([self._query(input_variables)], k=self.k).ids[0]
+        """The top-k examples as ``{input_key, output_key}`` dicts, the most similar last; with a selection, the k
+        it chooses from the top ``n_candidates``, by the retriever's order."""
+        query = self._query(input_variables)
+        if self.selection is None:
+            ids = self.retriever.retrieve([query], k=self.k).ids[0]
+        else:
+            if self._bound is None:
+                self._bound = BoundSelection(self.selection, self.retriever, self._pool)
+            ranked = self.retriever.retrieve([query], k=self.selection.n_candidates)
+            kept = self._bound.select(ranked.ids[0], ranked.scores[0], lambda ordered: ordered[: self.k])
+            ids = [ranked.ids[0][i] for i in kept]
         chosen = [self._pool[i] for i in ids]
         chosen.reverse()
         escape = _ESCAPES[self.template_format]
@@ -172,4 +202,5 @@ class TaskretExampleSelector(BaseExampleSelector):
         self.retriever.index(pool)  # rebuilds the whole index (bm25s and FAISS flat have no cheap append here)
         self.examples = pool
         self._pool[example_id] = added
+        self._bound = None  # a dense retriever's vectors are those of the new index
         return example_id

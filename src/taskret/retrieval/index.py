@@ -7,7 +7,9 @@ Every ``index`` command (``taskret index``, ``taskret epr index``, ``taskret tar
                        {"id", "title", "text"} per document
     index_info.json    {"format": "taskret-index/2", "kind": "examples" | "documents", "task", "retriever"
                        (the spec it was built from), "n", "output_format", "lm" (whose tokenizer counts prompt
-                       tokens), "instruction" (TART: the task's instruction), ...}
+                       tokens), "instruction" (TART: the task's instruction), ...; an index of an EPR run adds
+                       the run's "context_window", "max_new_tokens" and, for a run trained for a selection
+                       (CEIL's DPP), "selection": {"method", "weight", "n_candidates", "encoder"}}
     meta.json, ...     the retriever (Retriever.save): bm25s/ for BM25, index.faiss for dense retrievers;
                        meta.json is written last, the mark of a complete index
 
@@ -104,6 +106,15 @@ class LoadedIndex:
     def max_new_tokens(self) -> int | None:
         return self.info.get("max_new_tokens")
 
+    @property
+    def selection(self):
+        """The :class:`~taskret.icl.selection.Selection` the index records (an EPR run trained for CEIL's DPP), which
+        the service's ``/prompt`` and the LangChain selector apply by default; else None."""
+        from ..icl.selection import Selection
+
+        recorded = self.info.get("selection")
+        return None if recorded is None else Selection.from_record(recorded)
+
     def prompt_output(self, record: IndexRecord) -> str:
         """The output as a demonstration shows it (Break's ``1#) step 2#) step``, others unchanged)."""
         return OUTPUT_FORMATS[self.output_format](record.output or "")
@@ -156,20 +167,24 @@ PROMPT_SETTINGS = ("context_window", "max_new_tokens")
 
 def run_prompt_settings(spec: str) -> dict:
     """The prompt settings (``context_window``, ``max_new_tokens``) of the EPR run behind ``epr:DIR`` (DIR: the work
-    folder, its ``index/`` or ``retriever/``), read from its ``pipeline_config.json``; ``{}`` for any other spec or a
-    folder without one. :func:`save_index` gets them as ``extra``, so ``taskret serve`` builds the prompts the run
-    was evaluated with."""
+    folder, its ``index/`` or ``retriever/``), read from its ``pipeline_config.json``, and the ``selection`` its
+    retriever was trained for (:func:`~taskret.icl.selection.trained_for`: a set-training run's DPP, as ``taskret
+    evaluate --retriever epr:DIR`` applies it); ``{}`` for any other spec or a folder without them.
+    :func:`save_index` gets them as ``extra``, so ``taskret serve`` builds the prompts the run was evaluated with."""
+    from ..icl.selection import trained_for
     from ..io import read_json
 
     if not spec.startswith("epr:"):
         return {}
+    trained = trained_for(spec)
+    settings = {"selection": trained.record()} if trained is not None else {}
     folder = Path(spec[len("epr:"):])
     for candidate in (folder, folder.parent):
         config = candidate / "pipeline_config.json"
         if config.is_file():
             saved = read_json(config)
-            return {key: saved[key] for key in PROMPT_SETTINGS if isinstance(saved.get(key), int)}
-    return {}
+            return {**{key: saved[key] for key in PROMPT_SETTINGS if isinstance(saved.get(key), int)}, **settings}
+    return settings
 
 
 def save_index(out: str | os.PathLike, retriever: Retriever, items: Sequence, *, kind: str = "examples",
@@ -313,6 +328,15 @@ def _check_info(directory: Path, kind: str, info: dict) -> None:
             raise InvalidIndex(f"{path}: 'lm' must be a string or null")
     if info.get("instruction") is not None and not isinstance(info["instruction"], str):
         raise InvalidIndex(f"{path}: 'instruction' must be a string or null")
+    if info.get("selection") is not None:
+        from ..icl.selection import Selection
+
+        if kind != "examples":
+            raise InvalidIndex(f"{path}: 'selection' chooses demonstrations; a {kind} index has none")
+        try:
+            Selection.from_record(info["selection"])
+        except ValueError as err:
+            raise InvalidIndex(f"{path}: 'selection': {err}") from None
 
 
 def _read_records(path: Path, kind: str) -> dict[str, IndexRecord]:

@@ -16,7 +16,10 @@ Endpoints (the OpenAPI schema is at ``/openapi.json``, interactive docs at ``/do
   Tokens are counted with the tokenizer of the LM the index records (``taskret index --lm``, or
   ``taskret serve --lm``); without one, whitespace-separated words are counted, which undercounts
   sub-word tokens (``token_counter`` in the answer says which was used). The answer also holds the
-  demonstrations' texts and the retrieved examples the budget left out.
+  demonstrations' texts and the retrieved examples the prompt left out. An index that records a selection (one
+  built from an EPR run trained for CEIL's DPP, ``set_training``) is selected with it as ``taskret evaluate`` selects
+  (:mod:`taskret.icl.selection`: the set chosen from the top ``n_candidates`` that fits the budget), unless
+  ``create_app(select=...)`` (``taskret serve --select``) says otherwise; ``selection`` in the answer says which.
 - ``POST /generate`` ``{"input", "max_demos"?, "token_budget"?, "max_new_tokens"?}`` (a server started with an
   LM to generate with, ``taskret serve --generate``): the prompt ``/prompt`` builds, and the LM's greedy answer
   to it, cut at the first newline as ``taskret evaluate`` cuts it; at most ``MAX_GENERATE_TOKENS`` new tokens,
@@ -61,6 +64,8 @@ from ..icl.prompt import (
     make_token_counter,
     prompt_token_budget,
 )
+from ..icl.selection import RECORDED as SELECT_RECORDED
+from ..icl.selection import BoundSelection, prompt_fit, resolve_selection
 from ..retrieval.base import RetrievalResult
 from ..retrieval.index import LoadedIndex, load_index
 from ..tart.search import RECORDED, rerank_first_stage, resolve_rerank
@@ -131,11 +136,14 @@ class PromptResponse(BaseModel):
     ids: list[str] = Field(description="the demonstrations used, in prompt order (most similar last)")
     texts: list[str] = Field(description="their inputs, in prompt order")
     outputs: list[str] = Field(description="their outputs as the prompt shows them, in prompt order")
-    left_out: list[str] = Field(description="the examples retrieved for the prompt that the token budget left out, "
-                                "in retrieval order")
+    left_out: list[str] = Field(description="the examples retrieved for the prompt that it left out (over the token "
+                                "budget, or not selected), in retrieval order")
     n_tokens: int
     token_budget: int
     token_counter: str = Field(description="'tokenizer:LM' or 'whitespace' (approximate)")
+    selection: Optional[dict] = Field(None, description="the set selection that chose the demonstrations among the "
+                                      "top n_candidates (method, weight, n_candidates, ...); null: the ranking's top, "
+                                      "in order")
 
 
 class GenerateRequest(PromptRequest):
@@ -169,6 +177,9 @@ class HealthResponse(BaseModel):
     rerank_weight: Optional[float] = Field(None, description="the first stage's share when fused with the "
                                            "reranker (none: the reranker's order alone)")
     generate: Optional[str] = Field(None, description="the LM /generate runs, if any (`taskret serve --generate`)")
+    selection: Optional[dict] = Field(None, description="the set selection /prompt applies: the index's recorded one "
+                                      "(an EPR run trained for CEIL's DPP) unless the server was told otherwise "
+                                      "(`taskret serve --select`); null: the ranking's top")
     token_counter: str
     token_budget: int
     uptime_s: float
@@ -283,7 +294,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                context_window: int | None = None, max_new_tokens: int | None = None, warmup: bool = True,
                query_encoder: str | None = None, rerank: str | None = RECORDED,
                rerank_depth: int | None = None, rerank_weight: float | None = None, generate: bool = False,
-               generate_timeout_s: float = DEFAULT_GENERATE_TIMEOUT_S, mmap: bool = False) -> FastAPI:
+               generate_timeout_s: float = DEFAULT_GENERATE_TIMEOUT_S, mmap: bool = False,
+               select=SELECT_RECORDED) -> FastAPI:
     """A FastAPI app serving one index folder, of any layout a taskret ``index`` command writes (checked
     first: a partial or mismatched one raises :class:`~taskret.retrieval.index.InvalidIndex`). ``lm``
     overrides the LM whose tokenizer counts prompt tokens; the default prompt budget is ``token_budget``,
@@ -301,6 +313,9 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     start-up. ``generate``: load the LM (``lm``, else the index's) to answer ``/generate``, each answer
     bounded by ``generate_timeout_s`` seconds. ``mmap``: load the index memory-mapped where its format allows
     (:func:`~taskret.retrieval.index.load_index`; the workers of ``taskret serve --workers N`` share its pages).
+    ``select``: how ``/prompt`` chooses its demonstrations (:func:`~taskret.icl.selection.resolve_selection`): by
+    default the selection the index records (:attr:`LoadedIndex.selection`), None or ``"none"`` the ranking's
+    top, or a :class:`~taskret.icl.selection.Selection` (or its record, JSON for the workers).
 
     These keyword arguments are the only way configuration enters (a multi-worker server passes the same to
     each worker); the first stage of ``/retrieve`` and ``/prompt`` is the one function
@@ -323,6 +338,11 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
 
         reranker = load_reranker(reranker)
     examples = index.kind == "examples"
+    selection = resolve_selection(select, index.selection if examples else None)
+    if selection is not None and not examples:
+        raise ValueError(f"select: a selection chooses a prompt's demonstrations; this index holds {index.kind}")
+    # the vectors it compares examples with: a dense index's own, else the selection's encoder's
+    selector = BoundSelection(selection, index.retriever, {e.id: e for e in index.examples()}) if selection else None
     counter = make_token_counter(lm or index.lm) if examples else TokenCounter(None, "none")
     count_tokens, counter_name = counter.count, counter.name
     if context_window is None:
@@ -353,6 +373,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     lock, model_lock = threading.Lock(), threading.Lock()
     if warmup:
         index.retriever.retrieve(["warm up"], k=1)
+        if selector is not None and index.retriever.ids:
+            selector.vectors(index.retriever.ids[:1])  # an encoder's vectors: the model loads now
     started_at = time.monotonic()
 
     app = FastAPI(title="taskret retrieval service", version=__version__, docs_url=None, redoc_url=None,
@@ -395,6 +417,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                                    swagger_favicon_url=f"{root}/static/favicon.svg",
                                    swagger_ui_parameters={"validatorUrl": None})  # no call to swagger.io
 
+    selected = selector.describe() if selector is not None else None
+
     @app.get("/health", response_model=HealthResponse)
     def health() -> HealthResponse:
         return HealthResponse(status="ok", version=__version__, index=str(index.directory), kind=index.kind,
@@ -402,7 +426,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                               n=len(index.retriever.ids), instruction=index.instruction, token_counter=counter_name,
                               rerank=rerank_name, rerank_depth=depth if reranker else None,
                               rerank_weight=weight if reranker else None, generate=generator_name,
-                              token_budget=token_budget, uptime_s=round(time.monotonic() - started_at, 3))
+                              selection=selected, token_budget=token_budget,
+                              uptime_s=round(time.monotonic() - started_at, 3))
 
     @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_none=True)
     def retrieve(request: RetrieveRequest) -> Response:
@@ -431,17 +456,23 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
         if index.kind != "examples":
             raise HTTPException(400, detail=f"this index holds {index.kind} (a retrieval corpus); {endpoint} needs an "
                                 "example index written by `taskret index` or `taskret epr index`")
-        depth = min(request.max_demos or PROMPT_DEPTH, len(index.retriever.ids))
+        # with a selection, its candidates; else enough to fill the budget (or max_demos) in the ranking's order
+        depth = selector.selection.n_candidates if selector else request.max_demos or PROMPT_DEPTH
         builder = PromptBuilder(count_tokens, budget=budget, max_demos=request.max_demos)
-        retrieved = app.state.first_stage([request.input], depth).ids[0]
+        first = app.state.first_stage([request.input], min(depth, len(index.retriever.ids)))
+        retrieved = first.ids[0]
         demos = {i: (i, index.records[i].text, index.prompt_output(index.records[i])) for i in retrieved}
-        with model_lock:
-            built = builder.build(request.input, [demos[i] for i in retrieved])
+        with model_lock:  # the tokenizer, and a selection's encoder
+            offered = retrieved
+            if selector is not None:  # the set that fits, by the retriever's order: as `taskret evaluate` selects
+                kept = selector.select(retrieved, first.scores[0], prompt_fit(builder, request.input, demos.get))
+                offered = [retrieved[i] for i in kept]
+            built = builder.build(request.input, [demos[i] for i in offered])
         used = set(built.demo_ids)
         return PromptResponse(prompt=built.text, ids=built.demo_ids, texts=[demos[i][1] for i in built.demo_ids],
                               outputs=[demos[i][2] for i in built.demo_ids],
                               left_out=[i for i in retrieved if i not in used], n_tokens=built.n_tokens,
-                              token_budget=budget, token_counter=counter_name)
+                              token_budget=budget, token_counter=counter_name, selection=selected)
 
     @app.post("/prompt", response_model=PromptResponse)
     def prompt(request: PromptRequest) -> PromptResponse:

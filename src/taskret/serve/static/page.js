@@ -51,6 +51,14 @@ async function post(path, body) {
   return answer;
 }
 
+// The set selection that chooses a prompt's demonstrations (null: the ranking's top), as one line of text.
+function selectionText(selection) {
+  if (!selection) return "none: the ranking's top, in order";
+  const scale = selection.ceil_scale_factor === undefined || selection.ceil_scale_factor === null ? ""
+    : `, CEIL scale factor ${selection.ceil_scale_factor}`;
+  return `${selection.method} at weight ${selection.weight}${scale}, chosen from the top ${selection.n_candidates}`;
+}
+
 function describe(h) {
   const parts = [`${h.kind} index`, h.retriever, `${h.n} items`];
   if (h.rerank) {
@@ -59,6 +67,7 @@ function describe(h) {
     parts.push(`reranked by ${h.rerank} (top ${h.rerank_depth}, ${fusion})`);
   }
   if (h.kind === "examples") parts.push(`prompt budget ${h.token_budget} tokens (${h.token_counter})`);
+  if (h.selection) parts.push(`selects with ${selectionText(h.selection)}`);
   if (h.generate) parts.push(`generates with ${h.generate}`);
   return parts.join(" \u00b7 ");
 }
@@ -119,7 +128,8 @@ function renderResults(answer, prompt) {
     if (prompt) {
       const position = inPrompt.get(id);
       const text = position ? `yes, demonstration ${position} of ${prompt.ids.length}`
-        : leftOut.has(id) ? "no: over the token budget" : "no";
+        : leftOut.has(id) ? (prompt.selection ? "no: not selected, or over the token budget"
+          : "no: over the token budget") : "no";
       row.append(el("td", { className: "in-prompt" }, text));
     }
     body.append(row);
@@ -133,6 +143,7 @@ function renderResults(answer, prompt) {
 function renderPrompt(prompt) {
   $("prompt-meta").textContent = `${prompt.n_tokens} of ${prompt.token_budget} tokens (${prompt.token_counter}); `
     + `${prompt.ids.length} demonstration${prompt.ids.length === 1 ? "" : "s"} fitted the budget`;
+  $("selection-note").textContent = `selection: ${selectionText(prompt.selection)}`;
   const demos = $("demos");
   demos.replaceChildren();
   prompt.ids.forEach((id, i) => {
@@ -142,8 +153,9 @@ function renderPrompt(prompt) {
   if (!prompt.ids.length) demos.append(el("li", { className: "muted" }, "none: the prompt is zero-shot"));
   const shown = prompt.left_out.slice(0, 10).join(", ");
   const more = prompt.left_out.length > 10 ? ` and ${prompt.left_out.length - 10} more` : "";
+  const by = prompt.selection ? "the selection or the token budget" : "the token budget";
   $("left-out").textContent = prompt.left_out.length
-    ? `left out by the token budget (retrieval order): ${shown}${more}` : "no retrieved example was left out";
+    ? `left out by ${by} (retrieval order): ${shown}${more}` : "no retrieved example was left out";
   $("prompt").textContent = prompt.prompt;
   $("generation").hidden = true;
   setStatus($("generate-status"), "", false);
