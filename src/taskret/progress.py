@@ -51,9 +51,10 @@ def _duration(seconds: float) -> str:
 
 
 @contextmanager
-def progress_lines(total: int, description: str, unit: str = "ex", log_every: float = 30.0,
+def progress_lines(total: int | None, description: str, unit: str = "ex", log_every: float = 30.0,
                    stream: TextIO | None = None) -> Iterator[Callable[[int], None]]:
-    """``advance(n)`` that writes ``description: done/total (pct) rate unit/s, elapsed, ETA`` lines,
+    """``advance(n)`` that writes ``description: done/total (pct) rate unit/s, elapsed, ETA`` lines (``total``
+    None: ``description: done unit, rate unit/s, elapsed``),
     at most one per ``log_every`` seconds, and a last one when the block ends (unless the count has not moved since
     the line before: the last line is printed once)."""
     stream = stream or sys.stderr
@@ -64,7 +65,9 @@ def progress_lines(total: int, description: str, unit: str = "ex", log_every: fl
         elapsed = time.monotonic() - start
         done = state["done"]
         rate = (done - state["resumed"]) / elapsed if elapsed > 0 else 0.0
-        eta = _duration((total - done) / rate) if rate > 0 and total > done else "-"
+        eta = _duration((total - done) / rate) if rate > 0 and total is not None and total > done else "-"
+        if total is None:  # a count not known in advance (a corpus read for the first time)
+            return f"{description}: {done} {unit}, {rate:.2f} {unit}/s, elapsed {_duration(elapsed)}"
         pct = f"{100 * done / total:.0f}%" if total else "-"
         return (f"{description}: {done}/{total} ({pct}) {rate:.2f} {unit}/s, elapsed {_duration(elapsed)}, "
                 f"ETA {eta}")
@@ -87,7 +90,7 @@ def progress_lines(total: int, description: str, unit: str = "ex", log_every: fl
 
 
 @contextmanager
-def progress_bar(total: int, description: str, unit: str = "ex", enabled: bool = True,
+def progress_bar(total: int | None, description: str, unit: str = "ex", enabled: bool = True,
                  log_every: float = 30.0) -> Iterator[Callable[[int], None]]:
     if not enabled:
         yield lambda n=1: None
@@ -144,7 +147,7 @@ def reporting_enabled() -> bool:
 
 
 @contextmanager
-def stage(total: int, description: str, unit: str = "ex", enabled: bool | None = None,
+def stage(total: int | None, description: str, unit: str = "ex", enabled: bool | None = None,
           log_every: float = 30.0) -> Iterator[Callable[[int], None]]:
     """:func:`progress_bar` for one stage of library work: a bar on a terminal, else a line every ``log_every``
     seconds and one when the stage ends. Shown when ``enabled``, by default when :func:`reporting` is on."""

@@ -123,6 +123,24 @@ LMOptions = Annotated[Optional[list[str]], typer.Option(
     "max_retries=5, api_key_env=MY_KEY, tokenizer=smollm2-135m, tensor_parallel_size=2)")]
 Device = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda when available)")]
 Dtype = Annotated[str, typer.Option("--dtype", help="auto, float32 or bfloat16")]
+RayAddress = Annotated[Optional[str], typer.Option(
+    "--ray", help="spread the shards over a Ray cluster: auto (the running cluster), local (start one here), "
+    "HOST:PORT or ray://HOST:PORT")]
+RayWorkers = Annotated[Optional[int], typer.Option(
+    "--ray-workers", min=1, help="Ray actors, each holding one model (default: one per GPU, else one per "
+    "--ray-cpus-per-worker CPUs)")]
+RayGpus = Annotated[Optional[float], typer.Option("--ray-gpus-per-worker", help="GPUs per actor (default: 1 if the "
+                                                  "cluster has GPUs, else 0)")]
+RayCpus = Annotated[float, typer.Option("--ray-cpus-per-worker", help="CPUs per actor (its torch threads on a CPU)")]
+
+
+def ray_options(address: str | None, workers: int | None, gpus: float | None, cpus: float):
+    """The :class:`~taskret.epr.distributed.RayOptions` of the ``--ray*`` options, None without ``--ray``."""
+    if address is None:
+        return None
+    from ..epr.distributed import RayOptions
+
+    return RayOptions(address, workers, gpus, cpus)
 
 
 def load_task_from_options(task: str | None, *, train: Path | None = None, test: Path | None = None,

@@ -19,10 +19,15 @@ from .common import (
     LMOptions,
     LMSpec,
     OutputField,
+    RayAddress,
+    RayCpus,
+    RayGpus,
+    RayWorkers,
     TaskName,
     TrainFile,
     console,
     load_task_from_options,
+    ray_options,
     say,
 )
 
@@ -82,24 +87,19 @@ def score(
     lm_option: LMOptions = None,
     shard_size: int = typer.Option(32, min=1, help="examples per resumable shard"),
     device: Device = None, dtype: Dtype = "auto",
-    ray: Optional[str] = typer.Option(None, "--ray", help="score the shards on a Ray cluster: auto (the running "
-                                      "cluster), local (start one here), HOST:PORT or ray://HOST:PORT"),
-    ray_workers: Optional[int] = typer.Option(None, help="Ray actors, each holding one LM (default: one per GPU, "
-                                              "else one per --ray-cpus-per-worker CPUs)"),
-    ray_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per actor (default: 1 if the cluster has "
-                                                        "GPUs, else 0)"),
-    ray_cpus_per_worker: float = typer.Option(1.0, help="CPUs per actor (its torch threads on a CPU)"),
+    ray: RayAddress = None, ray_workers: RayWorkers = None, ray_gpus_per_worker: RayGpus = None,
+    ray_cpus_per_worker: RayCpus = 1.0,
     out: Path = typer.Option(..., help="scoring folder (resumes if it exists)"),
 ):
     """log P(y | candidate, x) for every pair, in resumable shards -> OUT/scores.jsonl."""
     from ..backends.base import parse_options
     from ..epr.candidates import read_candidates
-    from ..epr.distributed import RayOptions, run_scoring
+    from ..epr.distributed import run_scoring
 
     loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config)
     examples = {e.id: e for e in loaded.train}
     rows = read_candidates(candidates_file, known_ids=set(examples))
-    on_ray = RayOptions(ray, ray_workers, ray_gpus_per_worker, ray_cpus_per_worker) if ray is not None else None
+    on_ray = ray_options(ray, ray_workers, ray_gpus_per_worker, ray_cpus_per_worker)
     path = run_scoring(rows, examples, lm, out, lm_options=parse_options(lm_option), fmt=loaded.output_format,
                        shard_size=shard_size, ray=on_ray, device=device, dtype=dtype, say=say)
     console.print(f"scores -> {path}")

@@ -11,7 +11,19 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 
-from .common import App, DataDir, RerankWeight, console, say, write_ranked
+from .common import (
+    App,
+    DataDir,
+    RayAddress,
+    RayCpus,
+    RayGpus,
+    RayWorkers,
+    RerankWeight,
+    console,
+    ray_options,
+    say,
+    write_ranked,
+)
 
 app = App(help="TART: instruction-following retrieval (evaluate, index, search, tune-weight, build-data, ict, "
           "train-dual, train-full, distil, soup, run).")
@@ -200,13 +212,19 @@ def index(
     instruction_text: Optional[str] = INSTRUCTION_TEXT_OPT,
     data_dir: DataDir = None,
     out: Path = typer.Option(..., help="index folder to write (self-contained: it can be moved or copied)"),
+    shard_size: Optional[int] = typer.Option(None, min=1, help="documents per shard of encoded vectors (OUT/.shards/, "
+                                             "kept until the index is complete: a killed run started again resumes "
+                                             "from them; default 10,000)"),
+    ray: RayAddress = None, ray_workers: RayWorkers = None, ray_gpus_per_worker: RayGpus = None,
+    ray_cpus_per_worker: RayCpus = 1.0,
 ):
     """Index a corpus with the documents' texts, its instruction and the setup's reranking, for `taskret tart
-    search` and `taskret serve` (written atomically)."""
+    search` and `taskret serve` (written atomically). The corpus is read in passes and its vectors encoded in
+    shards, here or on Ray (--ray), so memory holds the index and not the corpus, and a killed run resumes."""
     from ..progress import reporting
     from ..retrieval import make_retriever
-    from ..retrieval.index import save_index
-    from ..tart.tasks import load_corpus
+    from ..retrieval.index import index_documents
+    from ..tart.tasks import open_corpus
 
     spec, setup = _resolve_setup(retriever, default="docs-fast")
     if setup is not None and setup.kind != "documents":
@@ -218,18 +236,21 @@ def index(
         load_reranker(setup.rerank)  # an LM that is not installed fails now, not at the first search
     if instruction_text is not None and not instruction_text.strip():
         raise ValueError("--instruction-text is empty")
-    loaded = load_corpus(corpus, data_dir, split, id_field=id_field, text_field=text_field, title_field=title_field)
-    instructions = [instruction_text.strip()] if instruction_text is not None else loaded.instructions
-    ids, texts = loaded.doc_ids_and_texts()
-    with reporting():  # the encoding's progress, rate and ETA on stderr (a status spinner would share its line)
-        ret = make_retriever(spec).index_texts(ids, texts)
-    save_index(out, ret, [loaded.documents[i] for i in ids], kind="documents", task=loaded.name,
-               retriever_spec=spec, instruction=instructions[0] if instructions else None,
-               extra={"split": split, "instructions": instructions,
-                      **(setup.search_settings() if setup is not None else {})})
-    console.print(f"indexed {len(ids)} documents of {loaded.name} -> {out}; search it with `taskret tart search "
-                  f"--index {out} \"QUERY\"`" + (f" (reranked by {setup.rerank}, as the setup says)"
-                                                  if setup is not None and setup.rerank else ""))
+    documents = open_corpus(corpus, data_dir, split, id_field=id_field, text_field=text_field,
+                            title_field=title_field)
+    instructions = [instruction_text.strip()] if instruction_text is not None else documents.instructions
+    on_ray = ray_options(ray, ray_workers, ray_gpus_per_worker, ray_cpus_per_worker)
+    with reporting():  # each stage's progress, rate and ETA on stderr (a status spinner would share its line)
+        index_documents(out, make_retriever(spec), documents, retriever_spec=spec,
+                        instruction=instructions[0] if instructions else None,
+                        extra={"split": split, "instructions": instructions,
+                               **(setup.search_settings() if setup is not None else {})},
+                        ray=on_ray, **({"shard_size": shard_size} if shard_size else {}))
+    n = json.loads((out / "index_info.json").read_text())["n"]
+    console.print(f"indexed {n} documents of {documents.name}{' on Ray' if on_ray else ''} -> {out}; search it "
+                  f"with `taskret tart search --index {out} \"QUERY\"`" + (
+                      f" (reranked by {setup.rerank}, as the setup says)" if setup is not None and setup.rerank
+                      else ""))
 
 
 @app.command()

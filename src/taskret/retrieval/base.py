@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -110,6 +110,28 @@ class Retriever(ABC):
         self._index_texts(list(texts))
         self.ids = list(ids)
         return self
+
+    def index_stream(self, ids: Sequence[str], texts: Callable[[], Iterable[str]], plan=None) -> "Retriever":
+        """Index texts read in passes, without holding them where the retriever need not: ``texts()`` yields the
+        text of each of ``ids`` in order, the same on every call (a corpus file read again). A dense retriever
+        encodes them in shards (``plan``, a :class:`~taskret.retrieval.shards.ShardPlan`: where the shards are kept
+        so a killed run resumes, and whether Ray encodes them), adding each shard to its FAISS index as it comes;
+        the others hold the texts as :meth:`index_texts` does."""
+        if len(set(ids)) != len(ids):
+            raise ValueError("ids must be unique")
+        self._index_stream(texts, len(ids), plan)
+        self.ids = list(ids)
+        return self
+
+    def check_models(self) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Fail now, before a long job reads its data, if a model this retriever needs is not installed (a clear
+        ``ModelNotInstalled``); nothing is loaded."""
+
+    def _index_stream(self, texts: Callable[[], Iterable[str]], n: int, plan) -> None:
+        held = list(texts())
+        if len(held) != n:
+            raise ValueError(f"{n} ids but {len(held)} texts")
+        self._index_texts(held)
 
     @abstractmethod
     def _index_texts(self, texts: list[str]) -> None: ...

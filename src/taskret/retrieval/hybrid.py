@@ -224,6 +224,18 @@ class HybridRetriever(Retriever):
         for component in {id(c): c for c in self.components}.values():  # one object in two positions: once
             component.index_texts(rows, texts)
 
+    def check_models(self) -> None:
+        for component in self.components:
+            component.check_models()
+
+    def _index_stream(self, texts: Callable, n: int, plan) -> None:
+        if not self.components:
+            raise RuntimeError("a hybrid retriever needs its component retrievers to index")
+        rows = [str(i) for i in range(n)]
+        for position, component in enumerate(self.components):
+            if not any(component is earlier for earlier in self.components[:position]):
+                component.index_stream(rows, texts, plan.child(f"component_{position}") if plan is not None else None)
+
     def _search(self, queries: Sequence[str], k: int):
         depth = min(max(self.depth, k), len(self.ids))
         bare = strip_instructions(queries) if not all(self.read_instruction) else None

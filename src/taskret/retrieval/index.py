@@ -29,16 +29,17 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from ..data import Example
 from ..formats import BREAK_FORMAT, break_to_prompt
 from ..io import DataError, iter_records, read_json, write_json, write_jsonl
 from .base import REGISTRY as RETRIEVERS
 from .base import Retriever
+from .shards import SHARD_SIZE, SHARDS_DIR, ShardPlan
 
 __all__ = ["INDEX_FORMAT", "ITEMS_FILE", "INFO_FILE", "KINDS", "InvalidIndex", "IndexRecord", "LoadedIndex",
-           "save_index", "load_index", "output_format_name"]
+           "save_index", "index_documents", "load_index", "output_format_name"]
 
 INDEX_FORMAT = "taskret-index/2"
 ITEMS_FILE = "items.jsonl"
@@ -187,11 +188,35 @@ def run_prompt_settings(spec: str) -> dict:
     return settings
 
 
-def save_index(out: str | os.PathLike, retriever: Retriever, items: Sequence, *, kind: str = "examples",
+def check_destination(out: Path) -> None:
+    """Refuse to write an index over a file or a non-empty folder that is not an index (one holding only the
+    shards of an interrupted :func:`index_documents` is its own)."""
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"{out}: exists and is not a folder")
+        if any(p.name != SHARDS_DIR for p in out.iterdir()) and not (out / META_FILE).exists():
+            raise ValueError(f"{out}: a non-empty folder that is not a taskret index; refusing to overwrite it")
+
+
+def _rows_in_order(kind: str, items: Iterable, ids: Sequence[str]) -> Iterator[dict]:
+    """items.jsonl's rows, each item checked to be the next of ``ids`` (items read in a pass are checked as they
+    are written: the folder is dropped if one is not)."""
+    count = 0
+    for count, item in enumerate(items, start=1):
+        if count > len(ids) or item.id != ids[count - 1]:
+            raise ValueError(f"the retriever must be indexed over exactly these {kind}, in this order (item "
+                             f"{count} is '{item.id}')")
+        yield _item_row(kind, item)
+    if count != len(ids):
+        raise ValueError(f"the retriever must be indexed over exactly these {kind}: {count} items for {len(ids)} ids")
+
+
+def save_index(out: str | os.PathLike, retriever: Retriever, items: Iterable, *, kind: str = "examples",
                task: str | None = None, retriever_spec: str | None = None, output_format: str | None = None,
                lm: str | None = None, instruction: str | None = None, extra: dict | None = None) -> Path:
     """Save an indexed retriever with the texts it indexes (``items``: examples, or documents with
-    ``kind="documents"``) as a ``taskret-index/2`` folder, atomically: everything is written to a temporary
+    ``kind="documents"``, a sequence or anything read in one pass, such as a
+    :class:`~taskret.corpus.DocumentStream`) as a ``taskret-index/2`` folder, atomically: everything is written to a temporary
     folder beside ``out`` and renamed onto it, so ``out`` never holds a partial index. ``extra`` adds keys
     to index_info.json.
 
@@ -206,19 +231,15 @@ def save_index(out: str | os.PathLike, retriever: Retriever, items: Sequence, *,
             raise ValueError(f"unknown output format '{output_format}'; expected one of {', '.join(OUTPUT_FORMATS)}")
     elif output_format is not None or lm is not None:
         raise ValueError("output_format and lm describe prompts built from examples; a document index has neither")
-    if [item.id for item in items] != list(retriever.ids):
+    if isinstance(items, Sequence) and [item.id for item in items] != list(retriever.ids):
         raise ValueError(f"the retriever must be indexed over exactly these {kind}, in this order")
-    if out.exists():
-        if not out.is_dir():
-            raise ValueError(f"{out}: exists and is not a folder")
-        if any(out.iterdir()) and not (out / META_FILE).exists():
-            raise ValueError(f"{out}: a non-empty folder that is not a taskret index; refusing to overwrite it")
+    check_destination(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        write_jsonl(tmp / ITEMS_FILE, (_item_row(kind, item) for item in items))
+        write_jsonl(tmp / ITEMS_FILE, _rows_in_order(kind, items, retriever.ids))
         write_json(tmp / INFO_FILE, {**(extra or {}), "format": INDEX_FORMAT, "kind": kind, "task": task,
-                                     "retriever": retriever_spec or retriever.name, "n": len(items),
+                                     "retriever": retriever_spec or retriever.name, "n": len(retriever.ids),
                                      "output_format": output_format, "lm": lm, "instruction": instruction})
         retriever.save(tmp)  # meta.json last
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes the folder private
@@ -233,6 +254,30 @@ def save_index(out: str | os.PathLike, retriever: Retriever, items: Sequence, *,
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, retriever_spec: str | None = None,
+                    instruction: str | None = None, extra: dict | None = None, shard_size: int = SHARD_SIZE,
+                    ray=None) -> Path:
+    """Index a corpus read in passes (``documents``: a :class:`~taskret.corpus.DocumentStream`, from
+    :func:`~taskret.tart.tasks.open_corpus`) into the document index ``out``, holding no more than the index: one
+    pass checks every document and takes the corpus's ids and fingerprint, the retriever indexes the texts of
+    another (:meth:`~taskret.retrieval.base.Retriever.index_stream`: a dense encoder's vectors go to
+    ``out/.shards/`` shard by shard, so a killed run started again resumes from them; ``ray``, a
+    :class:`~taskret.epr.distributed.RayOptions`, encodes them on Ray actors), and :func:`save_index` writes the
+    folder from a last one, atomically (the shards go with the folder it replaces). Each stage reports its progress
+    under :func:`~taskret.progress.reporting`. Shards of another corpus or encoder are refused
+    (:class:`~taskret.retrieval.shards.ShardMismatch`)."""
+    from ..progress import stage
+
+    out = Path(out)
+    check_destination(out)
+    retriever.check_models()  # an encoder that is not installed fails before the corpus is read
+    with stage(None, f"reading {documents.name}", unit="documents") as advance:
+        ids, fingerprint = documents.scan(advance)
+    retriever.index_stream(ids, documents.texts, ShardPlan(out / SHARDS_DIR, fingerprint, shard_size, ray))
+    return save_index(out, retriever, documents, kind="documents", task=documents.name, retriever_spec=retriever_spec,
+                      instruction=instruction, extra=extra)
 
 
 # -- loading and checking ------------------------------------------------------------------------------
