@@ -170,3 +170,17 @@ def test_tart_index_reports_each_stage_with_rate_and_eta(tmp_path, corpus_file, 
     encoding = [line for line in result.stderr.splitlines() if line.startswith("encoding 23 texts")]
     assert len(encoding) == 1 and "23/23 (100%)" in encoding[0] and "texts/s" in encoding[0] and "ETA" in encoding[0]
     assert f"indexed 23 documents of {tmp_path.name}" in result.output and not (out / SHARDS_DIR).exists()
+
+
+def test_bm25_read_in_a_pass_scores_as_bm25_built_from_held_texts(corpus_file):
+    from taskret.retrieval import BM25Retriever
+
+    stream = stream_of(corpus_file)
+    ids, _ = stream.scan()
+    streamed = BM25Retriever().index_stream(ids, stream.texts)
+    held = BM25Retriever().index_texts(ids, list(stream.texts()))
+    a, b = streamed.retrieve(QUERIES, k=10), held.retrieve(QUERIES, k=10)
+    assert a.ids == b.ids
+    np.testing.assert_array_equal(a.scores, b.scores)  # the same terms and counts: the same scores, to the bit
+    with pytest.raises(ValueError, match=r"bm25: the 2 indexed texts have no terms .* \(e\.g\. 'the a an'\)"):
+        BM25Retriever().index_stream(["x", "y"], lambda: iter(["the a an", "is it"]))

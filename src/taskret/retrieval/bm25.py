@@ -31,6 +31,49 @@ def _tokenize(texts: Sequence[str], return_ids: bool = True):
                           return_ids=return_ids)
 
 
+#: bm25s.tokenize's split (scikit-learn's CountVectorizer pattern), what :class:`_TokenStream` applies too.
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+
+
+class _TokenStream:
+    """bm25s.tokenize (lower-cased, English stop words out, stemmed) one text at a time, for a corpus read in a pass:
+    each text becomes a compact array of term ids (4 bytes a token) and the texts are not kept. Terms are stemmed
+    once at the end, as bm25s stems its vocabulary, so the index scores exactly as one built from the texts at once
+    (its term ids are numbered otherwise, which no score depends on)."""
+
+    def __init__(self):
+        import re
+
+        from bm25s.stopwords import STOPWORDS_EN
+
+        self.split = re.compile(TOKEN_PATTERN).findall
+        self.stopwords = set(STOPWORDS_EN)
+        self.terms: dict[str, int] = {}
+        self.docs: list = []
+
+    def add(self, text: str) -> None:
+        from array import array
+
+        terms, stop = self.terms, self.stopwords
+        self.docs.append(array("i", (terms.setdefault(token, len(terms)) for token in self.split(text.lower())
+                                     if token not in stop)))
+
+    def tokenized(self):
+        """bm25s's ``Tokenized(ids, vocab)`` of every text added, their terms stemmed."""
+        from array import array
+
+        import Stemmer
+        from bm25s.tokenization import Tokenized
+
+        stems = Stemmer.Stemmer("english").stemWords(list(self.terms))
+        vocab = {stem: n for n, stem in enumerate(dict.fromkeys(stems))}
+        stem_of = array("i", (vocab[stem] for stem in stems))
+        docs, self.docs, self.terms = self.docs, [], {}
+        for n, doc in enumerate(docs):
+            docs[n] = array("i", (stem_of[term] for term in doc))
+        return Tokenized(ids=docs, vocab=vocab)
+
+
 class BM25Retriever(Retriever):
     name = "bm25"
 
@@ -48,14 +91,31 @@ class BM25Retriever(Retriever):
         return self.read_instruction
 
     def _index_texts(self, texts: list[str]) -> None:
+        self._fit(_tokenize(texts), texts[0] if texts else None, len(texts))
+
+    def _index_stream(self, texts, n: int, plan) -> None:
+        """Tokenize the texts as they are read (:class:`_TokenStream`): what is held is their term ids, never the
+        texts; one progress line (rate, ETA) under :func:`~taskret.progress.reporting`."""
+        from ..progress import stage
+
+        stream, first = _TokenStream(), None
+        with stage(n, f"tokenizing {n} texts for BM25", unit="texts") as advance:
+            for text in texts():
+                first = text if first is None else first
+                stream.add(text)
+                advance(1)
+        if len(stream.docs) != n:
+            raise ValueError(f"{n} ids but {len(stream.docs)} texts")
+        self._fit(stream.tokenized(), first, n)
+
+    def _fit(self, tokens, first: str | None, n: int) -> None:
         import bm25s
 
         _quiet_bm25s()
-        tokens = _tokenize(texts)
         if not tokens.vocab:
             # bm25s would divide by a zero mean length (a numpy warning) and fail on max() of an empty vocabulary.
-            example = f" (e.g. {texts[0][:80]!r})" if texts else ""
-            raise ValueError(f"bm25: the {len(texts)} indexed texts have no terms after English stop-word removal "
+            example = f" (e.g. {first[:80]!r})" if first is not None else ""
+            raise ValueError(f"bm25: the {n} indexed texts have no terms after English stop-word removal "
                              f"and stemming{example}; BM25 needs content words: index another field "
                              f"(bm25:output, bm25:both) or use another retriever (sbert, dense:ENCODER)")
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
