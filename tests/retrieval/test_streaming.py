@@ -202,3 +202,38 @@ def test_an_hnsw_index_records_its_choice_and_recall_in_meta_json(tmp_path, corp
     flat = json.loads((index_documents(tmp_path / "flat", dense(tiny_bert_dir), stream_of(corpus_file)) /
                        "meta.json").read_text())
     assert "index_type" not in flat and "recall_at_10" not in flat
+
+
+def test_a_run_killed_with_sigkill_leaves_whole_shards_and_resumes(tmp_path, tiny_bert_dir, monkeypatch):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows = [{**row, "_id": f"d{i}", "text": row["text"] + " and so on" * 30} for i, row in enumerate(corpus_rows(4000))]
+    corpus = write_jsonl_rows(tmp_path / "big.jsonl", rows)
+    out = tmp_path / "index"
+    command = [sys.executable, "-m", "taskret.cli", "tart", "index", "--corpus", str(corpus), "--setup",
+               f"dense:{tiny_bert_dir}?dtype=float32", "--shard-size", "100", "--out", str(out)]
+    proc = subprocess.Popen(command, env={**os.environ, **ENV, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not (out / SHARDS_DIR / "00001.npy").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = sorted(p.name for p in (out / SHARDS_DIR).glob("[0-9]*.npy"))
+    assert 2 <= len(written) < 40, written  # killed mid-run: some shards written, not all
+    for name in written:  # each written whole (a temporary name, then renamed): every one loads
+        assert np.load(out / SHARDS_DIR / name).shape == (100, 32)
+
+    encoded: list[int] = []
+    vectors = DenseRetriever._vectors
+    monkeypatch.setattr(DenseRetriever, "_vectors", lambda self, model, texts, queries, advance=None:
+                        encoded.append(len(texts)) or vectors(self, model, texts, queries, advance))
+    index_documents(out, dense(tiny_bert_dir), stream_of(corpus), shard_size=100)
+    assert sum(encoded) == 4000 - 100 * len(written)  # only the shards the killed run had not written
+    fresh = index_documents(tmp_path / "fresh", dense(tiny_bert_dir), stream_of(corpus), shard_size=100)
+    np.testing.assert_allclose(load_index(out).retriever._index.reconstruct_n(0, 4000),
+                               load_index(fresh).retriever._index.reconstruct_n(0, 4000), atol=1e-6)
