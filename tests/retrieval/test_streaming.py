@@ -237,3 +237,13 @@ def test_a_run_killed_with_sigkill_leaves_whole_shards_and_resumes(tmp_path, tin
     fresh = index_documents(tmp_path / "fresh", dense(tiny_bert_dir), stream_of(corpus), shard_size=100)
     np.testing.assert_allclose(load_index(out).retriever._index.reconstruct_n(0, 4000),
                                load_index(fresh).retriever._index.reconstruct_n(0, 4000), atol=1e-6)
+
+
+def test_ray_without_a_dense_encoder_builds_here_and_says_so(tmp_path, corpus_file):
+    out = tmp_path / "index"
+    result = CliRunner().invoke(app, ["tart", "index", "--corpus", str(corpus_file), "--setup", "bm25", "--ray",
+                                      "local", "--out", str(out)], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "warning: --ray encodes a dense index's documents, and bm25 has no dense encoder: it is built here" in \
+        result.stderr
+    assert "on Ray" not in result.output and load_index(out).retriever.name == "bm25"
