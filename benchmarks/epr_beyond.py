@@ -293,7 +293,8 @@ def _held_out(name: str, train_tasks: list[str], args, lm) -> dict:
             retrieved, spec = None, method
             cpu, wall = time.process_time(), time.perf_counter()
             if method == "multitask":
-                retriever = DenseRetriever(encoder=str(model_dir / "model")).index(task.train)
+                field = json.loads((model_dir / "epr_config.json").read_text()).get("field", "input")
+                retriever = DenseRetriever(encoder=str(model_dir / "model"), field=field).index(task.train)
                 spec = f"multitask:{model_dir} (without {name})"
                 retrieved = retriever.retrieve([format_query(INSTRUCTIONS[name], e.input) for e in examples], k=100)
             elif method == "epr":
