@@ -38,6 +38,7 @@ lint: setup
 # each script and pipeline skips the work whose output it already holds. The README's results come first, in the
 # order of its table (the commands under it, which tests/test_docs_commands.py finds here), then the benchmark page's.
 DATA_DIR ?= ../shared/data
+EPR_FULL = runs/bench/epr_full/mtop
 TART_POOLED = bm25,dense:minilm-l6,dense:runs/bench/tart_trained/dual/model,dense:runs/bench/tart_trained/dual_no_instruction/model
 X2_SKIP = minilm_untrained.no_instruction,minilm_untrained.instruction,tart_dual_no_instruction.no_instruction,tart_dual_no_instruction.instruction
 
@@ -47,15 +48,20 @@ bench: setup
 		--lm smollm2-135m --n 300 --seed 0 --context-window 640 --max-new-tokens 128
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_full.json  # ~2.3 h
-	# README: EPR's successors against plain EPR, and the multi-task retriever on held-out tasks (~1.5 h in all)
-	for c in mtop mtop_round2 mtop_reward mtop_ceil break nl2bash conala asset_simplification; do \
-		TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_v2/$$c.json || exit 1; done
-	$(BIN)/python benchmarks/epr_beyond.py --data-dir $(DATA_DIR) --tasks mtop,break --methods epr,epr+dpp,mtop:epr+reward \
-		--variant mtop:epr-round2=epr:runs/bench/epr_table/mtop/epr-round2 \
-		--variant mtop:epr-reward=epr:runs/bench/epr_table/mtop/epr-reward \
-		--variant mtop:ceil=epr:runs/bench/epr_table/mtop/epr-ceil --variant-selection ceil=dpp:0.909 \
-		--tune-weights 0.8,0.909,0.97 --tune-n 60 \
-		--held-out berri-lite/nl2bash,berri-lite/conala,berri-lite/asset_simplification
+	# README: EPR's successors as their papers define them against plain EPR on all 859 MTOP test inputs, from the full
+	# recipe's committed LM scores (only what a method adds is scored; every stage resumes). Several sessions of 2 cores.
+	mkdir -p $(EPR_FULL)/epr && cp -rn $(addprefix benchmarks/results/epr_mtop_full/,candidates.jsonl labels.jsonl scoring) $(EPR_FULL)/epr/
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_full/mtop.json
+	for c in llmr:llm-r udr:udr ceil:ceil; do w=$(EPR_FULL)/$${c#*:}; mkdir -p $$w; \
+		cp -rn $(EPR_FULL)/epr/candidates.jsonl $(EPR_FULL)/epr/labels.jsonl $(EPR_FULL)/epr/scoring $$w/; \
+		[ $${c%%:*} = udr ] || cp -rn $(EPR_FULL)/epr/retriever $$w/; \
+		TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_full/mtop_$${c%%:*}.json || exit 1; done
+	$(BIN)/python benchmarks/epr_beyond.py --data-dir $(DATA_DIR) --tasks mtop --n 0 --methods epr,lm-oracle \
+		--base mtop=epr:runs/bench/epr_full/mtop/epr --reuse mtop:epr=runs/bench/epr_full/mtop/epr/eval \
+		--variant bm25=bm25 --reuse mtop:bm25=runs/bench/epr_full/mtop/epr/baseline \
+		--variant llm-r=epr:runs/bench/epr_full/mtop/llm-r --reuse mtop:llm-r=runs/bench/epr_full/mtop/llm-r/eval \
+		--variant udr=epr:runs/bench/epr_full/mtop/udr --reuse mtop:udr=runs/bench/epr_full/mtop/udr/eval \
+		--variant ceil=epr:runs/bench/epr_full/mtop/ceil --reuse mtop:ceil=runs/bench/epr_full/mtop/ceil/eval --work runs/bench/epr_full/beyond
 	# README: the named document setups (docs-fast, docs-rerank) as a user runs them, against BM25
 	$(BIN)/python benchmarks/setups.py --data-dir $(DATA_DIR) \
 		--tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs
