@@ -48,10 +48,12 @@ def test_retrieve_defaults_and_a_k_beyond_the_pool(client, pool_examples):
     assert len(client.post("/retrieve", json={"query": "alarm", "k": 100}).json()["ids"]) == len(pool_examples)
 
 
-def test_retrieve_with_an_instruction(client):
+def test_an_instruction_bm25_does_not_read_is_left_out_and_said(client):
     body = client.post("/retrieve", json={"query": "play miles davis", "instruction": "Find a music command",
                                           "k": 1}).json()
-    assert body["query"] == "Find a music command [SEP] play miles davis" and body["ids"] == ["music"]
+    plain = client.post("/retrieve", json={"query": "play miles davis", "k": 1}).json()
+    assert body["query"] == "play miles davis" and body["ids"] == plain["ids"] == ["music"]
+    assert "instruction is not read by this index (bm25)" in body["note"] and "note" not in plain
 
 
 BAD_RETRIEVE = {

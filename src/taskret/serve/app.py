@@ -120,6 +120,8 @@ class RetrieveResponse(BaseModel):
                                                    "best) in the first stage, before reranking")
     first_stage_scores: Optional[list[Optional[float]]] = Field(None, description="with a reranker: each result's "
                                                                 "first-stage score ('scores' are the final ones)")
+    note: Optional[str] = Field(None, description="what the service did not do as asked (an instruction no stage "
+                                "of this index reads is left out of the searched text)")
 
 
 class PromptRequest(_Request):
@@ -429,9 +431,13 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                               selection=selected, token_budget=token_budget,
                               uptime_s=round(time.monotonic() - started_at, 3))
 
+    # As `tart search`: an instruction that neither the first stage nor a reranker reads is not searched with.
+    reads_instruction = index.retriever.reads_instruction or reranker is not None
+
     @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_none=True)
     def retrieve(request: RetrieveRequest) -> Response:
-        texts = [format_query(request.instruction, request.query)]
+        unread = request.instruction is not None and not reads_instruction
+        texts = [request.query if unread else format_query(request.instruction, request.query)]
         first = app.state.first_stage(texts, max(request.k, depth) if reranker else request.k)
         first_ranks = first_scores = None
         if reranker is None:
@@ -446,7 +452,9 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                                   texts=[r.text for r in records],
                                   outputs=[r.output or "" for r in records] if examples else None,
                                   titles=None if examples else [r.title for r in records],
-                                  first_stage_ranks=first_ranks, first_stage_scores=first_scores)
+                                  first_stage_ranks=first_ranks, first_stage_scores=first_scores,
+                                  note=f"the instruction is not read by this index ({index.retriever.name}): "
+                                       "searched with the query alone" if unread else None)
         # Serialised here: the model was validated as it was built, and FastAPI would validate it a second time
         # and encode it through jsonable_encoder (~9% of a request in the profile); the schema still documents it.
         return Response(answer.model_dump_json(exclude_none=True), media_type="application/json")

@@ -136,6 +136,7 @@ function renderResults(answer, prompt) {
   });
   const notes = [`searched: "${answer.query}"`];
   if (reranked) notes.push(`reranked by ${health.rerank}; the first stage's rank and score beside the final ones`);
+  if (answer.note) notes.push(answer.note);
   $("results-note").textContent = notes.join(" \u00b7 ");
   $("results-section").hidden = false;
 }
