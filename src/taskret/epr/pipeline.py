@@ -426,6 +426,7 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
     from ..io import read_json, read_jsonl, write_json, write_jsonl
     from ..progress import progress_bar
     from .candidates import merge_scores
+    from .finetune import held_out_ids
     from .reward import RewardConfig, distill_reward, reward_scores, train_reward_model
     from .scoring import read_scores
 
@@ -435,7 +436,8 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
     rows = merge_scores(*[read_scores(path) for path in score_files])
 
     def train(out: Path) -> str:
-        with progress_bar(len(rows) * settings.epochs, "reward model", unit="inputs", enabled=progress) as advance:
+        n = (len(rows) - len(held_out_ids(rows, settings.held_out, settings.seed))) * settings.epochs
+        with progress_bar(n, "reward model", unit="inputs", enabled=progress) as advance:
             train_reward_model(task, rows, out, settings, progress=advance)
         return f"{sum(len(r['candidates']) for r in rows)} scored pairs"
 
