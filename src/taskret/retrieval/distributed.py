@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RayEncoding", "RayOptions"]
 
+#: Seconds between checks for shards held by an actor that was given up on (see RayEncoding.__call__).
+ORPHAN_POLL_S = 5.0
+
 
 class _EncodingWorker:
     """The actor: builds one dense retriever (its encoder loaded once) and encodes shards of texts with it."""
@@ -99,7 +102,22 @@ class RayEncoding(RayScoring):
 
         send()
         while in_flight:
-            [ref], _ = ray.wait(list(in_flight), num_returns=1)
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=ORPHAN_POLL_S)
+            if not ready:
+                # A task sent to an actor this runner has already given up on (killed while it held shards) may
+                # never be failed by Ray: its shard goes to a live actor instead of being waited for.
+                orphans = [ref for ref, (owner, _) in in_flight.items() if not any(owner is a for a in self.actors)]
+                for ref in orphans:
+                    retry.append(in_flight.pop(ref)[1])
+                    try:
+                        ray.cancel(ref)
+                    except Exception:  # nothing to cancel on a dead actor
+                        pass
+                send()
+                if not in_flight and retry:
+                    raise BackendError(f"no Ray worker is left to encode {len(retry)} shard(s)")
+                continue
+            ref = ready[0]
             actor, shard = in_flight.pop(ref)
             load[id(actor)] -= 1
             try:
