@@ -484,7 +484,8 @@ def main() -> None:
         # BM25 and the LM-Oracle measured here, on these inputs, when they ran as methods; else an earlier table's.
         measured = {name: rows[method]["em"] for name, method in (("bm25", "bm25"), ("lm_oracle", "lm-oracle"))
                     if method in rows}
-        for name, value in {**_reference(task_name), **measured}.items():
+        # A run that measures its own references uses no other table's (those were measured on other inputs).
+        for name, value in (measured or _reference(task_name)).items():
             references.setdefault(name, {})[task_name] = value
     held_out = [t.strip() for t in args.held_out.split(",") if t.strip()]
     if held_out:
