@@ -1,0 +1,63 @@
+"""Issue 52, LLM-R's bug signal: where does the chain teacher -> student lose the LM's preferences? On the inputs the
+reward model never trained on (its held-out share), each scorer's agreement with the LM's ranking of their scored
+BM25 candidates (taskret.epr.reward.ranking_agreement: mean Spearman, top-5 overlap): the reward model (teacher),
+the distilled retriever (student), plain EPR's retriever and the untrained MiniLM reading what the student reads.
+The student and EPR's retriever trained on these inputs (the student on the teacher's scores of them): theirs are
+in-sample figures.
+
+    python benchmarks/llmr_agreement.py --work runs/bench/epr_full/mtop/llm-r
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from _common import command_line, describe_machine, machine, parser, write_result
+
+from taskret.data import load_task
+from taskret.epr.reward import STUDENT_FIELD, ranking_agreement
+from taskret.epr.scoring import read_scores
+from taskret.io import read_json, read_jsonl
+from taskret.retrieval import DenseRetriever
+from taskret.retrieval.base import example_text
+
+
+def main() -> None:
+    options = parser(__doc__, out="benchmarks/results/llmr_agreement.json", task="mtop")
+    options.add_argument("--work", default="runs/bench/epr_full/mtop/llm-r", help="an LLM-R EPR work folder")
+    args = options.parse_args()
+    work = Path(args.work)
+    task = load_task(args.task, data_dir=args.data_dir)
+    pool = {e.id: e for e in task.train}
+    held = set(read_json(work / "reward" / "teacher" / "reward_config.json")["held_out_ids"])
+    rows = [r for r in read_scores(work / "scoring" / "scores.jsonl") if r["id"] in held]
+    teacher = {r["id"]: {c["id"]: c["reward"] for c in r["candidates"]}
+               for r in read_jsonl(work / "reward" / "teacher_scores.jsonl")}
+    scorers = {"reward_model": {r["id"]: [teacher[r["id"]][c["id"]] for c in r["candidates"]] for r in rows}}
+    encoders = {"distilled_retriever": (work / "reward" / "retriever" / "model", STUDENT_FIELD),
+                "epr_retriever": (work / "retriever" / "model", "input"),
+                "untrained_minilm": ("minilm-l6", STUDENT_FIELD)}
+    for name, (encoder, field) in encoders.items():
+        retriever = DenseRetriever(encoder=str(encoder), field=field)
+        queries = retriever.encode([pool[r["id"]].input for r in rows], queries=True)
+        scorers[name] = {}
+        for row, query in zip(rows, queries):
+            docs = retriever.encode([example_text(pool[c["id"]], field) for c in row["candidates"]])
+            scorers[name][row["id"]] = (docs @ query).tolist()
+    agreement = ranking_agreement(rows, scorers)
+    for name, value in agreement.items():
+        print(f"{name}: Spearman {value['spearman']}, top-5 overlap {value['top5_overlap']}", flush=True)
+    device = machine()
+    write_result(args.out, {"benchmark": "llmr_agreement", "work": str(work), "n_inputs": len(rows),
+                            "scorers": agreement, "device": describe_machine(device), "machine": device,
+                            "commands": [command_line(args, options, leave_out=("data_dir",))],
+                            "distillation": {k: v for k, v in read_json(work / "reward" / "retriever" /
+                                                                         "epr_config.json").items()
+                                             if k in ("epoch_losses", "steps", "wall_time_s")}})
+
+
+if __name__ == "__main__":
+    main()
