@@ -358,15 +358,21 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
     return retriever_dir
 
 
+def _merged_scores(score_files: list[Path]) -> list[dict]:
+    """Every round's scored pairs, one row per input (:func:`~taskret.epr.candidates.merge_scores`)."""
+    from .candidates import merge_scores
+    from .scoring import read_scores
+
+    return merge_scores(*[read_scores(path) for path in score_files])
+
+
 def _train_listwise(config: EPRConfig, task: Task, score_files: list[Path], out: Path, progress: bool) -> None:
     """UDR's objective (:mod:`taskret.epr.listwise`) on the merged scores of ``score_files``."""
     from ..progress import progress_bar
-    from .candidates import merge_scores
     from .listwise import ListwiseConfig, train_listwise
-    from .scoring import read_scores
 
     settings = ListwiseConfig(**{"seed": config.seed, **config.listwise})
-    rows = merge_scores(*[read_scores(path) for path in score_files])
+    rows = _merged_scores(score_files)
     with progress_bar(len(rows) * settings.epochs, "listwise training", unit="inputs", enabled=progress) as advance:
         train_listwise(task.train, rows, out, settings, progress=advance)
 
@@ -423,9 +429,10 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
     scored (but a held-out share of the inputs), have it score every scored pair (``teacher_scores.jsonl``), say
     how well it, the EPR retriever and BM25 agree with the LM on the held-out inputs (``agreement.json``), then
     distil it into a retriever. Returns the distilled retriever's folder."""
+    import functools
+
     from ..io import read_json, read_jsonl, write_json, write_jsonl
     from ..progress import progress_bar
-    from .candidates import merge_scores
     from .finetune import held_out_ids
     from .reward import RewardConfig, distill_reward, reward_scores, train_reward_model
     from .scoring import read_scores
@@ -433,9 +440,13 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
     settings = RewardConfig(**{"seed": config.seed, **config.reward_model})
     work = Path(config.work_dir) / "reward"
     pool = {e.id: e for e in task.train}
-    rows = merge_scores(*[read_scores(path) for path in score_files])
+
+    @functools.cache
+    def scored() -> list[dict]:  # read only by a stage that runs: a resumed run reads no scores
+        return _merged_scores(score_files)
 
     def train(out: Path) -> str:
+        rows = scored()
         n = (len(rows) - len(held_out_ids(rows, settings.held_out, settings.seed))) * settings.epochs
         with progress_bar(n, "reward model", unit="inputs", enabled=progress) as advance:
             train_reward_model(task, rows, out, settings, progress=advance)
@@ -445,6 +456,7 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
     Stage("reward model", teacher_dir, marker=teacher_dir / "model", say=say, timings=_times(config)).run(train)
 
     def score(out: Path) -> str:
+        rows = scored()
         with progress_bar(len(rows), "teacher scores", unit="inputs", enabled=progress) as advance:
             rewards = reward_scores(teacher_dir / "model", task, [pool[r["id"]] for r in rows],
                                     [[c["id"] for c in r["candidates"]] for r in rows], progress=advance)
