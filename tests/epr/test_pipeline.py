@@ -365,6 +365,22 @@ def test_llm_r_trains_a_gold_reading_teacher_reports_its_agreement_and_distils_a
     scores = read_jsonl_rows(work / "scoring" / "scores.jsonl")
     assert [[c["id"] for c in r["candidates"]] for r in teacher] == [[c["id"] for c in r["candidates"]] for r in scores]
     assert all(len({c["reward"] for c in r["candidates"]}) > 1 for r in teacher)
+    # The teacher's scores are its raw logits (distillation softmaxes them), not predict's default sigmoid.
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from taskret.data import load_task
+    from taskret.epr.candidate_reranker import candidate_text
+
+    task = load_task(None, train=data_files[0], test=data_files[1], input_field="q", output_field="a", id_field="key")
+    pool, cross_encoder = {e.id: e for e in task.train}, CrossEncoder(str(work / "reward" / "teacher" / "model"))
+    row = teacher[0]
+    features = cross_encoder.tokenizer([teacher_query(task, pool[row["id"]])] * len(row["candidates"]),
+                                       [candidate_text(task, pool[c["id"]]) for c in row["candidates"]],
+                                       padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = cross_encoder.model(**features).logits.view(-1).tolist()
+    assert [c["reward"] for c in row["candidates"]] == pytest.approx(logits, abs=0.05)
     agreement = json.loads((work / "reward" / "agreement.json").read_text())
     assert agreement["n_inputs"] == 4
     assert set(agreement["scorers"]) == {"reward_model", "epr_retriever", "bm25"}
@@ -377,9 +393,6 @@ def test_llm_r_trains_a_gold_reading_teacher_reports_its_agreement_and_distils_a
     meta = json.loads((work / "index" / "meta.json").read_text())
     assert meta["retriever"] == "dense" and meta["field"] == "both"
     # The teacher reads the gold output beside the input.
-    from taskret.data import load_task
-
-    task = load_task(None, train=data_files[0], test=data_files[1], input_field="q", output_field="a", id_field="key")
     assert teacher_query(task, task.train[0]) == f"{_row(0)['q']}\t{_row(0)['a']}"
 
 

@@ -24,7 +24,7 @@ from ..formats import render_demo
 from ..io import write_json
 from .finetune import fit_epochs, save_model
 
-__all__ = ["RerankerConfig", "candidate_text", "train_candidate_reranker", "reranker_scores", "fuse_scores"]
+__all__ = ["RerankerConfig", "candidate_text", "cross_encoder_logits", "train_candidate_reranker", "reranker_scores", "fuse_scores"]
 
 
 @dataclass
@@ -43,6 +43,17 @@ class RerankerConfig:
 def candidate_text(task: Task, example: Example) -> str:
     """What the reward model reads of a candidate: its demonstration as the prompt shows it."""
     return render_demo(example.input, task.prompt_output(example))
+
+
+def cross_encoder_logits(model, pairs: Sequence[tuple[str, str]], batch_size: int = 64) -> np.ndarray:
+    """A one-label ``CrossEncoder``'s raw logits for ``pairs``. ``predict`` passes a one-label model's output
+    through a sigmoid unless told otherwise (``activation_fn=None`` means the model's default, the sigmoid):
+    scores squashed into (0, 1) make a softmax over them nearly uniform, which is not what either consumer wants
+    (LLM-R's distillation softmaxes the teacher's logits; fusion min-max scales them)."""
+    import torch
+
+    return np.asarray(model.predict(list(pairs), batch_size=batch_size, activation_fn=torch.nn.Identity(),
+                                    show_progress_bar=False), dtype=np.float32).reshape(-1)
 
 
 def train_candidate_reranker(task: Task, score_rows: Sequence[dict], out_dir: str | os.PathLike,
@@ -103,8 +114,7 @@ def reranker_scores(model_dir: str | os.PathLike, task: Task, queries: Sequence[
     pool = {e.id: e for e in task.train}
     model = CrossEncoder(str(model_dir), device="cpu")
     pairs = [(q, candidate_text(task, pool[i])) for q, ids in zip(queries, candidates) for i in ids]
-    flat = np.asarray(model.predict(pairs, batch_size=batch_size, activation_fn=None, show_progress_bar=False),
-                      dtype=np.float32).reshape(-1)
+    flat = cross_encoder_logits(model, pairs, batch_size)
     out, start = [], 0
     for ids in candidates:
         out.append(flat[start: start + len(ids)])

@@ -40,7 +40,7 @@ import numpy as np
 from ..data import Example, Task
 from ..formats import render_demo
 from ..io import write_json
-from .candidate_reranker import candidate_text
+from .candidate_reranker import candidate_text, cross_encoder_logits
 from .finetune import embed, fit_epochs, held_out_ids, linear_warmup, save_model
 from .labels import mean_logprob
 
@@ -187,8 +187,7 @@ def reward_scores(model_dir: str | os.PathLike, task: Task, examples: Sequence[E
         for example, ids in zip(examples, candidates):
             query = teacher_query(task, example)
             pairs = [(query, candidate_text(task, pool[i])) for i in ids]
-            out.append(np.asarray(model.predict(pairs, batch_size=batch_size, activation_fn=None,
-                                                show_progress_bar=False), dtype=np.float32).reshape(-1))
+            out.append(cross_encoder_logits(model, pairs, batch_size))
             if progress is not None:
                 progress(1)
     return out
