@@ -3,7 +3,9 @@ reward model never trained on (its held-out share), each scorer's agreement with
 BM25 candidates (taskret.epr.reward.ranking_agreement: mean Spearman, top-5 overlap): the reward model (teacher),
 the distilled retriever (student), plain EPR's retriever and the untrained MiniLM reading what the student reads.
 The student and EPR's retriever trained on these inputs (the student on the teacher's scores of them): theirs are
-in-sample figures.
+in-sample figures. Each encoder's Spearman with the teacher itself (``vs_teacher``) says whether distillation
+took: a student that follows its teacher less than the untrained MiniLM learnt nothing from it (the sign of the
+bug fixed in 054884a, a teacher whose scores were sigmoids, so that the softmax it was distilled through was flat).
 
     python benchmarks/llmr_agreement.py --work runs/bench/epr_full/mtop/llm-r
 """
@@ -15,7 +17,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np
 from _common import command_line, describe_machine, machine, parser, write_result
+from scipy.stats import spearmanr
 
 from taskret.data import load_task
 from taskret.epr.reward import STUDENT_FIELD, ranking_agreement
@@ -48,11 +52,17 @@ def main() -> None:
             docs = retriever.encode([example_text(pool[c["id"]], field) for c in row["candidates"]])
             scorers[name][row["id"]] = (docs @ query).tolist()
     agreement = ranking_agreement(rows, scorers)
+    for name in encoders:
+        agreement[name]["spearman_vs_teacher"] = round(float(np.mean(
+            [spearmanr(scorers[name][r["id"]], scorers["reward_model"][r["id"]]).statistic for r in rows])), 4)
+    spreads = [np.ptp(values) for values in scorers["reward_model"].values()]
     for name, value in agreement.items():
-        print(f"{name}: Spearman {value['spearman']}, top-5 overlap {value['top5_overlap']}", flush=True)
+        print(f"{name}: Spearman {value['spearman']} (with the teacher {value.get('spearman_vs_teacher', 1.0)}), "
+              f"top-5 overlap {value['top5_overlap']}", flush=True)
     device = machine()
     write_result(args.out, {"benchmark": "llmr_agreement", "work": str(work), "n_inputs": len(rows),
-                            "scorers": agreement, "device": describe_machine(device), "machine": device,
+                            "scorers": agreement, "teacher_score_range_median": round(float(np.median(spreads)), 3),
+                            "device": describe_machine(device), "machine": device,
                             "commands": [command_line(args, options, leave_out=("data_dir",))],
                             "distillation": {k: v for k, v in read_json(work / "reward" / "retriever" /
                                                                          "epr_config.json").items()

@@ -387,6 +387,9 @@ def test_llm_r_trains_a_gold_reading_teacher_reports_its_agreement_and_distils_a
     assert all(v["spearman"] is None or -1 <= v["spearman"] <= 1 for v in agreement["scorers"].values()), agreement
     assert agreement["scorers"]["reward_model"]["spearman"] is not None
     assert all(0 <= v["top5_overlap"] <= 1 for v in agreement["scorers"].values())
+    student = json.loads((work / "reward" / "student_agreement.json").read_text())
+    assert student["n_inputs"] == 4
+    assert all(-1 <= student["distilled_retriever"][k] <= 1 for k in ("spearman", "spearman_vs_teacher")), student
     distilled = json.loads((work / "reward" / "retriever" / "epr_config.json").read_text())
     assert distilled["field"] == "both" and distilled["n_inputs"] == 16 and len(distilled["epoch_losses"]) == 2
     # The index encodes what the student was trained on: each example's input and output.
