@@ -19,8 +19,10 @@ from taskret.retrieval.index import (
     INDEX_FORMAT,
     INFO_FILE,
     ITEMS_FILE,
+    OFFSETS_FILE,
     TART_META,
     InvalidIndex,
+    LazyRecords,
     load_index,
     save_index,
 )
@@ -33,7 +35,7 @@ ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 
 
 def test_save_index_writes_texts_info_and_retriever(bm25_index, pool_examples):
-    assert {p.name for p in bm25_index.iterdir()} == {ITEMS_FILE, INFO_FILE, "meta.json", "bm25s"}
+    assert {p.name for p in bm25_index.iterdir()} == {ITEMS_FILE, OFFSETS_FILE, INFO_FILE, "meta.json", "bm25s"}
     rows = read_jsonl_rows(bm25_index / ITEMS_FILE)
     assert rows == [{"id": e.id, "input": e.input, "output": e.output} for e in pool_examples]
     info = json.loads((bm25_index / INFO_FILE).read_text())
@@ -153,6 +155,7 @@ def test_save_index_of_documents(tmp_path):
     loaded = load_index(folder)
     assert loaded.kind == "documents" and loaded.instruction == "Retrieve evidence"
     assert loaded.records["d2"].text == "naps help memory" and loaded.records["d1"].title == "Vitamin D"
+    assert load_index(folder, mmap=True).records == loaded.records
     with pytest.raises(ValueError, match="a document index has neither"):
         save_index(tmp_path / "x", retriever, docs, kind="documents", lm="smollm2-135m")
     with pytest.raises(ValueError, match="unknown index kind 'passages'"):
@@ -242,3 +245,99 @@ def test_a_memory_mapped_index_gives_identical_results(tmp_path, pool_examples, 
         assert_same_results(mapped.retriever.retrieve(queries, k=5), read.retriever.retrieve(queries, k=5))
     arrays = load_index(bm25, mmap=True).retriever._bm25.scores
     assert isinstance(arrays["data"], np.memmap)  # the scores are mapped from the file, not read
+
+
+def _line_starts(path):
+    """Where each line of a file starts, and its size last: counted by hand, as the offsets file should say."""
+    data = path.read_bytes()
+    return [0, *(i + 1 for i, byte in enumerate(data) if byte == ord("\n"))]
+
+
+def test_a_memory_mapped_index_reads_its_texts_only_when_asked(tmp_path):
+    pool = big_pool(300)
+    folder = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool, retriever_spec="bm25")
+    assert np.load(folder / OFFSETS_FILE).tolist() == _line_starts(folder / ITEMS_FILE)
+    read, mapped = load_index(folder), load_index(folder, mmap=True)
+    records = mapped.records
+    assert isinstance(records, LazyRecords) and not isinstance(read.records, LazyRecords)
+    assert len(records) == 300 and list(records) == [e.id for e in pool] and records.ids is mapped.retriever.ids
+    assert records["e299"] == read.records["e299"] and records.at(7) == read.records["e7"]
+    assert "e42" in records and "e300" not in records and 42 not in records and records.get("e300") is None
+    assert mapped.examples() == read.examples() == pool
+    with pytest.raises(KeyError):
+        records["e300"]
+    with pytest.raises(IndexError):
+        records.at(300)
+
+
+def _replace_line(path, number, text):
+    lines = path.read_text(encoding="utf-8").splitlines(True)
+    lines[number - 1] = text
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+@pytest.mark.parametrize("bad_line, message, read_whole", [
+    ('{"id": "e250", "input": "x"' + " " * 28 + "\n", r"items.jsonl, line 251: malformed JSON", None),
+    ('{"id": "e250", "input": "", "output": "OUT_250"}\n', r"items.jsonl, line 251: field 'input' must be a non-emp",
+     None),
+    ('{"id": "e251", "input": "swapped", "output": "OUT_251"}\n',
+     r"items.jsonl, line 251: holds id 'e251' where meta.json lists 'e250' \(mismatched index\)",
+     r"items.jsonl, line 252: duplicate id 'e251'"),
+])
+def test_a_memory_mapped_index_checks_a_line_when_it_is_read(tmp_path, bad_line, message, read_whole):
+    pool = big_pool(300)
+    folder = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool, retriever_spec="bm25")
+    _replace_line(folder / ITEMS_FILE, 251, bad_line)
+    with pytest.raises(InvalidIndex, match=read_whole or message):
+        load_index(folder)  # read whole, as without mmap: refused at load
+    records = load_index(folder, mmap=True).records  # mapped: loaded, the line read when asked for
+    assert records["e249"].text == pool[249].input and records["e251"].output == "OUT_251"
+    with pytest.raises(InvalidIndex, match=message):
+        records["e250"]
+
+
+def test_the_offsets_are_written_atomically_and_optional(tmp_path, monkeypatch):
+    pool = big_pool(30)
+    folder = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool)
+    read = load_index(folder)
+
+    def interrupted(handle, array, **kwargs):
+        handle.write(b"\x93NUMPY half an array")
+        raise OSError("disk full")
+
+    from taskret.retrieval.index import _write_offsets
+
+    saved = (folder / OFFSETS_FILE).read_bytes()
+    monkeypatch.setattr(np, "save", interrupted)
+    with pytest.raises(OSError, match="disk full"):
+        save_index(folder, BM25Retriever().index(pool[:5]), pool[:5])
+    with pytest.raises(OSError, match="disk full"):
+        _write_offsets(folder / OFFSETS_FILE, folder / ITEMS_FILE)  # the file alone: written beside, then renamed
+    monkeypatch.undo()
+    assert (folder / OFFSETS_FILE).read_bytes() == saved
+    assert load_index(folder, mmap=True).records == read.records  # the index it was to replace, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bm25"]  # nothing half-written beside it
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
+
+    (folder / OFFSETS_FILE).unlink()  # an index saved before the offsets were: its texts are scanned
+    assert load_index(folder, mmap=True).records == read.records
+    # texts rewritten after the save (lines moved by a longer one, a blank line): the saved offsets no longer fit
+    folder = save_index(tmp_path / "again", BM25Retriever().index(pool), pool)
+    _replace_line(folder / ITEMS_FILE, 3, '{"id": "e2", "input": "a longer input than before", "output": "O"}\n\n')
+    records = load_index(folder, mmap=True).records
+    assert records["e2"].text == "a longer input than before" and records["e29"] == read.records["e29"]
+    _replace_line(folder / ITEMS_FILE, 10, "{broken\n")  # line 10 holds e8, after the blank line 4
+    with pytest.raises(InvalidIndex, match="items.jsonl, line 10: malformed JSON"):
+        load_index(folder, mmap=True).records["e8"]
+    with pytest.raises(InvalidIndex, match="items.jsonl, line 10: malformed JSON"):
+        load_index(folder)
+
+
+def test_a_memory_mapped_index_still_counts_its_records(bm25_index):
+    lines = (bm25_index / ITEMS_FILE).read_text().splitlines(True)
+    (bm25_index / ITEMS_FILE).write_text("".join(lines[:-1]))
+    with pytest.raises(InvalidIndex, match="items.jsonl: holds 7 records but .* lists 8 ids"):
+        load_index(bm25_index, mmap=True)
+    (bm25_index / ITEMS_FILE).write_text("")
+    with pytest.raises(InvalidIndex, match="items.jsonl: holds 0 records but .* lists 8 ids"):
+        load_index(bm25_index, mmap=True)

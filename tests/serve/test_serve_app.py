@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from taskret.icl.prompt import PromptBuilder, whitespace_tokens
 from taskret.retrieval import BM25Retriever
-from taskret.retrieval.index import ITEMS_FILE, InvalidIndex, save_index
+from taskret.retrieval.index import ITEMS_FILE, InvalidIndex, LazyRecords, save_index
 from taskret.serve.app import MAX_BODY_BYTES, create_app
 
 from ..conftest import write_jsonl_rows
@@ -378,3 +378,18 @@ def test_the_serve_page_states_the_servers_limits():
     assert f"at most {served.MAX_TEXT_CHARS:,} characters" in page
     assert f"`token_budget` at most {served.MAX_TOKEN_BUDGET:,}; `max_new_tokens` at most " \
            f"{served.MAX_GENERATE_TOKENS}; a request body at most {served.MAX_BODY_BYTES >> 20} MiB" in page
+
+
+def test_a_memory_mapped_index_answers_as_one_read_whole(shared_bm25_index, tmp_path):
+    """As each worker of `taskret serve --workers N` loads it: the texts are read from the mapped file on demand."""
+    for folder in (shared_bm25_index, _document_index(tmp_path)):
+        read, mapped = TestClient(create_app(folder)), TestClient(create_app(folder, mmap=True))
+        assert isinstance(mapped.app.state.index.records, LazyRecords)
+        for query in ("set an alarm for the morning", "rain in paris tomorrow"):
+            body = {"query": query, "k": 4}
+            assert mapped.post("/retrieve", json=body).json() == read.post("/retrieve", json=body).json()
+    body = {"input": "set an alarm in paris for tomorrow", "k": 3}
+    assert mapped.post("/prompt", json=body).status_code == 400  # a document index has no prompts
+    read, mapped = TestClient(create_app(shared_bm25_index)), TestClient(create_app(shared_bm25_index, mmap=True))
+    answer = mapped.post("/prompt", json=body).json()
+    assert answer == read.post("/prompt", json=body).json() and len(answer["ids"]) == 3

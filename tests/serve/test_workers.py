@@ -8,6 +8,7 @@ import httpx
 import psutil
 import pytest
 
+from taskret.retrieval.index import LazyRecords
 from taskret.serve import workers
 
 from .test_serve_process import running_server
@@ -29,6 +30,7 @@ def test_each_worker_builds_the_app_from_create_apps_arguments(shared_bm25_index
     monkeypatch.setenv(workers.APP_KWARGS_ENV, json.dumps({"index_dir": str(shared_bm25_index), "token_budget": 300}))
     app = workers.app()
     assert app.state.index.retriever.mmap  # workers map the index's files by default
+    assert isinstance(app.state.index.records, LazyRecords)  # its texts too: read when a result needs them
     from fastapi.testclient import TestClient
 
     assert TestClient(app).get("/health").json()["token_budget"] == 300

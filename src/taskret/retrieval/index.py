@@ -5,6 +5,8 @@ Every ``index`` command (``taskret index``, ``taskret epr index``, ``taskret tar
 
     items.jsonl        the indexed texts in index order: {"id", "input", "output"} per example, or
                        {"id", "title", "text"} per document
+    items.offsets.npy  where each line of items.jsonl starts, and its size last (int64): a memory-mapped load
+                       reads a record only when it is asked for (LazyRecords)
     index_info.json    {"format": "taskret-index/2", "kind": "examples" | "documents", "task", "retriever"
                        (the spec it was built from), "n", "output_format", "lm" (whose tokenizer counts prompt
                        tokens), "instruction" (TART: the task's instruction), ...; an index of an EPR run adds
@@ -18,31 +20,43 @@ The folder is written beside its destination and renamed onto it, so a reader ne
 :func:`load_index` reads that format and the layouts older versions left on disk: ``taskret-index/1``
 example indexes (``examples.jsonl`` + ``index_info.json``) and TART document indexes (``docs.jsonl`` +
 ``tart.json``). It checks every file before anything is served and refuses a partial or mismatched folder
-with an :class:`InvalidIndex` error that names the offending file.
+with an :class:`InvalidIndex` error that names the offending file. Memory-mapped (``mmap=True``, as ``taskret
+serve`` loads it), the texts of a taskret-index/2 folder are not read up front: :class:`LazyRecords` parses a record
+when it is asked for, so each line is checked then.
 """
 
 from __future__ import annotations
 
+import codecs
+import json
+import logging
+import mmap as mmap_module
 import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from ..data import Example
 from ..formats import BREAK_FORMAT, break_to_prompt
-from ..io import DataError, iter_records, read_json, write_json, write_jsonl
+from ..io import DataError, atomic_path, iter_records, read_json, write_json, write_jsonl
 from .base import REGISTRY as RETRIEVERS
 from .base import Retriever
 from .shards import SHARD_SIZE, SHARDS_DIR, ShardPlan
 
-__all__ = ["INDEX_FORMAT", "ITEMS_FILE", "INFO_FILE", "KINDS", "InvalidIndex", "IndexRecord", "LoadedIndex",
-           "save_index", "index_documents", "load_index", "output_format_name"]
+__all__ = ["INDEX_FORMAT", "ITEMS_FILE", "OFFSETS_FILE", "INFO_FILE", "KINDS", "InvalidIndex", "IndexRecord",
+           "LazyRecords", "LoadedIndex", "save_index", "index_documents", "load_index", "output_format_name"]
+
+logger = logging.getLogger(__name__)
 
 INDEX_FORMAT = "taskret-index/2"
 ITEMS_FILE = "items.jsonl"
+OFFSETS_FILE = "items.offsets.npy"  # where each record of items.jsonl starts (LazyRecords)
 INFO_FILE = "index_info.json"
 META_FILE = "meta.json"  # Retriever.save writes it last
 KINDS = ("examples", "documents")
@@ -83,7 +97,7 @@ class LoadedIndex:
     directory: Path
     retriever: Retriever
     kind: str  # "examples" or "documents" ("retriever": a bare retriever, no records; see load_index)
-    records: dict[str, IndexRecord]
+    records: Mapping[str, IndexRecord]  # a dict, or LazyRecords when loaded memory-mapped
     info: dict = field(default_factory=dict)  # index_info.json (older layouts: mapped onto its keys)
 
     @property
@@ -238,6 +252,7 @@ def save_index(out: str | os.PathLike, retriever: Retriever, items: Iterable, *,
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         write_jsonl(tmp / ITEMS_FILE, _rows_in_order(kind, items, retriever.ids))
+        _write_offsets(tmp / OFFSETS_FILE, tmp / ITEMS_FILE)
         write_json(tmp / INFO_FILE, {**(extra or {}), "format": INDEX_FORMAT, "kind": kind, "task": task,
                                      "retriever": retriever_spec or retriever.name, "n": len(retriever.ids),
                                      "output_format": output_format, "lm": lm, "instruction": instruction})
@@ -384,26 +399,167 @@ def _check_info(directory: Path, kind: str, info: dict) -> None:
             raise InvalidIndex(f"{path}: 'selection': {err}") from None
 
 
+def _record(path: Path, line: int, row: dict, kind: str) -> IndexRecord:
+    """The record of one row of a texts file, its fields checked."""
+    record_id = row.get("id")
+    if isinstance(record_id, (int, float)) and not isinstance(record_id, bool):
+        record_id = str(record_id)
+    if not isinstance(record_id, str) or not record_id:
+        raise InvalidIndex(f"{path}, line {line}: field 'id' must be a non-empty string")
+    if kind == "examples":
+        return IndexRecord(record_id, _string(path, line, row, "input"), output=_string(path, line, row, "output"))
+    text = _string(path, line, row, "text", required=False) or ""
+    return IndexRecord(record_id, text, title=_string(path, line, row, "title", False))
+
+
 def _read_records(path: Path, kind: str) -> dict[str, IndexRecord]:
     records: dict[str, IndexRecord] = {}
     try:
         for line, row in iter_records(path):
-            record_id = row.get("id")
-            if isinstance(record_id, (int, float)) and not isinstance(record_id, bool):
-                record_id = str(record_id)
-            if not isinstance(record_id, str) or not record_id:
-                raise InvalidIndex(f"{path}, line {line}: field 'id' must be a non-empty string")
-            if record_id in records:
-                raise InvalidIndex(f"{path}, line {line}: duplicate id '{record_id}'")
-            if kind == "examples":
-                records[record_id] = IndexRecord(record_id, _string(path, line, row, "input"),
-                                                 output=_string(path, line, row, "output"))
-            else:
-                text = _string(path, line, row, "text", required=False) or ""
-                records[record_id] = IndexRecord(record_id, text, title=_string(path, line, row, "title", False))
+            record = _record(path, line, row, kind)
+            if record.id in records:
+                raise InvalidIndex(f"{path}, line {line}: duplicate id '{record.id}'")
+            records[record.id] = record
     except DataError as err:
         raise InvalidIndex(str(err)) from err
     return records
+
+
+class LazyRecords(Mapping[str, IndexRecord]):
+    """An index's records by id, as :attr:`LoadedIndex.records`, each parsed from the memory-mapped texts file only
+    when it is asked for: the workers of ``taskret serve`` share the texts in the page cache instead of each
+    holding its own copy. Record ``i`` is the ``i``-th of ``ids`` (the retriever's, in index order) and starts at
+    byte ``offsets[i]`` (``offsets[-1]``: the file's size); ``lines`` gives their line numbers where blank lines
+    make them other than ``i + 1``. A line is checked when it is read: a malformed one, or one holding another
+    id, raises :class:`InvalidIndex` naming the file and line."""
+
+    def __init__(self, path: Path, kind: str, texts, offsets: np.ndarray, ids: Sequence[str],
+                 lines: np.ndarray | None = None):
+        self.path, self.kind, self.ids = path, kind, ids
+        self._texts, self._offsets, self._lines = texts, offsets, lines
+        # A lookup by id is a binary search over the ids' hashes: 16 bytes an id, where a dict would add ~70 to
+        # each worker (a million ids: 16 MB against 70 MB).
+        hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+        self._by_hash = np.argsort(hashes, kind="stable")
+        self._sorted_hashes = hashes[self._by_hash]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __contains__(self, record_id) -> bool:
+        return self.position(record_id) is not None
+
+    def __getitem__(self, record_id: str) -> IndexRecord:
+        position = self.position(record_id)
+        if position is None:
+            raise KeyError(record_id)
+        return self.at(position)
+
+    def position(self, record_id: str) -> int | None:
+        """Where ``record_id`` is in index order, or None; nothing is parsed."""
+        if not isinstance(record_id, str):
+            return None
+        wanted = hash(record_id)
+        found = int(np.searchsorted(self._sorted_hashes, wanted))
+        while found < len(self.ids) and self._sorted_hashes[found] == wanted:  # ids whose hashes collide
+            position = int(self._by_hash[found])
+            if self.ids[position] == record_id:
+                return position
+            found += 1
+        return None
+
+    def at(self, position: int) -> IndexRecord:
+        """The record at ``position`` in index order, parsed and checked now."""
+        if not 0 <= position < len(self.ids):
+            raise IndexError(f"record {position} of an index of {len(self.ids)}")
+        start, end = int(self._offsets[position]), int(self._offsets[position + 1])
+        newline = self._texts.find(b"\n", start, end)  # blank lines after the record belong to none
+        raw = self._texts[start:end if newline < 0 else newline]
+        line = position + 1 if self._lines is None else int(self._lines[position])
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise InvalidIndex(f"{self.path}, line {line}: not valid UTF-8 ({err.reason} at byte "
+                               f"{start + err.start})") from None
+        except json.JSONDecodeError as err:
+            raise InvalidIndex(f"{self.path}, line {line}: malformed JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise InvalidIndex(f"{self.path}, line {line}: expected a JSON object")
+        record = _record(self.path, line, row, self.kind)
+        if record.id != self.ids[position]:
+            raise InvalidIndex(f"{self.path}, line {line}: holds id '{record.id}' where {META_FILE} lists "
+                               f"'{self.ids[position]}' (mismatched index)")
+        return record
+
+
+# Newlines are found this many bytes of the texts at a time: the scan's memory stays bounded, whatever the file.
+_SCAN_BLOCK = 1 << 26
+
+
+def _scan_offsets(texts) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where each record of a JSONL file's bytes ``texts`` starts, and its size last (int64, one more than the
+    records), found in one pass over its newlines, nothing parsed; and the records' line numbers where blank lines
+    (skipped, as :func:`~taskret.io.iter_records` skips them) make them other than position + 1, else None."""
+    data = np.frombuffer(texts, dtype=np.uint8)
+    size = len(data)
+    newlines = [np.flatnonzero(data[at:at + _SCAN_BLOCK] == ord("\n")) + at for at in range(0, size, _SCAN_BLOCK)]
+    first = len(codecs.BOM_UTF8) if bytes(data[:3]) == codecs.BOM_UTF8 else 0  # as iter_records's utf-8-sig
+    starts = np.concatenate([[first], *(found + 1 for found in newlines)]).astype(np.int64)
+    starts = starts[starts < size]
+    ends = np.append(starts[1:], size)
+    # A record's line starts with "{": only the few lines that do not are read, to find the blank ones.
+    unusual = np.flatnonzero(data[starts] != ord("{"))
+    blank = [i for i in unusual if not bytes(data[starts[i]:ends[i]]).decode("utf-8", "replace").strip()]
+    kept = np.ones(len(starts), dtype=bool)
+    kept[blank] = False
+    offsets = np.append(starts[kept], size).astype(np.int64)
+    return offsets, (np.flatnonzero(kept) + 1 if blank else None)
+
+
+def _map_file(path: Path):
+    """The file's bytes, memory-mapped read-only (an empty file, which cannot be mapped: ``b""``)."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return b""
+        return mmap_module.mmap(handle.fileno(), 0, access=mmap_module.ACCESS_READ)
+
+
+def _write_offsets(path: Path, texts_path: Path) -> None:
+    offsets, _ = _scan_offsets(_map_file(texts_path))
+    with atomic_path(path, suffix=".npy") as tmp, open(tmp, "wb") as handle:
+        np.save(handle, offsets, allow_pickle=False)
+
+
+def _saved_offsets(path: Path, size: int, count: int) -> np.ndarray | None:
+    """The offsets :func:`save_index` wrote, memory-mapped (the workers share them too), if they fit a texts file
+    of ``size`` bytes holding ``count`` records; else None."""
+    if not path.is_file():
+        return None  # an index saved before the offsets were: its texts are scanned
+    try:
+        offsets = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        logger.warning("%s: unreadable (%s); scanning the texts instead", path, err)
+        return None
+    if (offsets.dtype != np.int64 or offsets.shape != (count + 1,) or offsets[0] < 0 or offsets[-1] != size
+            or not np.all(offsets[1:] > offsets[:-1])):
+        # The texts were rewritten after the index was saved: they are what the index holds, the offsets not.
+        logger.warning("%s: does not fit %s (%d records, %d bytes); scanning the texts instead", path,
+                       path.with_name(ITEMS_FILE), count, size)
+        return None
+    return offsets
+
+
+def _map_records(texts_path: Path, count: int) -> tuple[object, np.ndarray, np.ndarray | None]:
+    """A texts file memory-mapped, where its records start (the saved offsets, or a scan) and their line numbers
+    (:func:`_scan_offsets`), for :class:`LazyRecords`; ``count``: the records the index lists."""
+    texts = _map_file(texts_path)
+    offsets = _saved_offsets(texts_path.with_name(OFFSETS_FILE), len(texts), count)
+    if offsets is not None:
+        return texts, offsets, None
+    return (texts, *_scan_offsets(texts))
 
 
 def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mmap: bool = False) -> LoadedIndex:
@@ -414,9 +570,12 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
     is refused, or with ``texts_required=False`` loaded as kind ``"retriever"`` with no records.
 
     ``mmap``: memory-map the retriever's files where their format allows (bm25s's arrays, a FAISS index)
-    instead of reading them into each process (:attr:`~taskret.retrieval.base.Retriever.mmap`): the workers of
-    ``taskret serve --workers N`` share one copy in the page cache. Off by default: a mapped index must not be
-    rewritten in place while it is in use (``save_index`` replaces a folder by renaming, which is safe)."""
+    instead of reading them into each process (:attr:`~taskret.retrieval.base.Retriever.mmap`), and the texts
+    (items.jsonl) too: the records are a :class:`LazyRecords` that parses each when it is asked for, so the
+    workers of ``taskret serve --workers N`` share one copy of everything in the page cache. The count of records
+    is checked at load, each line's fields and id only when it is read. (Older layouts' texts are read whole.)
+    Off by default: a mapped index must not be rewritten in place while it is in use (``save_index`` replaces a
+    folder by renaming, which is safe)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise InvalidIndex(f"{directory}: no such folder (so no meta.json); write an index with {_WRITTEN_BY}")
@@ -424,6 +583,7 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
     _check_retriever_files(directory, meta)
     ids = meta["ids"]
     layout = _layout(directory)
+    mapped = None  # (texts, offsets, line numbers) of texts left in their file
     if layout is None:
         if texts_required:
             raise InvalidIndex(f"{directory}: holds no texts ({ITEMS_FILE}), only a retriever; re-create it with "
@@ -431,11 +591,18 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
         kind, info, records = "retriever", {}, {}
     else:
         kind, texts_path, info = layout
-        records = _read_records(texts_path, kind)
-        if len(records) != len(ids):
-            raise InvalidIndex(f"{texts_path}: holds {len(records)} records but {directory / META_FILE} lists "
+        # Only items.jsonl is mapped: save_index wrote it in the retriever's order, which an older layout's file
+        # need not follow.
+        if mmap and texts_path.name == ITEMS_FILE:
+            mapped = _map_records(texts_path, len(ids))
+            count = len(mapped[1]) - 1
+        else:
+            records = _read_records(texts_path, kind)
+            count = len(records)
+        if count != len(ids):
+            raise InvalidIndex(f"{texts_path}: holds {count} records but {directory / META_FILE} lists "
                                f"{len(ids)} ids (mismatched or partial index)")
-        missing = next((i for i in ids if i not in records), None)
+        missing = next((i for i in ids if i not in records), None) if mapped is None else None
         if missing is not None:
             raise InvalidIndex(f"{texts_path}: has no record for id '{missing}' listed in {directory / META_FILE} "
                                f"(mismatched index)")
@@ -450,4 +617,6 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
     if counted is not None and counted[0] != len(ids):
         raise InvalidIndex(f"{counted[1]}: holds {counted[0]} items but {directory / META_FILE} lists {len(ids)} "
                            f"ids (mismatched or partial index)")
+    if mapped is not None:  # by the retriever's ids: one list of them in the process, not two
+        records = LazyRecords(texts_path, kind, *mapped[:2], retriever.ids, lines=mapped[2])
     return LoadedIndex(directory=directory, retriever=retriever, kind=kind, records=records, info=info)

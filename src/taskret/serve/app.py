@@ -314,7 +314,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     :func:`~taskret.tart.search.search_index`. The reranker is loaded now, so a missing model fails at
     start-up. ``generate``: load the LM (``lm``, else the index's) to answer ``/generate``, each answer
     bounded by ``generate_timeout_s`` seconds. ``mmap``: load the index memory-mapped where its format allows
-    (:func:`~taskret.retrieval.index.load_index`; the workers of ``taskret serve --workers N`` share its pages).
+    (:func:`~taskret.retrieval.index.load_index`, its texts read as results need them; the workers of
+    ``taskret serve --workers N`` share its pages).
     ``select``: how ``/prompt`` chooses its demonstrations (:func:`~taskret.icl.selection.resolve_selection`): by
     default the selection the index records (:attr:`LoadedIndex.selection`), None or ``"none"`` the ranking's
     top, or a :class:`~taskret.icl.selection.Selection` (or its record, JSON for the workers).

@@ -6,8 +6,10 @@ uvicorn starts its workers as fresh processes (spawned, not forked) that import 
 factory (``uvicorn.run("taskret.serve.workers:app", factory=True)``) that reads ``create_app``'s keyword arguments
 from the environment variable :data:`APP_KWARGS_ENV` as JSON, so that ``create_app``'s arguments stay the one way
 configuration enters, for one worker or many. Each worker loads the index memory-mapped (``mmap=True``): bm25s's
-arrays and a FAISS index are then one copy in the page cache, whatever the number of workers; the texts, a dense
-encoder's weights and the Python objects are each worker's own (``benchmarks/serve_load.py`` measures RSS per worker).
+arrays, a FAISS index and the texts (items.jsonl, each record parsed when a result needs it:
+:class:`~taskret.retrieval.index.LazyRecords`) are then one copy in the page cache, whatever the number of workers; a
+dense encoder's weights and the Python objects are each worker's own (``benchmarks/serve_load.py`` measures RSS per
+worker).
 
 Each worker's math libraries (torch, FAISS's OpenMP) get ``cores / N`` threads (``OMP_NUM_THREADS``, unless it is set
 already): N workers with a thread per core each would fight over the cores.
