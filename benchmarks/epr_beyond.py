@@ -310,7 +310,7 @@ def _held_out(name: str, train_tasks: list[str], args, lm) -> dict:
                                    progress=advance, metrics=("chrf",))
             cost = {"cpu_s": round(time.process_time() - cpu, 1), "wall_s": round(time.perf_counter() - wall, 1)}
             (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
-        rows[method] = {"em": round(summary["metrics"]["em"], 2), "chrf": round(summary["metrics"]["chrf"], 2),
+        rows[method] = {"em": round(summary["metrics"]["em"], 3), "chrf": round(summary["metrics"]["chrf"], 2),
                         "n": summary["n"], "cpu_s": cost["cpu_s"]}
         print(f"held out {name}/{method}: em {summary['metrics']['em']:.1f}, chrf {summary['metrics']['chrf']:.1f}",
               flush=True)
@@ -457,7 +457,7 @@ def main() -> None:
                                        progress=advance, selection=selection, retrieved=retrieved)
                 cost.update(cpu_s=round(time.process_time() - cpu, 1), wall_s=round(time.perf_counter() - wall, 1))
                 (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
-            row = {"em": round(summary["metrics"]["em"], 2), "n": summary["n"], "metrics": round_metrics(summary["metrics"]),
+            row = {"em": round(summary["metrics"]["em"], 3), "n": summary["n"], "metrics": round_metrics(summary["metrics"]),
                    "cpu_s": cost["cpu_s"], "wall_s": cost["wall_s"], "lm_calls": summary["n"]}
             if "reused" in cost:
                 row["reused"] = cost["reused"]
