@@ -6,7 +6,7 @@
 - :func:`read_queries`, :func:`read_qrels`, :func:`beir_instructions`, :func:`read_beir_files`: the rest of the
   BEIR layout (``corpus.jsonl``, ``queries.jsonl``, ``qrels/{split}.tsv``, ``instructions.json``);
 - :class:`DocumentStream`: a corpus read again on each pass (indexing a corpus larger than memory), with a
-  fingerprint of its contents.
+  fingerprint of its contents (:func:`fingerprint`, which an example pool's streamed index takes too).
 
 Bad files stop with a :class:`~taskret.io.DataError` naming the file, the line and the field.
 """
@@ -18,13 +18,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .io import DataError, iter_records, read_json
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Document", "DocumentStream", "doc_text", "doc_ids_and_texts", "iter_corpus", "read_corpus",
+__all__ = ["Document", "DocumentStream", "fingerprint", "doc_text", "doc_ids_and_texts", "iter_corpus", "read_corpus",
            "read_queries", "read_qrels", "beir_instructions", "read_beir_files", "INSTRUCTIONS_FILE"]
 
 
@@ -261,15 +261,28 @@ class DocumentStream:
         return (doc_text(doc) for doc in self.read())
 
     def scan(self, progress: Callable[[int], None] | None = None) -> tuple[list[str], str]:
-        """The ids in order and a fingerprint of the contents (SHA-256 of every id, title and text): a resumed
-        job compares it to tell whether its partial work is of this corpus."""
-        digest = hashlib.sha256()
+        """The ids in order and a fingerprint of the contents (:func:`fingerprint` of every id, title and text): a
+        resumed job compares it to tell whether its partial work is of this corpus."""
         ids: list[str] = []
-        for doc in self.read():
-            for part in (doc.id, doc.title, doc.text):
-                digest.update(part.encode("utf-8", "surrogatepass"))
-                digest.update(b"\0")
-            ids.append(doc.id)
-            if progress is not None:
-                progress(1)
-        return ids, digest.hexdigest()
+
+        def rows() -> Iterator[tuple[str, ...]]:
+            for doc in self.read():
+                ids.append(doc.id)
+                yield doc.id, doc.title, doc.text
+
+        digest = fingerprint(rows(), progress)
+        return ids, digest
+
+
+def fingerprint(rows: Iterable[Sequence[str]], progress: Callable[[int], None] | None = None) -> str:
+    """SHA-256 (hex) of ``rows``' strings in order, each ended by a NUL byte, ``progress(1)`` after each row: what a
+    resumed job compares to tell whether its partial work (:class:`~taskret.retrieval.shards.ShardPlan`'s shards) is
+    of these texts (a corpus's ids, titles and texts; an example pool's ids and indexed texts)."""
+    digest = hashlib.sha256()
+    for row in rows:
+        for part in row:
+            digest.update(part.encode("utf-8", "surrogatepass"))
+            digest.update(b"\0")
+        if progress is not None:
+            progress(1)
+    return digest.hexdigest()

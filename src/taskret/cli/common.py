@@ -143,6 +143,18 @@ def ray_options(address: str | None, workers: int | None, gpus: float | None, cp
     return RayOptions(address, workers, gpus, cpus)
 
 
+def ray_for_index(on_ray, retriever, spec: str, items: str):
+    """``on_ray`` (:func:`ray_options`) for an ``index`` command, or None, with a warning that the index is built
+    here, when ``retriever`` (spec ``spec``) has no dense encoder for Ray to run; ``items``: what it indexes."""
+    from ..retrieval import DenseRetriever
+
+    if on_ray is not None and not any(isinstance(part, DenseRetriever)
+                                      for part in getattr(retriever, "components", [retriever])):
+        say(f"warning: --ray encodes a dense index's {items}, and {spec} has no dense encoder: it is built here")
+        return None
+    return on_ray
+
+
 def load_task_from_options(task: str | None, *, train: Path | None = None, test: Path | None = None,
                            input_field: str | None = None, output_field: str | None = None,
                            id_field: str | None = None, fmt: str | None = None, data_dir: Path | None = None,

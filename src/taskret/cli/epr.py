@@ -236,19 +236,21 @@ def index(
     out: Path = typer.Option(..., help="index folder to write"),
 ):
     """Encode the training set with the example encoder into a FAISS index, saved with the examples' texts
-    (servable by `taskret serve`, written atomically)."""
+    (servable by `taskret serve`, written atomically). The vectors are encoded in shards (OUT/.shards/), so a killed
+    run started again resumes from them."""
     from ..models import resolve_model
+    from ..progress import reporting
     from ..retrieval import make_retriever
-    from ..retrieval.index import output_format_name, run_prompt_settings, save_index
+    from ..retrieval.index import index_examples, output_format_name, run_prompt_settings
 
     loaded = _pool(task, train, input_field, output_field, id_field, fmt, data_dir, config)
     if lm is not None:
         resolve_model(lm)  # an unknown LM fails now, not when the index is served
     retriever = make_retriever(f"epr:{model}")
-    retriever.index(loaded.train)
-    save_index(out, retriever, loaded.train, task=loaded.name, retriever_spec=f"epr:{model}",
-               output_format=output_format_name(loaded.output_format), lm=lm,
-               extra=run_prompt_settings(f"epr:{model}"))  # the run's context window, for `taskret serve`
+    with reporting():  # each stage's progress, rate and ETA on stderr
+        index_examples(out, retriever, loaded.train, task=loaded.name, retriever_spec=f"epr:{model}",
+                       output_format=output_format_name(loaded.output_format), lm=lm,
+                       extra=run_prompt_settings(f"epr:{model}"))  # the run's context window, for `taskret serve`
     console.print(f"indexed {len(loaded.train)} examples -> {out}")
 
 

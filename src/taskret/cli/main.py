@@ -23,6 +23,10 @@ from .common import (
     LMSpec,
     MissingExtra,
     OutputField,
+    RayAddress,
+    RayCpus,
+    RayGpus,
+    RayWorkers,
     RerankWeight,
     TaskName,
     TestFile,
@@ -30,6 +34,8 @@ from .common import (
     console,
     index_pool,
     load_task_from_options,
+    ray_for_index,
+    ray_options,
     say,
     write_ranked,
 )
@@ -258,13 +264,19 @@ def index(
     lm: Optional[str] = typer.Option(None, help="the LM whose tokenizer `taskret serve` counts prompt tokens with "
                                      "(default: whitespace-separated words)"),
     out: Path = typer.Option(..., help="index directory to write"),
+    shard_size: Optional[int] = typer.Option(None, min=1, help="examples per shard of encoded vectors (OUT/.shards/, "
+                                             "kept until the index is complete: a killed run started again resumes "
+                                             "from them; default 10,000)"),
+    ray: RayAddress = None, ray_workers: RayWorkers = None, ray_gpus_per_worker: RayGpus = None,
+    ray_cpus_per_worker: RayCpus = 1.0,
 ):
-    """Index a training pool and save the index, with the examples' texts, to a directory (written atomically)."""
+    """Index a training pool and save the index, with the examples' texts, to a directory (written atomically). A
+    dense encoder's vectors are encoded in shards, here or on Ray (--ray), so a killed run resumes."""
     from ..data import read_examples
     from ..models import resolve_model
     from ..progress import reporting
     from ..retrieval import make_retriever
-    from ..retrieval.index import output_format_name, run_prompt_settings, save_index
+    from ..retrieval.index import index_examples, output_format_name, run_prompt_settings
     from ..setups import resolve_setup
 
     if task is not None and train is None and task not in (*BUILTIN_TASKS, "demo") and Path(task).is_file():
@@ -285,11 +297,13 @@ def index(
         console.print(f"setup {setup.describe()}", soft_wrap=True)
         retriever = setup.retriever
     ret = make_retriever(retriever)
-    with reporting():  # the encoding's progress, rate and ETA on stderr (a status spinner would share its line)
-        ret.index(examples)
+    on_ray = ray_for_index(ray_options(ray, ray_workers, ray_gpus_per_worker, ray_cpus_per_worker), ret, retriever,
+                           "examples")
     recorded = run_prompt_settings(retriever)  # an EPR run's context window: `taskret serve` builds its prompts
-    save_index(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm, extra=recorded)
-    console.print(f"indexed {len(examples)} examples with {retriever} -> {out}"
+    with reporting():  # each stage's progress, rate and ETA on stderr (a status spinner would share its line)
+        index_examples(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm,
+                       extra=recorded, ray=on_ray, **({"shard_size": shard_size} if shard_size else {}))
+    console.print(f"indexed {len(examples)} examples with {retriever}{' on Ray' if on_ray else ''} -> {out}"
                   + (f" (its run's prompts: {_settings(recorded)})" if recorded else ""))
 
 

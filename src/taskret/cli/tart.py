@@ -20,6 +20,7 @@ from .common import (
     RayWorkers,
     RerankWeight,
     console,
+    ray_for_index,
     ray_options,
     say,
     write_ranked,
@@ -222,7 +223,7 @@ def index(
     search` and `taskret serve` (written atomically). The corpus is read in passes and its vectors encoded in
     shards, here or on Ray (--ray), so memory holds the index and not the corpus, and a killed run resumes."""
     from ..progress import reporting
-    from ..retrieval import DenseRetriever, make_retriever
+    from ..retrieval import make_retriever
     from ..retrieval.index import index_documents
     from ..tart.tasks import open_corpus
 
@@ -239,11 +240,9 @@ def index(
     documents = open_corpus(corpus, data_dir, split, id_field=id_field, text_field=text_field,
                             title_field=title_field)
     instructions = [instruction_text.strip()] if instruction_text is not None else documents.instructions
-    on_ray = ray_options(ray, ray_workers, ray_gpus_per_worker, ray_cpus_per_worker)
     built = make_retriever(spec)
-    if on_ray is not None and not any(isinstance(part, DenseRetriever) for part in getattr(built, "components", [built])):
-        say(f"warning: --ray encodes a dense index's documents, and {spec} has no dense encoder: it is built here")
-        on_ray = None
+    on_ray = ray_for_index(ray_options(ray, ray_workers, ray_gpus_per_worker, ray_cpus_per_worker), built, spec,
+                           "documents")
     with reporting():  # each stage's progress, rate and ETA on stderr (a status spinner would share its line)
         index_documents(out, built, documents, retriever_spec=spec,
                         instruction=instructions[0] if instructions else None,

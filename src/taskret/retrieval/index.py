@@ -42,15 +42,17 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..corpus import fingerprint
 from ..data import Example
 from ..formats import BREAK_FORMAT, break_to_prompt
 from ..io import DataError, atomic_path, iter_records, read_json, write_json, write_jsonl
 from .base import REGISTRY as RETRIEVERS
-from .base import Retriever
+from .base import Retriever, example_text
 from .shards import SHARD_SIZE, SHARDS_DIR, ShardPlan
 
 __all__ = ["INDEX_FORMAT", "ITEMS_FILE", "OFFSETS_FILE", "INFO_FILE", "KINDS", "InvalidIndex", "IndexRecord",
-           "LazyRecords", "LoadedIndex", "save_index", "index_documents", "load_index", "output_format_name"]
+           "LazyRecords", "LoadedIndex", "save_index", "index_documents", "index_examples", "load_index",
+           "output_format_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -283,16 +285,53 @@ def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, 
     folder from a last one, atomically (the shards go with the folder it replaces). Each stage reports its progress
     under :func:`~taskret.progress.reporting`. Shards of another corpus or encoder are refused
     (:class:`~taskret.retrieval.shards.ShardMismatch`)."""
-    from ..progress import stage
-
     out = Path(out)
-    check_destination(out)
-    retriever.check_models()  # an encoder that is not installed fails before the corpus is read
-    with stage(None, f"reading {documents.name}", unit="documents") as advance:
-        ids, fingerprint = documents.scan(advance)
-    retriever.index_stream(ids, documents.texts, ShardPlan(out / SHARDS_DIR, fingerprint, shard_size, ray))
+    _index_in_shards(out, retriever, documents.scan, documents.texts, None, f"reading {documents.name}", "documents",
+                     shard_size, ray)
     return save_index(out, retriever, documents, kind="documents", task=documents.name, retriever_spec=retriever_spec,
                       instruction=instruction, extra=extra)
+
+
+def index_examples(out: str | os.PathLike, retriever: Retriever, examples: Sequence[Example], *,
+                   task: str | None = None, retriever_spec: str | None = None, output_format: str | None = None,
+                   lm: str | None = None, extra: dict | None = None, shard_size: int = SHARD_SIZE,
+                   ray=None) -> Path:
+    """Index an example pool into the example index ``out``, as :func:`index_documents` indexes a corpus: the texts
+    the retriever reads of each example (its ``field``: input, output or both, as
+    :meth:`~taskret.retrieval.base.Retriever.index` takes them) are fingerprinted with the ids, a dense encoder's
+    vectors go to ``out/.shards/`` shard by shard (on Ray actors with ``ray``), so a killed run started again
+    resumes from them and shards of another pool or encoder are refused
+    (:class:`~taskret.retrieval.shards.ShardMismatch`), and :func:`save_index` writes the folder atomically, the same
+    folder ``retriever.index(examples)`` and :func:`save_index` would write. Each stage reports its progress under
+    :func:`~taskret.progress.reporting`."""
+    out = Path(out)
+    indexed = retriever.field
+
+    def texts() -> Iterator[str]:
+        return (example_text(example, indexed) for example in examples)
+
+    def scan(advance: Callable[[int], None]) -> tuple[list[str], str]:
+        return [example.id for example in examples], fingerprint(zip((e.id for e in examples), texts()), advance)
+
+    _index_in_shards(out, retriever, scan, texts, len(examples), f"reading {task or 'the pool'}", "examples",
+                     shard_size, ray)
+    return save_index(out, retriever, examples, task=task, retriever_spec=retriever_spec, output_format=output_format,
+                      lm=lm, extra=extra)
+
+
+def _index_in_shards(out: Path, retriever: Retriever, scan: Callable, texts: Callable[[], Iterable[str]],
+                     total: int | None, description: str, unit: str, shard_size: int, ray) -> None:
+    """The retriever of :func:`index_documents` and :func:`index_examples` indexed: ``out`` and the retriever's models
+    checked before anything is read, ``scan(advance)`` for the ids and fingerprint (one progress stage of ``total``
+    ``unit``), then :meth:`~taskret.retrieval.base.Retriever.index_stream` of ``texts`` in shards under
+    ``out/.shards/`` that carry that fingerprint."""
+    from ..progress import stage
+
+    check_destination(out)
+    retriever.check_models()  # an encoder that is not installed fails before the texts are read
+    with stage(total, description, unit=unit) as advance:
+        ids, digest = scan(advance)
+    retriever.index_stream(ids, texts, ShardPlan(out / SHARDS_DIR, digest, shard_size, ray))
 
 
 # -- loading and checking ------------------------------------------------------------------------------

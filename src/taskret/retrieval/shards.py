@@ -1,5 +1,5 @@
 """Encoding a corpus in shards that survive a crash: what lets ``taskret tart index`` stream a corpus of any size
-and resume a killed run where it stopped.
+(and ``taskret index`` / ``taskret epr index`` an example pool) and resume a killed run where it stopped.
 
 A dense retriever indexed through :meth:`~taskret.retrieval.base.Retriever.index_stream` with a :class:`ShardPlan`
 encodes its texts ``shard_size`` at a time and writes each shard's vectors (float32, unit length) to
@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["SHARDS_DIR", "SHARDS_FORMAT", "SHARD_SIZE", "MANIFEST", "ShardPlan", "ShardMismatch", "encode_in_shards",
            "shard_path"]
 
-#: Where ``taskret tart index --out DIR`` keeps the shards while it builds (removed with the old folder when the
-#: index is complete).
+#: Where ``taskret tart index --out DIR`` (and ``taskret index``) keeps the shards while it builds (removed with the
+#: old folder when the index is complete).
 SHARDS_DIR = ".shards"
 SHARDS_FORMAT = "taskret-shards/1"
 MANIFEST = "manifest.json"
