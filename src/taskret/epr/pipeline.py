@@ -494,10 +494,12 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
 
         held = set(read_json(teacher_dir / "reward_config.json")["held_out_ids"])
         rows = [r for r in read_scores(score_files[0]) if r["id"] in held]
-        teacher = {r["id"]: [c["reward"] for c in r["candidates"]] for r in read_jsonl(teacher_scores.output)}
+        # By candidate id: with later rounds the teacher scored more candidates than the first round's rows hold.
+        teacher = {r["id"]: {c["id"]: c["reward"] for c in r["candidates"]} for r in read_jsonl(teacher_scores.output)}
         student = _encoder_scores(load_retriever(retriever_dir), rows, pool)
         agreement = ranking_agreement(rows, {"distilled_retriever": student})["distilled_retriever"]
-        with_teacher = [spearmanr(student[r["id"]], teacher[r["id"]]).statistic for r in rows]
+        with_teacher = [spearmanr(student[r["id"]], [teacher[r["id"]][c["id"]] for c in r["candidates"]]).statistic
+                        for r in rows]
         agreement["spearman_vs_teacher"] = round(float(np.nanmean(with_teacher)), 4) if rows else None
         write_json(out, {"what": "the distilled retriever's agreement with the scoring LM's ranking and with its "
                                  "teacher's, on the teacher's held-out inputs (the student trained on them)",
