@@ -465,7 +465,7 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
                    for r, values in zip(rows, rewards)]
         held = set(read_json(teacher_dir / "reward_config.json")["held_out_ids"])
         agreement = _agreement(config, task, [r for r in read_scores(score_files[0]) if r["id"] in held],
-                               {r["id"]: [c["reward"] for c in r["candidates"]] for r in teacher}, encoder_dir)
+                               {r["id"]: {c["id"]: c["reward"] for c in r["candidates"]} for r in teacher}, encoder_dir)
         write_json(work / "agreement.json", agreement)
         write_jsonl(out, teacher)
         shown = ", ".join(f"{name} {v['spearman']}" for name, v in agreement["scorers"].items())
@@ -525,7 +525,7 @@ def _encoder_scores(retriever, rows: list[dict], pool: dict) -> dict[str, list[f
 def _agreement(config: EPRConfig, task: Task, held_rows: list[dict], teacher: dict, encoder_dir: Path) -> dict:
     """``agreement.json``: the reward model's, the EPR retriever's and BM25's agreement with the LM's ranking of the
     held-out inputs' first-round (BM25) candidates (:func:`taskret.epr.reward.ranking_agreement`). The EPR
-    retriever was trained on every input's labels, these included: its figure is an in-sample one."""
+    retriever was trained on every input's labels, these included: its figure is an in-sample one. ``teacher``: input id -> {candidate id: reward}."""
     from .candidates import read_candidates
     from .reward import ranking_agreement
     from .training import load_retriever
@@ -534,7 +534,7 @@ def _agreement(config: EPRConfig, task: Task, held_rows: list[dict], teacher: di
     bm25 = {r["id"]: dict(zip(r["candidates"], r["bm25"]))
             for r in read_candidates(Path(config.work_dir) / "candidates.jsonl", known_ids=set(pool))}
     retriever = load_retriever(encoder_dir)
-    scorers = {"reward_model": {r["id"]: teacher[r["id"]] for r in held_rows},
+    scorers = {"reward_model": {r["id"]: [teacher[r["id"]][c["id"]] for c in r["candidates"]] for r in held_rows},
                "bm25": {r["id"]: [bm25[r["id"]].get(c["id"], 0.0) for c in r["candidates"]] for r in held_rows}}
     if held_rows:
         scorers["epr_retriever"] = _encoder_scores(retriever, held_rows, pool)
