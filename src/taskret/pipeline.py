@@ -10,6 +10,9 @@ late) is started again with the same command and goes on from where it was. Two 
   stage writes last, exists.
 
 Each stage prints one line: ``name: what it made -> output (time)``, or ``name: output exists, skipped``.
+
+:func:`stop_after` ends a job once a named stage is done (e.g. score and train on a GPU machine, then copy the
+work folder and evaluate elsewhere).
 """
 
 from __future__ import annotations
@@ -17,15 +20,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, TypeVar
+from typing import Any, Callable, Collection, Iterator, Mapping, TypeVar
 
 from pydantic import BaseModel
 
 from .io import DataError, atomic_path, read_json, write_json
 
-__all__ = ["Stage", "guard_config", "read_config"]
+__all__ = ["Stage", "StoppedAfter", "guard_config", "read_config", "stop_after"]
 
 Config = TypeVar("Config", bound=BaseModel)
 
@@ -61,6 +66,35 @@ def guard_config(path: str | os.PathLike, config: BaseModel | Mapping[str, Any],
     if changed:
         raise ValueError(f"{path.parent} was made with another config (changed: {', '.join(changed)}); "
                          f"use a new work folder or delete the old one")
+
+
+class StoppedAfter(Exception):
+    """Raised by the stage that :func:`stop_after` names, once it is done (run now or before)."""
+
+    def __init__(self, stage: str):
+        super().__init__(f"stopped after stage '{stage}'")
+        self.stage = stage
+
+
+# (the stage to stop after, the names of the stages seen so far) while a stop_after block runs
+_STOP: ContextVar[tuple[str, list[str]] | None] = ContextVar("taskret_stop_after", default=None)
+
+
+@contextmanager
+def stop_after(stage: str | None) -> Iterator[None]:
+    """Within the block, the stage named ``stage`` raises :class:`StoppedAfter` once it is done. A block that ends
+    without meeting it raises ValueError naming the stages it ran through, so a misspelt name does not silently
+    run the whole job. ``None``: no stop."""
+    if stage is None:
+        yield
+        return
+    seen: list[str] = []
+    token = _STOP.set((stage, seen))
+    try:
+        yield
+    finally:
+        _STOP.reset(token)
+    raise ValueError(f"no stage named '{stage}' ran; the stages were: {', '.join(seen) or 'none'}")
 
 
 def _silent(text: str) -> None:
@@ -99,6 +133,7 @@ class Stage:
         A done stage prints ``name: output exists, {reused}``. Returns whether ``make`` ran."""
         if self.done:
             self.say(f"{self.name}: {self.marker or self.output} exists, {reused}")
+            self._maybe_stop()
             return False
         start, cpu = time.perf_counter(), time.process_time()
         if self.marker is None:
@@ -115,4 +150,12 @@ class Stage:
             with open(self.timings, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"stage": self.name, "wall_s": round(wall, 1),
                                          "cpu_s": round(time.process_time() - cpu, 1), "made": made}) + "\n")
+        self._maybe_stop()
         return True
+
+    def _maybe_stop(self) -> None:
+        stop = _STOP.get()
+        if stop is not None:
+            stop[1].append(self.name)
+            if stop[0] == self.name:
+                raise StoppedAfter(self.name)

@@ -472,6 +472,46 @@ def test_listwise_rounds_train_from_the_base_on_every_rounds_scores(lm_run, tmp_
     assert json.loads((work / "index" / "meta.json").read_text())["field"] == "both"
 
 
+def test_a_run_stopped_after_a_stage_goes_on_from_a_copy_and_trains_no_round_it_does_not_need(
+        lm_run, tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    """The hand-over of a run split between machines: one stops after round 2's training (scoring and training on
+    a GPU, say); a copy of its folder without round 1's retriever goes on elsewhere. Listwise rounds train anew
+    from the base, so round 1's retriever, which only mined round 2's candidates, is not trained again there."""
+    import shutil
+
+    work = _round_one(lm_run, tmp_path)
+    shutil.rmtree(work / "retriever")
+    settings = {"base_model": str(tiny_bert_dir), "list_size": 3, "top_k": 1, "epochs": 1, "batch_inputs": 4,
+                "learning_rate": 1e-3}
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, listwise=settings, rounds=2, baseline=None)
+    assert run_pipeline(config, progress=False, stop_after="round 2 training") == {"stopped_after": "round 2 training"}
+    assert (work / "round2" / "retriever" / "model").is_dir() and not (work / "index").exists()
+
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy, ignore=shutil.ignore_patterns("retriever", "logs", "stage_times.jsonl"))
+    shutil.copytree(work / "round2" / "retriever", copy / "round2" / "retriever")
+    lines = []
+
+    class Console:
+        def print(self, text):
+            lines.append(str(text))
+
+    summary = run_pipeline(config.model_copy(update={"work_dir": str(copy)}), console=Console(), progress=False)
+    assert not (copy / "retriever").exists()
+    assert any(line.startswith("training: not needed, round 2's candidates exist") for line in lines)
+    ran = [json.loads(line)["stage"] for line in (copy / "stage_times.jsonl").read_text().splitlines()]
+    assert ran == ["index", "evaluation"] and summary["n"] == 4
+
+
+def test_stop_after_a_stage_that_never_runs_names_the_stages(lm_run, tmp_path, data_files, tiny_model_dir,
+                                                              tiny_bert_dir):
+    work = _round_one(lm_run, tmp_path)
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, baseline=None)
+    with pytest.raises(ValueError, match=r"no stage named 'round 9 training' ran; the stages were: candidates, "
+                                         r"labels, training, index, evaluation"):
+        run_pipeline(config, progress=False, stop_after="round 9 training")
+
+
 def _round_one(lm_run, tmp_path: Path) -> Path:
     """A copy of the module's finished EPR run without its config, index and evaluation: round one of a run
     that a test's config then continues."""

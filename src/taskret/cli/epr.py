@@ -255,9 +255,12 @@ def index(
 
 
 @app.command()
-def run(config: Path = typer.Argument(..., help="EPR config (JSON); see taskret.epr.pipeline.EPRConfig")):
+def run(config: Path = typer.Argument(..., help="EPR config (JSON); see taskret.epr.pipeline.EPRConfig"),
+        stop_after: Optional[str] = typer.Option(None, "--stop-after", help="end once this stage is done, named as "
+                                                 "its progress line starts (e.g. 'round 3 training'); a later run "
+                                                 "of the same config, here or on a copy of the work folder, goes on")):
     """The whole pipeline from one config file, skipping stages whose outputs exist."""
     from ..epr.pipeline import EPRConfig, run_pipeline
 
     cfg = EPRConfig.from_file(config)
-    run_pipeline(cfg, console=Console(stderr=True, soft_wrap=True))  # a stage line with a long path stays one line
+    run_pipeline(cfg, console=Console(stderr=True, soft_wrap=True), stop_after=stop_after)  # a stage line with a long path stays one line

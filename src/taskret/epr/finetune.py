@@ -87,6 +87,10 @@ def embed(modules: Sequence, texts: Sequence[str]):
     # sentence-transformers 5 names it preprocess (tokenize is deprecated); earlier versions only tokenize.
     prepare = getattr(modules[0], "preprocess", None) or modules[0].tokenize
     features = prepare(list(texts))
+    # The tokenizer's tensors are on the CPU; the model may be on an accelerator.
+    device = next((param.device for module in modules for param in module.parameters()), None)
+    if device is not None and device.type != "cpu":
+        features = {k: v.to(device) if hasattr(v, "to") else v for k, v in features.items()}
     for module in modules:
         features = module(features)
     return features["sentence_embedding"]

@@ -90,7 +90,7 @@ def lambda_mrr_loss(scores, relevance):
     predicted, order = scores.sort(descending=True, dim=-1)
     true = relevance.gather(1, order)
     pairs = (true[:, :, None] - true[:, None, :]) > 0
-    inverse_rank = 1.0 / torch.arange(1, scores.shape[1] + 1, dtype=scores.dtype)
+    inverse_rank = 1.0 / torch.arange(1, scores.shape[1] + 1, dtype=scores.dtype, device=scores.device)
     weights = (inverse_rank[:, None] - inverse_rank[None, :]).abs()
     differences = (predicted[:, :, None] - predicted[:, None, :]).clamp(-50, 50)
     losses = torch.nn.functional.softplus(-differences) * weights
@@ -105,6 +105,7 @@ def train_listwise(examples: Sequence[Example], score_rows: Sequence[dict], out_
     ``out_dir / "model"``."""
     import torch
 
+    from ..models import pick_device
     from ..retrieval.base import example_text
     from ..training.encoders import build_bi_encoder
     from .finetune import document_route, query_route
@@ -119,11 +120,13 @@ def train_listwise(examples: Sequence[Example], score_rows: Sequence[dict], out_
     if not lists:
         raise ValueError(f"no input has list_size {config.list_size} scored candidates")
     torch.manual_seed(config.seed)
-    model = build_bi_encoder(config.base_model, shared_encoder=False, max_seq_length=config.max_seq_length)
+    device = pick_device()  # an accelerator where there is one: each step encodes 9 texts per input, twice
+    model = build_bi_encoder(config.base_model, shared_encoder=False, max_seq_length=config.max_seq_length,
+                             device=device)
     queries_route, documents_route = query_route(model), document_route(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     scheduler = linear_warmup(optimizer, len(lists), config.batch_inputs, config.epochs, config.warmup_ratio)
-    relevance = 1.0 / torch.arange(1, config.list_size + 1, dtype=torch.float32)
+    relevance = 1.0 / torch.arange(1, config.list_size + 1, dtype=torch.float32, device=device)
     rngs = {}
 
     def batch_loss(batch: list[int], epoch: int):
@@ -138,7 +141,7 @@ def train_listwise(examples: Sequence[Example], score_rows: Sequence[dict], out_
         scores = config.scale * q @ d.T  # every query against every candidate of the batch
         own = scores.view(len(batch), len(batch), config.list_size)[torch.arange(len(batch)), torch.arange(len(batch))]
         rank = lambda_mrr_loss(own, relevance.expand(len(batch), -1))
-        in_batch = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch)) * config.list_size)
+        in_batch = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch), device=device) * config.list_size)
         return config.rank_loss_weight * rank + in_batch
 
     model.train()
@@ -147,6 +150,6 @@ def train_listwise(examples: Sequence[Example], score_rows: Sequence[dict], out_
     model.eval()
     final = save_model(model, out_dir)
     write_json(out_dir / "epr_config.json", {**asdict(config), "method": "udr listwise", "field": LISTWISE_FIELD,
-                                             "n_inputs": len(lists), "steps": steps, "epoch_losses": epoch_losses,
+                                             "n_inputs": len(lists), "steps": steps, "epoch_losses": epoch_losses, "device": device,
                                              "wall_time_s": round(time.perf_counter() - started, 1)})
     return final

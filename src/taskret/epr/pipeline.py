@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ..data import Task, load_task, sample
-from ..pipeline import Stage, guard_config, read_config
+from ..pipeline import Stage, StoppedAfter, guard_config, read_config
+from ..pipeline import stop_after as stop_at
 
 LOG_FILE = "logs/run.log"
 TIMES_FILE = "stage_times.jsonl"  # one line per stage that ran: its name, wall seconds and CPU seconds
@@ -134,9 +135,13 @@ def _times(config: EPRConfig) -> Path:
     return Path(config.work_dir) / TIMES_FILE
 
 
-def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: dict | None = None) -> dict:
+def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: dict | None = None,
+                 stop_after: str | None = None) -> dict:
     """Run every stage whose output is missing. ``lms`` caches loaded LMs by name (the scoring and the
     inference LM are often the same model, and a caller such as the demo may already hold it).
+    ``stop_after`` (a stage's name, as its progress line starts, e.g. ``"round 3 training"``) ends the run once that
+    stage is done and returns ``{"stopped_after": name}``: the rest can run on another machine from a copy of the
+    work folder (:func:`taskret.pipeline.stop_after`).
 
     ``console`` gets one line per stage and ``progress`` shows taskret's own bars; the libraries' logs, warnings
     and the trainer's log dicts go to ``work_dir/logs/run.log`` (:func:`~taskret.training.logs.library_logs`)."""
@@ -150,7 +155,12 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
     work.mkdir(parents=True, exist_ok=True)
     guard_config(work / "pipeline_config.json", config, ignore=config.EXECUTION_FIELDS)
     with library_logs(work / LOG_FILE) as log:
-        return _run_stages(config, work, say, progress, lms, log)
+        try:
+            with stop_at(stop_after):
+                return _run_stages(config, work, say, progress, lms, log)
+        except StoppedAfter as stop:
+            say(f"stopped after {stop.stage}")
+            return {"stopped_after": stop.stage}
 
 
 def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, log: Path) -> dict:
@@ -218,7 +228,10 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
             train_dual_encoder(task.train, labels.output, out, training, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
-    Stage("training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
+    if _retriever_needed(config, 1):
+        Stage("training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
+    else:
+        say("training: not needed, round 2's candidates exist (listwise rounds each train anew from the base)")
 
     score_files = [work / "scoring" / SCORES_FILE] if config.labels == "lm" else []
     for round_number in range(2, config.rounds + 1):
@@ -354,8 +367,22 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
             train_dual_encoder(task.train, labels.output, out, continued, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
-    Stage(f"{name} training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
+    if _retriever_needed(config, round_number):
+        Stage(f"{name} training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
+    else:
+        say(f"{name} training: not needed, round {round_number + 1}'s candidates exist (listwise rounds each train "
+            "anew from the base)")
     return retriever_dir
+
+
+def _retriever_needed(config: EPRConfig, round_number: int) -> bool:
+    """Whether round ``round_number``'s retriever must be trained. The last round's serves everything after it. An
+    earlier round's mines the next round's candidates and, unless training is listwise (UDR: each round trains anew
+    from the base on every round's scores), is the next round's starting point; so with listwise training a round
+    whose successor has its candidates already (mined before a stop, or on another machine) needs none."""
+    if config.listwise is None or round_number >= config.rounds:
+        return True
+    return not (Path(config.work_dir) / f"round{round_number + 1}" / "candidates.jsonl").exists()
 
 
 def _merged_scores(score_files: list[Path]) -> list[dict]:
