@@ -179,6 +179,24 @@ def dense_recall(retriever, queries: list[str]) -> float:
     return round(float(np.mean([len(set(e) & set(a)) / 10 for e, a in zip(exact, approx)])), 4)
 
 
+def ann_latency(retriever, queries: list[str]) -> dict:
+    """The index's own cost: top 10 for one query vector at a time, the queries encoded beforehand (a dense
+    query's end-to-end latency is mostly its encoder pass, the same at every corpus size)."""
+    vectors = retriever.encode(queries, queries=True)
+    retriever._index.search(vectors[:2], 10)
+    return percentiles(timed(lambda v: retriever._index.search(v[None], 10), vectors))
+
+
+def encoder_throughput(retriever, queries: list[str], batch: int) -> dict:
+    """The query encoder alone, one query and ``batch`` at a time: the ceiling of a dense search's rate."""
+    retriever.encode(queries[:2], queries=True)
+    single = timed(lambda q: retriever.encode([q], queries=True), queries)
+    batched = timed(lambda qs: retriever.encode(qs, queries=True),
+                    [queries[i:i + batch] for i in range(0, len(queries), batch)])
+    return {"single_queries_per_s": round(len(queries) / sum(single), 1),
+            "batched_queries_per_s": round(len(queries) / sum(batched), 1), "batch": batch}
+
+
 def measure(work: Path, queries: list[str], batch: int, rerank_queries: int) -> dict:
     from taskret.retrieval import Retriever
     from taskret.retrieval.index import load_index
@@ -191,7 +209,8 @@ def measure(work: Path, queries: list[str], batch: int, rerank_queries: int) -> 
     fast = load_index(work / "docs-fast", mmap=True)
     dense = Retriever.load(work / "docs-fast" / "component_1", mmap=True)
     out["dense"] = {**latency(lambda qs: dense.retrieve(qs, k=10), queries, batch),
-                    "recall_at_10": dense_recall(dense, queries), "index_type": dense.index_type}
+                    "recall_at_10": dense_recall(dense, queries), "index_type": dense.index_type,
+                    "search_only": ann_latency(dense, queries), "encoder": encoder_throughput(dense, queries, batch)}
     out["docs-fast"] = latency(lambda qs: fast.retriever.retrieve(qs, k=10), queries, batch)
     rerank = resolve_setup("docs-rerank")
     few = queries[:rerank_queries]
