@@ -14,7 +14,9 @@ the ANN build, writing the folder), encoding documents/s, disk size, peak RSS; s
 queries); recall@10 of the dense index against exact search over the same vectors on the real queries (1 for a
 flat index). Then a power-law fit of each cost against N and a table that extrapolates to 10M and 100M documents
 (memory; build time on one machine, and on a cluster of ``--cluster`` machines that share the encoding, the one
-cost that spreads over Ray), and plots.
+cost that spreads over Ray), and plots. Last, the largest size (``--serve``) is served by `taskret serve --workers 2`
+under wrk (serve_load.py's server and client): ``/retrieve`` on ``bm25`` and on ``docs-fast`` against the ``/health``
+floor of the same run and, for ``docs-fast``, against the query encoder's own batched rate; memory per worker.
 
     python benchmarks/scale.py --data-dir ../shared/data --sizes 10000,100000,1000000 --work runs/scale \\
         --out benchmarks/results/scale.json --plots docs/img/scale
@@ -30,6 +32,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -220,6 +223,49 @@ def measure(work: Path, queries: list[str], batch: int, rerank_queries: int) -> 
     return out
 
 
+# -- serving --------------------------------------------------------------------------------------------------------
+
+
+def serve(folder: Path, queries: list[str], workers: int, connections: int, duration: float,
+          encoder_queries_per_s: float | None) -> dict:
+    """`taskret serve --workers N` over the size's ``bm25`` and ``docs-fast`` indexes under wrk (serve_load.py's
+    server and client, each request the next real query, k=10): the ``/health`` floor of the same run,
+    ``/retrieve`` on each index, and the memory of each worker after the load (RSS, and PSS, which shares the
+    memory-mapped index among the workers)."""
+    import serve_load
+
+    if shutil.which("wrk") is None:
+        raise SystemExit("serving needs wrk (apt-get install -y wrk); --serve 0 leaves it out")
+    bodies = folder / "serve_bodies.jsonl"
+    bodies.write_text("".join(json.dumps({"query": q, "k": 10}) + "\n" for q in queries), encoding="utf-8")
+
+    def summary(run: dict) -> dict:
+        return {"req_per_s": run["requests_per_s"], "p50_ms": run["latency_ms"]["p50"],
+                "p99_ms": run["latency_ms"]["p99"], "errors": run["errors"]}
+
+    out = {"tool": "wrk", "workers": workers, "connections": connections, "duration_s": duration}
+    for setup in SETUPS:
+        server = serve_load.Server(folder / setup, workers)
+        try:
+            if setup == "bm25":
+                serve_load.wrk(server.url + "/health", None, connections, 3)  # warm-up
+                out["floor"] = summary(serve_load.wrk(server.url + "/health", None, connections, duration))
+            serve_load.wrk(server.url + "/retrieve", bodies, connections, 3)
+            out[setup] = {**summary(serve_load.wrk(server.url + "/retrieve", bodies, connections, duration)),
+                          "memory_mib": server.memory(), "startup_s": server.startup_s}
+        finally:
+            server.close()
+        print(f"served {setup}: {out[setup]['req_per_s']} req/s, p99 {out[setup]['p99_ms']} ms", flush=True)
+    out["docs-fast"]["encoder_queries_per_s"] = encoder_queries_per_s
+    floor, bm25, fast = out["floor"], out["bm25"], out["docs-fast"]
+    out["targets"] = {
+        "bm25_share_of_floor": round(bm25["req_per_s"] / floor["req_per_s"], 3),
+        "bm25_p99_over_floor": round(bm25["p99_ms"] / floor["p99_ms"], 2),
+        "docs_fast_share_of_encoder": round(fast["req_per_s"] / encoder_queries_per_s, 3)
+        if encoder_queries_per_s else None}
+    return out
+
+
 # -- fits -----------------------------------------------------------------------------------------------------------
 
 
@@ -302,6 +348,11 @@ def main() -> None:
     args_parser.add_argument("--batch", type=int, default=64)
     args_parser.add_argument("--cluster", type=int, default=8, help="machines of the extrapolated cluster")
     args_parser.add_argument("--plots", default=None, help="folder for the plots (PNG); none without it")
+    args_parser.add_argument("--serve", type=int, default=None,
+                             help="serve this size's indexes under wrk (default: the largest size; 0: none)")
+    args_parser.add_argument("--serve-workers", type=int, default=2)
+    args_parser.add_argument("--serve-duration", type=float, default=30.0, help="seconds of wrk load per run")
+    args_parser.add_argument("--connections", type=int, default=32)
     args = args_parser.parse_args()
     data_dir, work = Path(args.data_dir), Path(args.work)
     folders = real_sources(data_dir)
@@ -335,6 +386,13 @@ def main() -> None:
             "disk_gib": round(fast["disk_gib"], 4), "bm25_disk_gib": round(built["bm25"]["disk_gib"], 4),
             "build_recall_at_10": fast["build_recall_at_10"], **measured}
         print(json.dumps({n: result["sizes"][str(n)]}), flush=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    served = max(sizes) if args.serve is None else args.serve
+    if served:
+        size = result["sizes"][str(served)]
+        result["serve"] = {"size": served, **serve(work / str(served), queries, args.serve_workers, args.connections,
+                                                   args.serve_duration,
+                                                   size["dense"]["encoder"]["batched_queries_per_s"])}
     result["extrapolation"] = extrapolate(result, args.cluster)
     if args.plots:
         result["plots"] = plot(result, Path(args.plots))

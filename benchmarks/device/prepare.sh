@@ -13,7 +13,8 @@ grep -qx '/.gpu3/' .git/info/exclude 2>/dev/null || echo '/.gpu3/' >> .git/info/
 rm -rf .gpu3 && mkdir -p .gpu3/a/whl .gpu3/a/pkg .gpu3/b .gpu3/c
 # The wheels the device image lacks (it has torch, transformers and sentence-transformers 6.0; the CPU runs use 6.2).
 for spec in pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 gguf==0.19.0 \
-            faiss-cpu==1.15.1 bm25s==0.3.16 PyStemmer==3.1.0 sentence-transformers==6.2.0; do
+            faiss-cpu==1.15.1 bm25s==0.3.16 PyStemmer==3.1.0 sentence-transformers==6.2.0 datasets==5.2.0 dill==0.4.1 \
+            multiprocess==0.70.19; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .gpu3/a/whl "$spec" 2>/dev/null

@@ -232,15 +232,20 @@ def test_export_pairs_reads_the_rankings_each_column_reranks(tmp_path, monkeypat
         export.main()
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in DEVICE.glob("*.sh")))
-def test_shell_scripts_parse_and_name_only_what_exists(script):
+EPR_DEVICE = ROOT / "benchmarks" / "device"  # the EPR run's calls (UDR at full scale)
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for folder in (DEVICE, EPR_DEVICE)
+                                        for p in folder.glob("*.sh")))
+def test_shell_scripts_parse_and_name_only_what_exists(path):
     """The device calls' shell scripts cannot run here (they need /tmp/site, the carried folders and a GPU), but a
     syntax error, a renamed script or config, or a moved taskret module breaks them as surely: check those."""
     import importlib.util
     import re
 
-    text = (DEVICE / script).read_text()
-    parsed = subprocess.run(["bash", "-n", str(DEVICE / script)], capture_output=True, text=True)
+    script = Path(path).name
+    text = (ROOT / path).read_text()
+    parsed = subprocess.run(["bash", "-n", str(ROOT / path)], capture_output=True, text=True)
     assert parsed.returncode == 0, parsed.stderr
     # a device call stops at its first failing step; the sweep goes on past one (a failed variant or benchmark
     # still leaves the others' logs to bring back, its EXIT trap packs them)
@@ -254,4 +259,4 @@ def test_shell_scripts_parse_and_name_only_what_exists(script):
     modules = {m for line in re.findall(r'-c "import ([^;"]+)', text) for m in line.split(", ")}
     taskret_modules = sorted(m.strip() for m in modules if m.strip().startswith("taskret"))
     assert all(importlib.util.find_spec(m) is not None for m in taskret_modules), taskret_modules
-    assert named or carried or taskret_modules  # the patterns above still match something
+    assert named or carried or taskret_modules or "python3" not in text  # the patterns above still match something
