@@ -464,6 +464,62 @@ def serve_table() -> list[str]:
     return out
 
 
+def _fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def scale_table() -> list[str]:
+    """`benchmarks/scale.py`: indexing and search cost at each corpus size, the fitted extrapolation, serving."""
+    d = _load("scale.json")
+    if not d:
+        return []
+    out = [f"Cost as the corpus grows (`{d['command']}`; {describe_machine(d['machine'])}; {d['corpus']}; "
+           f"{d['queries']} real queries). Build: `docs-fast` (BM25 + MiniLM in bf16, HNSW past 50K vectors), each "
+           "stage in seconds; peak RSS of the build process; single-query p50 / p99 ms, top 10; the dense index "
+           "alone is its search for an encoded query (end to end, a dense query is mostly its encoder pass):", "",
+           "| documents | encode docs/s | encode s | ANN s | BM25 s | peak RSS GiB | disk GiB | BM25 p50 / p99 | "
+           "dense index alone p50 / p99 | recall@10 | dense end to end p50 | docs-fast p50 / p99 | docs-rerank p50 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
+        t, dense, alone = r["index_s"], r["dense"], r["dense"].get("search_only", {})
+        out.append(f"| {int(n):,} | {r['encode_docs_per_s']:.0f} | {t['encode']:,.0f} | {t['ann']:,.1f} | "
+                   f"{t['bm25']:,.1f} | {r['peak_rss_gib']:.2f} | {r['disk_gib']:.2f} | {r['bm25']['p50_ms']:.2f} / "
+                   f"{r['bm25']['p99_ms']:.2f} | {_fmt(alone.get('p50_ms'), 3)} / {_fmt(alone.get('p99_ms'), 3)} | "
+                   f"{dense['recall_at_10']:.3f} ({dense['index_type']}) | {dense['p50_ms']:.1f} | "
+                   f"{r['docs-fast']['p50_ms']:.1f} / {r['docs-fast']['p99_ms']:.1f} | "
+                   f"{r['docs-rerank']['p50_ms']:,.0f} |")
+    ex = d.get("extrapolation")
+    if ex:
+        cluster = ex["cluster"]
+        out += ["", f"Extrapolated ({ex['note']}):", "",
+                f"| documents | peak RSS GiB | disk GiB | build h, one machine | build h, {cluster} machines | "
+                "BM25 p50 ms | dense index alone p50 ms |", "|---|---|---|---|---|---|---|"]
+        for n, row in ex["table"].items():
+            out.append(f"| {int(n):,} | {_fmt(row['peak_rss_gib'])} | {_fmt(row['disk_gib'])} | "
+                       f"{_fmt(row['build_h_one_machine'])} | {_fmt(row[f'build_h_{cluster}_machines'])} | "
+                       f"{_fmt(row.get('bm25_p50_ms'))} | {_fmt(row.get('dense_search_p50_ms'), 2)} |")
+    serve = d.get("serve")
+    if serve:
+        out += ["", f"Served at {serve['size']:,} documents (`taskret serve --workers {serve['workers']}`, "
+                f"{serve['tool']}, {serve['connections']} connections, {serve['duration_s']:.0f} s per run, "
+                "real queries in turn, k=10; memory per worker after the load):", "",
+                "| endpoint | requests/s | p50 ms | p99 ms | errors | worker RSS / PSS MiB |", "|---|---|---|---|---|---|"]
+        out.append(f"| /health (the floor) | {serve['floor']['req_per_s']:,.0f} | {serve['floor']['p50_ms']} | "
+                   f"{serve['floor']['p99_ms']} | {serve['floor']['errors']} | |")
+        for name in ("bm25", "docs-fast"):
+            r = serve[name]
+            memory = ", ".join(f"{w['rss']:,.0f} / {w['pss']:,.0f}" for w in r["memory_mib"]["workers"])
+            out.append(f"| /retrieve, {name} | {r['req_per_s']:,.1f} | {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | "
+                       f"{memory} |")
+        t = serve["targets"]
+        out += ["", f"BM25 /retrieve at **{t['bm25_share_of_floor']:.0%}** of the floor's requests/s (target >= 50%), "
+                f"p99 {t['bm25_p99_over_floor']}x the floor's (target <= 2x); docs-fast at "
+                f"**{_fmt(100 * t['docs_fast_share_of_encoder'] if t['docs_fast_share_of_encoder'] else None, 0)}%** "
+                f"of the query encoder's batched rate in the same run "
+                f"({serve['docs-fast']['encoder_queries_per_s']} queries/s; target >= 70%)."]
+    return out
+
+
 def dense_latency_table() -> list[str]:
     d = _load("dense_latency.json")
     if not d:
@@ -1224,6 +1280,7 @@ SECTIONS = (
     ("tart-full", (tart_full_lm_table, tart_in_domain_table)),
     ("speed", (bm25_table, index_speed_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
     ("serving", (serve_table, dense_latency_table)),
+    ("scale", (scale_table,)),
     ("robustness", (robustness_table,)),
 )
 
