@@ -241,6 +241,8 @@ def _training_cost(spec: str) -> dict:
     times = work / "stage_times.jsonl"
     if times.exists():
         cost["stages"] = {row["stage"]: {"wall_s": row["wall_s"], "cpu_s": row["cpu_s"]} for row in read_jsonl(times)}
+    if (work / "stage_times_gpu.jsonl").exists():  # stages run on a GPU machine, the folder copied back
+        cost["gpu_stages"] = [row["stage"] for row in read_jsonl(work / "stage_times_gpu.jsonl")]
     rounds = [json.loads(p.read_text())["n_pairs"] for p in work.glob("round*/scoring/scoring_meta.json")]
     if rounds:
         cost["lm_pairs_later_rounds"] = sum(rounds)

@@ -331,7 +331,9 @@ def _variant_cost(row: dict) -> str:
     stages = cost.get("stages", {})
     own = [s for s in stages if s.startswith(("round", "set", "reward"))]
     if own:
-        parts.append(f"{sum(stages[s]['wall_s'] for s in own) / 60:.1f} min of own stages")
+        on_gpu = set(own) <= set(cost.get("gpu_stages", ()))
+        parts.append(f"{sum(stages[s]['wall_s'] for s in own) / 60:.1f} min of own stages"
+                     + (" on one H200 (`benchmarks/gpu/README.md`)" if on_gpu else ""))
     if "tuning" in row:
         parts.append(f"{row['tuning']['n'] * len(row['tuning']['scores'])} LM generations to choose the weight")
     return ", ".join(parts) or "-"
