@@ -49,14 +49,17 @@ bench: setup
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_full.json  # ~2.3 h
 	# README: EPR's successors as their papers define them against plain EPR on all 859 MTOP test inputs, from the full
-	# recipe's committed LM scores (only what a method adds is scored; every stage resumes; CEIL's set scores scored so
-	# far are committed under benchmarks/results/epr_full/mtop/ceil/sets/). Several sessions of 2 cores.
+	# recipe's committed LM scores (only what a method adds is scored; every stage resumes; CEIL's set scores and UDR's
+	# rounds 2 and 3 (mined and LM-scored on an H200) are committed under benchmarks/results/epr_full/mtop/, so UDR
+	# trains its last round only). Several sessions of 2 cores.
 	mkdir -p $(EPR_FULL)/epr && cp -rn $(addprefix benchmarks/results/epr_mtop_full/,candidates.jsonl labels.jsonl scoring) $(EPR_FULL)/epr/
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_full/mtop.json
 	for c in llmr:llm-r udr:udr ceil:ceil; do w=$(EPR_FULL)/$${c#*:}; mkdir -p $$w; \
 		cp -rn $(EPR_FULL)/epr/candidates.jsonl $(EPR_FULL)/epr/labels.jsonl $(EPR_FULL)/epr/scoring $$w/; \
 		[ $${c%%:*} = udr ] || cp -rn $(EPR_FULL)/epr/retriever $$w/; \
 		[ ! -d benchmarks/results/epr_full/mtop/$${c#*:}/sets ] || cp -rn benchmarks/results/epr_full/mtop/$${c#*:}/sets $$w/; \
+		for r in round2 round3; do [ ! -d benchmarks/results/epr_full/mtop/$${c#*:}/$$r ] || \
+			cp -rn benchmarks/results/epr_full/mtop/$${c#*:}/$$r $$w/; done; \
 		TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_full/mtop_$${c%%:*}.json || exit 1; done
 	# the LM-Oracle's ranked chunks (the committed ones are reused: ~35 min of LM scoring)
 	mkdir -p runs/bench/epr_full/beyond/mtop/lm-oracle && cp -rn benchmarks/results/epr_full/mtop/lm-oracle/oracle runs/bench/epr_full/beyond/mtop/lm-oracle/

@@ -716,8 +716,10 @@ def readme_table() -> list[str]:
                     f"{tied} | **{row['em']:.1f}** (plain EPR {beyond['epr']['em']:.1f} on the same run; "
                     f"{test['only_method']} / {test['only_epr']} solved by one only, {_p(test['p'])}) | "
                     f"{cite('epr_beyond')} |")
+        gpu = (" (its evaluation; its training rounds and their LM scoring ran on one H200: "
+               "`benchmarks/gpu/README.md`)" if row.get("training_cost", {}).get("gpu_stages") else "")
         notes.append(f"The EPR-successor row ({cite('epr_beyond')}) was measured on "
-                     f"{describe_machine(_load('epr_beyond.json')['machine'])}.")
+                     f"{describe_machine(_load('epr_beyond.json')['machine'])}{gpu}.")
     berri = _load("tart_berri.json")
     sci = berri["scifact"] if berri else {}
     setups = (_load("setups.json") or {}).get("tasks", {}).get("scifact", {}).get("results", {})
@@ -823,6 +825,16 @@ def setups_table(detail: bool = False) -> list[str]:
                     f"MTOP exact match {small['metrics']['em']:.1f} (BM25 {bm25:.1f}) | LM scoring of {scored['n_pairs']:,} "
                     f"pairs" + (f" (~{scored['n_pairs'] / _scoring_rate(speed_lm) / 60:.0f} min)" if speed_lm else "")
                     + f" + training {trained['wall_time_s'] / 60:.1f} min |")
+    udr = (_load("epr_beyond.json") or {}).get("mtop", {}).get("udr", {})
+    if udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > _load("epr_beyond.json")["mtop"]["epr"]["em"]:
+        # issue 52: a successor that beats plain EPR (p < 0.05) is the recommended recipe
+        plain = _load("epr_beyond.json")["mtop"]["epr"]["em"]
+        pairs = udr["training_cost"].get("lm_pairs_later_rounds", 0)
+        rows.append(f"| `examples-epr:DIR`, the recommended recipe: UDR | in-context examples, trained | the same, "
+                    "trained with UDR's listwise loss over 3 mining rounds (`benchmarks/configs/epr_full/mtop_udr.json`)"
+                    f" | MTOP exact match {udr['em']:.1f} on all {udr['n']} inputs (plain EPR's full recipe "
+                    f"{plain:.1f}, {_p(udr['vs_epr']['p'])}) | EPR's scoring + {pairs:,} LM-scored pairs and 3 "
+                    "trainings: ~10 h on 2 cores; its rounds took 7 min on one H200 |")
     return [*rows, "", f"Documents: NDCG@10 over each task's judged queries, its instruction given (`{SETUPS_COMMAND}`); "
             f"examples: SmolLM2-135M's exact match over 300 MTOP test inputs. {describe_machine(d['machine'])}."]
 
