@@ -22,11 +22,10 @@ from _common import command_line, describe_machine, machine, parser, write_resul
 from scipy.stats import spearmanr
 
 from taskret.data import load_task
-from taskret.epr.reward import STUDENT_FIELD, ranking_agreement
+from taskret.epr.reward import STUDENT_FIELD, encoder_scores, ranking_agreement
 from taskret.epr.scoring import read_scores
 from taskret.io import read_json, read_jsonl
 from taskret.retrieval import DenseRetriever
-from taskret.retrieval.base import example_text
 
 
 def main() -> None:
@@ -45,12 +44,7 @@ def main() -> None:
                 "epr_retriever": (work / "retriever" / "model", "input"),
                 "untrained_minilm": ("minilm-l6", STUDENT_FIELD)}
     for name, (encoder, field) in encoders.items():
-        retriever = DenseRetriever(encoder=str(encoder), field=field)
-        queries = retriever.encode([pool[r["id"]].input for r in rows], queries=True)
-        scorers[name] = {}
-        for row, query in zip(rows, queries):
-            docs = retriever.encode([example_text(pool[c["id"]], field) for c in row["candidates"]])
-            scorers[name][row["id"]] = (docs @ query).tolist()
+        scorers[name] = encoder_scores(DenseRetriever(encoder=str(encoder), field=field), rows, pool)
     agreement = ranking_agreement(rows, scorers)
     for name in encoders:
         agreement[name]["spearman_vs_teacher"] = round(float(np.mean(

@@ -516,14 +516,14 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
         import numpy as np
         from scipy.stats import spearmanr
 
-        from .reward import ranking_agreement
+        from .reward import encoder_scores, ranking_agreement
         from .training import load_retriever
 
         held = set(read_json(teacher_dir / "reward_config.json")["held_out_ids"])
         rows = [r for r in read_scores(score_files[0]) if r["id"] in held]
         # By candidate id: with later rounds the teacher scored more candidates than the first round's rows hold.
         teacher = {r["id"]: {c["id"]: c["reward"] for c in r["candidates"]} for r in read_jsonl(teacher_scores.output)}
-        student = _encoder_scores(load_retriever(retriever_dir), rows, pool)
+        student = encoder_scores(load_retriever(retriever_dir), rows, pool)
         agreement = ranking_agreement(rows, {"distilled_retriever": student})["distilled_retriever"]
         with_teacher = [spearmanr(student[r["id"]], [teacher[r["id"]][c["id"]] for c in r["candidates"]]).statistic
                         for r in rows]
@@ -538,23 +538,12 @@ def _reward_model(config: EPRConfig, task: Task, score_files: list[Path], encode
     return retriever_dir
 
 
-def _encoder_scores(retriever, rows: list[dict], pool: dict) -> dict[str, list[float]]:
-    """A dense retriever's score of each row's candidates (ids of ``pool``), in the row's order, by row id."""
-    from ..retrieval.base import example_text
-
-    if not rows:
-        return {}
-    queries = retriever.encode([pool[r["id"]].input for r in rows], queries=True)
-    return {row["id"]: (retriever.encode([example_text(pool[c["id"]], retriever.field) for c in row["candidates"]])
-                        @ query).tolist() for row, query in zip(rows, queries)}
-
-
 def _agreement(config: EPRConfig, task: Task, held_rows: list[dict], teacher: dict, encoder_dir: Path) -> dict:
     """``agreement.json``: the reward model's, the EPR retriever's and BM25's agreement with the LM's ranking of the
     held-out inputs' first-round (BM25) candidates (:func:`taskret.epr.reward.ranking_agreement`). The EPR
     retriever was trained on every input's labels, these included: its figure is an in-sample one. ``teacher``: input id -> {candidate id: reward}."""
     from .candidates import read_candidates
-    from .reward import ranking_agreement
+    from .reward import encoder_scores, ranking_agreement
     from .training import load_retriever
 
     pool = {e.id: e for e in task.train}
@@ -564,7 +553,7 @@ def _agreement(config: EPRConfig, task: Task, held_rows: list[dict], teacher: di
     scorers = {"reward_model": {r["id"]: [teacher[r["id"]][c["id"]] for c in r["candidates"]] for r in held_rows},
                "bm25": {r["id"]: [bm25[r["id"]].get(c["id"], 0.0) for c in r["candidates"]] for r in held_rows}}
     if held_rows:
-        scorers["epr_retriever"] = _encoder_scores(retriever, held_rows, pool)
+        scorers["epr_retriever"] = encoder_scores(retriever, held_rows, pool)
     return {"what": "agreement with the scoring LM's ranking (mean log-probability per token) of each held-out "
                     "input's scored BM25 candidates; epr_retriever was trained on these inputs' labels",
             "n_inputs": len(held_rows), "scorers": ranking_agreement(held_rows, scorers)}

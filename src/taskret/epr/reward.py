@@ -45,7 +45,7 @@ from .finetune import embed, fit_epochs, held_out_ids, linear_warmup, save_model
 from .labels import mean_logprob
 
 __all__ = ["RewardConfig", "teacher_query", "held_out_ids", "train_reward_model", "reward_scores", "ranking_agreement",
-           "distill_reward", "STUDENT_FIELD"]
+           "encoder_scores", "distill_reward", "STUDENT_FIELD"]
 
 #: What the distilled retriever encodes of an example (LLM-R's passage: the query and its answer).
 STUDENT_FIELD = "both"
@@ -191,6 +191,18 @@ def reward_scores(model_dir: str | os.PathLike, task: Task, examples: Sequence[E
             if progress is not None:
                 progress(1)
     return out
+
+
+def encoder_scores(retriever, rows: Sequence[dict], pool: dict) -> dict[str, list[float]]:
+    """A dense retriever's score of each row's candidates (ids of ``pool``), in the row's order, by row id: the
+    query is the row's input, each candidate the text of ``retriever.field`` (what :func:`ranking_agreement` ranks)."""
+    from ..retrieval.base import example_text
+
+    if not rows:
+        return {}
+    queries = retriever.encode([pool[r["id"]].input for r in rows], queries=True)
+    return {row["id"]: (retriever.encode([example_text(pool[c["id"]], retriever.field) for c in row["candidates"]])
+                        @ query).tolist() for row, query in zip(rows, queries)}
 
 
 def ranking_agreement(lm_rows: Sequence[dict], scorers: dict[str, dict[str, Sequence[float]]],
