@@ -500,6 +500,12 @@ def scale_table() -> list[str]:
             out.append(f"| {int(n):,} | {_fmt(row['peak_rss_gib'])} | {_fmt(row['disk_gib'])} | "
                        f"{_fmt(row['build_h_one_machine'])} | {_fmt(row[f'build_h_{cluster}_machines'])} | "
                        f"{_fmt(row.get('bm25_p50_ms'))} | {_fmt(row.get('dense_search_p50_ms'), 2)} |")
+    ray = d.get("ray")
+    if ray:
+        out += ["", f"Encoding on Ray (`--ray local`, {ray['workers']} workers) at {ray['documents']:,} documents: "
+                f"{'the same' if ray['same_top10'] else 'a different'} top 10 as the local build for "
+                f"{ray['queries_with_same_top10']} of {ray['queries']} real queries (largest score difference "
+                f"{ray['max_score_diff']:.1e}); encoding {ray['encode_s']:,.0f} s on the same 2 cores."]
     serve = d.get("serve")
     if serve:
         out += ["", f"Served at {serve['size']:,} documents (`taskret serve --workers {serve['workers']}`, "

@@ -16,7 +16,8 @@ flat index). Then a power-law fit of each cost against N and a table that extrap
 (memory; build time on one machine, and on a cluster of ``--cluster`` machines that share the encoding, the one
 cost that spreads over Ray), and plots. Last, the largest size (``--serve``) is served by `taskret serve --workers 2`
 under wrk (serve_load.py's server and client): ``/retrieve`` on ``bm25`` and on ``docs-fast`` against the ``/health``
-floor of the same run and, for ``docs-fast``, against the query encoder's own batched rate; memory per worker.
+floor of the same run and, for ``docs-fast``, against the query encoder's own batched rate; memory per worker. And
+the smallest size's dense index is built again on Ray (``--ray local``, 2 workers): the same top 10 as the local build.
 
     python benchmarks/scale.py --data-dir ../shared/data --sizes 10000,100000,1000000 --work runs/scale \\
         --out benchmarks/results/scale.json --plots docs/img/scale
@@ -266,6 +267,38 @@ def serve(folder: Path, queries: list[str], workers: int, connections: int, dura
     return out
 
 
+# -- Ray --------------------------------------------------------------------------------------------------------------
+
+
+def ray_check(folder: Path, queries: list[str], workers: int) -> dict:
+    """The size's dense index built again with its shards encoded on a private Ray instance (``--ray local``,
+    ``workers`` actors each holding the encoder), against the local build's (docs-fast's dense component): the same
+    top 10 for every real query (the same ids; the scores differ only in float rounding across processes)."""
+    from taskret.corpus import DocumentStream, iter_corpus
+    from taskret.epr.distributed import RayOptions
+    from taskret.retrieval import DenseRetriever, Retriever
+    from taskret.retrieval.shards import SHARDS_DIR, ShardPlan
+
+    for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}.items():
+        os.environ.setdefault(key, value)
+    local = Retriever.load(folder / "docs-fast" / "component_1")
+    corpus = folder / "corpus.jsonl"
+    documents = DocumentStream(corpus.stem, lambda: iter_corpus(corpus))
+    ids, fingerprint = documents.scan()
+    remote = DenseRetriever(encoder=local.encoder_name, dtype=local.dtype, index_type=local.index_type)
+    start = time.perf_counter()
+    # The local build's component ids are row numbers (a hybrid's components index rows), so these are too.
+    remote.index_stream([str(i) for i in range(len(ids))], documents.texts,
+                        ShardPlan(folder / "ray" / SHARDS_DIR, fingerprint, ray=RayOptions("local", workers=workers)))
+    seconds = time.perf_counter() - start
+    mine, theirs = local.retrieve(queries, k=10), remote.retrieve(queries, k=10)
+    same = [a == b for a, b in zip(mine.ids, theirs.ids)]
+    return {"workers": workers, "documents": len(ids), "queries": len(queries), "same_top10": all(same),
+            "queries_with_same_top10": sum(same),
+            "max_score_diff": round(float(np.nanmax(np.abs(mine.scores - theirs.scores))), 6),
+            "build_s": round(seconds, 1), "encode_s": round(remote.build_seconds["encode"], 1)}
+
+
 # -- fits -----------------------------------------------------------------------------------------------------------
 
 
@@ -362,7 +395,19 @@ def main() -> None:
     args_parser.add_argument("--serve-workers", type=int, default=2)
     args_parser.add_argument("--serve-duration", type=float, default=30.0, help="seconds of wrk load per run")
     args_parser.add_argument("--connections", type=int, default=32)
+    args_parser.add_argument("--ray-check", type=int, default=None,
+                             help="build this size's dense index again on Ray (2 local workers) and compare its top "
+                                  "10 with the local build's (default: the smallest size; 0: none)")
+    args_parser.add_argument("--ray-only", action="store_true",
+                             help="only the Ray check, added to the existing --out (the sizes already measured)")
     args = args_parser.parse_args()
+    if args.ray_only:
+        result = json.loads(Path(args.out).read_text())
+        size = args.ray_check or min(int(n) for n in result["sizes"])
+        work = Path(args.work)
+        result["ray"] = ray_check(work / str(size), json.loads((work / "queries.json").read_text()), 2)
+        write_result(args.out, result)
+        return
     data_dir, work = Path(args.data_dir), Path(args.work)
     folders = real_sources(data_dir)
     queries = real_queries(folders, args.queries, args.seed)
@@ -402,6 +447,9 @@ def main() -> None:
         result["serve"] = {"size": served, **serve(work / str(served), queries, args.serve_workers, args.connections,
                                                    args.serve_duration,
                                                    size["dense"]["encoder"]["batched_queries_per_s"])}
+    ray_size = min(sizes) if args.ray_check is None else args.ray_check
+    if ray_size:
+        result["ray"] = ray_check(work / str(ray_size), queries, 2)
     result["extrapolation"] = extrapolate(result, args.cluster)
     if args.plots:
         result["plots"] = plot(result, Path(args.plots))
