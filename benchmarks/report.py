@@ -443,6 +443,11 @@ def tart_trained_table(name: str = "tart_trained.json") -> list[str]:
     return out
 
 
+def _worker_memory(workers: list[dict]) -> str:
+    """Each serving worker's RSS / PSS (MiB), as serve_load.py's ``Server.memory`` measures them."""
+    return ", ".join(f"{w['rss']:.0f} / {w['pss']:.0f}" for w in workers)  # no thousands commas: commas part workers
+
+
 def serve_table() -> list[str]:
     d = _load("serve_load.json")
     if not d:
@@ -454,10 +459,10 @@ def serve_table() -> list[str]:
            "| workers | endpoint | index | connections | requests/s | p50 ms | p90 ms | p99 ms | errors | "
            "worker RSS / PSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in d["runs"]:
-        lat, mem = r["latency_ms"], r["server_memory_mib"]["workers"]
+        lat = r["latency_ms"]
         out.append(f"| {r['workers']} | {r['name']} | {r['index']} | {r['connections']} | {r['requests_per_s']} | "
                    f"{lat['p50']} | {lat['p90']} | {lat['p99']} | {r['errors']} | "
-                   + ", ".join(f"{w['rss']:.0f} / {w['pss']:.0f}" for w in mem) + " |")
+                   f"{_worker_memory(r['server_memory_mib']['workers'])} |")
     for workers, t in d["targets"].items():
         out += ["", f"Target (workers={workers}): /retrieve on BM25 at **{t['share_of_floor']:.0%}** of the /health "
                 f"floor's requests/s (target >= 50%: {'met' if t['share_met'] else 'missed'}), p99 "
@@ -516,9 +521,8 @@ def scale_table() -> list[str]:
                    f"{serve['floor']['p99_ms']} | {serve['floor']['errors']} | |")
         for name in ("bm25", "docs-fast"):
             r = serve[name]
-            memory = ", ".join(f"{w['rss']:,.0f} / {w['pss']:,.0f}" for w in r["memory_mib"]["workers"])
             out.append(f"| /retrieve, {name} | {r['req_per_s']:,.1f} | {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | "
-                       f"{memory} |")
+                       f"{_worker_memory(r['memory_mib']['workers'])} |")
         t = serve["targets"]
         out += ["", f"BM25 /retrieve at **{t['bm25_share_of_floor']:.0%}** of the floor's requests/s (target >= 50%), "
                 f"p99 {t['bm25_p99_over_floor']}x the floor's (target <= 2x); docs-fast at "
@@ -831,10 +835,11 @@ def setups_table(detail: bool = False) -> list[str]:
                     f"MTOP exact match {small['metrics']['em']:.1f} (BM25 {bm25:.1f}) | LM scoring of {scored['n_pairs']:,} "
                     f"pairs" + (f" (~{scored['n_pairs'] / _scoring_rate(speed_lm) / 60:.0f} min)" if speed_lm else "")
                     + f" + training {trained['wall_time_s'] / 60:.1f} min |")
-    udr = (_load("epr_beyond.json") or {}).get("mtop", {}).get("udr", {})
-    if udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > _load("epr_beyond.json")["mtop"]["epr"]["em"]:
+    mtop = (_load("epr_beyond.json") or {}).get("mtop", {})
+    udr = mtop.get("udr", {})
+    if udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > mtop["epr"]["em"]:
         # issue 52: a successor that beats plain EPR (p < 0.05) is the recommended recipe
-        plain = _load("epr_beyond.json")["mtop"]["epr"]["em"]
+        plain = mtop["epr"]["em"]
         pairs = udr["training_cost"].get("lm_pairs_later_rounds", 0)
         rows.append(f"| `examples-epr:DIR`, the recommended recipe: UDR | in-context examples, trained | the same, "
                     "trained with UDR's listwise loss over 3 mining rounds (`benchmarks/configs/epr_full/mtop_udr.json`)"

@@ -413,7 +413,8 @@ def main() -> None:
     queries = real_queries(folders, args.queries, args.seed)
     result = {"sizes": {}, "queries": len(queries), "corpus": "every berri-lite corpus + SciFact, extended by "
               "real sentences resampled into documents of the real sentence counts"}
-    for n in (int(s) for s in args.sizes.split(",")):
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for n in sizes:
         folder = work / str(n)
         folder.mkdir(parents=True, exist_ok=True)
         corpus = folder / "corpus.jsonl"
@@ -440,7 +441,6 @@ def main() -> None:
             "disk_gib": round(fast["disk_gib"], 4), "bm25_disk_gib": round(built["bm25"]["disk_gib"], 4),
             "build_recall_at_10": fast["build_recall_at_10"], **measured}
         print(json.dumps({n: result["sizes"][str(n)]}), flush=True)
-    sizes = [int(s) for s in args.sizes.split(",")]
     served = max(sizes) if args.serve is None else args.serve
     if served:
         size = result["sizes"][str(served)]

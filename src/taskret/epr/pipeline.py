@@ -228,10 +228,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
             train_dual_encoder(task.train, labels.output, out, training, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
-    if _retriever_needed(config, 1):
-        Stage("training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
-    else:
-        say("training: not needed, round 2's candidates exist (listwise rounds each train anew from the base)")
+    _train_round(config, 1, "training", retriever_dir, train, say)
 
     score_files = [work / "scoring" / SCORES_FILE] if config.labels == "lm" else []
     for round_number in range(2, config.rounds + 1):
@@ -367,22 +364,22 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
             train_dual_encoder(task.train, labels.output, out, continued, progress=progress)
         return trained(out / CONFIG_FILE, log)
 
-    if _retriever_needed(config, round_number):
-        Stage(f"{name} training", retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
-    else:
-        say(f"{name} training: not needed, round {round_number + 1}'s candidates exist (listwise rounds each train "
-            "anew from the base)")
+    _train_round(config, round_number, f"{name} training", retriever_dir, train, say)
     return retriever_dir
 
 
-def _retriever_needed(config: EPRConfig, round_number: int) -> bool:
-    """Whether round ``round_number``'s retriever must be trained. The last round's serves everything after it. An
-    earlier round's mines the next round's candidates and, unless training is listwise (UDR: each round trains anew
-    from the base on every round's scores), is the next round's starting point; so with listwise training a round
-    whose successor has its candidates already (mined before a stop, or on another machine) needs none."""
-    if config.listwise is None or round_number >= config.rounds:
-        return True
-    return not (Path(config.work_dir) / f"round{round_number + 1}" / "candidates.jsonl").exists()
+def _train_round(config: EPRConfig, round_number: int, stage: str, retriever_dir: Path, train, say) -> None:
+    """Round ``round_number``'s training stage, unless its retriever is not needed. The last round's serves
+    everything after it. An earlier round's mines the next round's candidates and, unless training is listwise
+    (UDR: each round trains anew from the base on every round's scores), is the next round's starting point; so with
+    listwise training a round whose successor has its candidates already (mined before a stop, or on another
+    machine) needs none."""
+    following = Path(config.work_dir) / f"round{round_number + 1}" / "candidates.jsonl"
+    if config.listwise is not None and round_number < config.rounds and following.exists():
+        say(f"{stage}: not needed, round {round_number + 1}'s candidates exist (listwise rounds each train anew "
+            "from the base)")
+        return
+    Stage(stage, retriever_dir, marker=retriever_dir / "model", say=say, timings=_times(config)).run(train)
 
 
 def _merged_scores(score_files: list[Path]) -> list[dict]:
