@@ -840,12 +840,16 @@ def setups_table(detail: bool = False) -> list[str]:
     if udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > mtop["epr"]["em"]:
         # issue 52: a successor that beats plain EPR (p < 0.05) is the recommended recipe
         plain = mtop["epr"]["em"]
-        pairs = udr["training_cost"].get("lm_pairs_later_rounds", 0)
+        cost = udr["training_cost"]
+        pairs = cost.get("lm_pairs_later_rounds", 0)
+        gpu = [s for s in cost.get("gpu_stages", ()) if s in cost["stages"]]
+        where = (f"; its rounds took {sum(cost['stages'][s]['wall_s'] for s in gpu) / 60:.1f} min on one H200"
+                 if gpu else "")
         rows.append(f"| `examples-epr:DIR`, the recommended recipe: UDR | in-context examples, trained | the same, "
                     "trained with UDR's listwise loss over 3 mining rounds (`benchmarks/configs/epr_full/mtop_udr.json`)"
                     f" | MTOP exact match {udr['em']:.1f} on all {udr['n']} inputs (plain EPR's full recipe "
                     f"{plain:.1f}, {_p(udr['vs_epr']['p'])}) | EPR's scoring + {pairs:,} LM-scored pairs and 3 "
-                    "trainings: ~10 h on 2 cores; its rounds took 7 min on one H200 |")
+                    f"trainings (hours on 2 cores){where} |")
     return [*rows, "", f"Documents: NDCG@10 over each task's judged queries, its instruction given (`{SETUPS_COMMAND}`); "
             f"examples: SmolLM2-135M's exact match over 300 MTOP test inputs. {describe_machine(d['machine'])}."]
 
