@@ -76,6 +76,20 @@ def machine(threads: int | None = None, **extra: Any) -> dict:
     return info
 
 
+def http_stack() -> dict:
+    """What uvicorn serves with here: its HTTP parser (httptools, compiled, where installed, else the pure-Python
+    h11) and event loop (uvloop where installed, else asyncio); ``uvicorn[standard]`` installs the compiled ones."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return f"{name} {version(name)}"
+        except PackageNotFoundError:
+            return None
+
+    return {"http": installed("httptools") or installed("h11") or "h11", "loop": installed("uvloop") or "asyncio"}
+
+
 def describe_machine(info: dict | str) -> str:
     """One line for a report: ``machine()``'s dict, or the string older results hold, as it is."""
     if isinstance(info, str):

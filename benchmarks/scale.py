@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import command_line, machine, parser, write_result
+from _common import command_line, http_stack, machine, parser, write_result
 
 SETUPS = ("bm25", "docs-fast")
 EXTRAPOLATE = (10_000_000, 100_000_000)
@@ -183,6 +183,47 @@ def dense_recall(retriever, queries: list[str]) -> float:
     return round(float(np.mean([len(set(e) & set(a)) / 10 for e, a in zip(exact, approx)])), 4)
 
 
+#: ef_search values whose recall and latency each size records (what :func:`taskret.retrieval.dense.ef_search_for`
+#: was chosen on).
+EF_CURVE = (64, 128, 256, 512)
+
+
+def ef_search_curve(retriever, queries: list[str]) -> list[dict]:
+    """recall@10 against exact search and the index's own single-query p50 at each of :data:`EF_CURVE` (HNSW)."""
+    import faiss
+
+    if retriever.index_type != "hnsw":
+        return []
+    vectors = retriever.encode(queries, queries=True)
+    _, exact = faiss.downcast_index(retriever._index.storage).search(vectors, 10)
+    hnsw, kept, curve = faiss.downcast_index(retriever._index).hnsw, retriever._index.hnsw.efSearch, []
+    for ef in EF_CURVE:
+        hnsw.efSearch = ef
+        _, approx = retriever._index.search(vectors, 10)
+        recall = float(np.mean([len(set(e) & set(a)) / 10 for e, a in zip(exact, approx)]))
+        p50 = percentiles(timed(lambda v: retriever._index.search(v[None], 10), vectors))["p50_ms"]
+        curve.append({"ef_search": ef, "recall_at_10": round(recall, 4), "p50_ms": p50})
+    hnsw.efSearch = kept
+    return curve
+
+
+def set_ef_search_by_size(index: Path, n: int) -> dict:
+    """An HNSW index built before ef_search was chosen by size gets what a build chooses now (a search-time setting
+    in meta.json; the graph does not change); returns what was done, for the result."""
+    from taskret.retrieval.dense import ef_search_for
+
+    meta_path = index / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    if meta.get("index_type") != "hnsw" or meta.get("ef_search") == ef_search_for(n):
+        return {}
+    before, meta["ef_search"] = meta.get("ef_search"), ef_search_for(n)
+    partial = meta_path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(meta))
+    partial.replace(meta_path)
+    return {"ef_search_set": {"from": before, "to": meta["ef_search"],
+                              "why": "built before ef_search by size; what a build now records"}}
+
+
 def ann_latency(retriever, queries: list[str]) -> dict:
     """The index's own cost: top 10 for one query vector at a time, the queries encoded beforehand (a dense
     query's end-to-end latency is mostly its encoder pass, the same at every corpus size)."""
@@ -209,11 +250,19 @@ def measure(work: Path, queries: list[str], batch: int, rerank_queries: int) -> 
 
     out = {}
     bm25 = load_index(work / "bm25", mmap=True)
-    out["bm25"] = latency(lambda qs: bm25.retriever.retrieve(qs, k=10), queries, batch)
+    # As a service starts (taskret serve): BM25 compiles numba before the first query (taskret.retrieval.bm25).
+    start = time.perf_counter()
+    bm25.retriever.warm_up()
+    warm_s = time.perf_counter() - start
+    out["bm25"] = {**latency(lambda qs: bm25.retriever.retrieve(qs, k=10), queries, batch),
+                   "backend": bm25.retriever._bm25.backend, "warm_up_s": round(warm_s, 2)}
     fast = load_index(work / "docs-fast", mmap=True)
+    fast.retriever.warm_up()
     dense = Retriever.load(work / "docs-fast" / "component_1", mmap=True)
     out["dense"] = {**latency(lambda qs: dense.retrieve(qs, k=10), queries, batch),
                     "recall_at_10": dense_recall(dense, queries), "index_type": dense.index_type,
+                    "ef_search": dense.ef_search if dense.index_type == "hnsw" else None,
+                    "ef_search_curve": ef_search_curve(dense, queries),
                     "search_only": ann_latency(dense, queries), "encoder": encoder_throughput(dense, queries, batch)}
     out["docs-fast"] = latency(lambda qs: fast.retriever.retrieve(qs, k=10), queries, batch)
     rerank = resolve_setup("docs-rerank")
@@ -429,6 +478,7 @@ def main() -> None:
                 built[setup] = {**answer, "peak_rss_gib": round(rss, 3), "disk_gib": disk_gib(folder / setup)}
                 built_path.write_text(json.dumps(built, indent=2))
         (work / "queries.json").write_text(json.dumps(queries))
+        ef_set = set_ef_search_by_size(folder / "docs-fast" / "component_1", n)
         measured, query_rss = in_child(["--child-measure", str(folder), str(work / "queries.json"), str(args.batch),
                                         str(args.rerank_queries)])
         fast = built["docs-fast"]
@@ -439,7 +489,7 @@ def main() -> None:
             "index_s": {**{k: round(v, 2) for k, v in fast["index_s"].items()},
                         "bm25_alone": round(built["bm25"]["index_s"]["bm25"], 2)},
             "disk_gib": round(fast["disk_gib"], 4), "bm25_disk_gib": round(built["bm25"]["disk_gib"], 4),
-            "build_recall_at_10": fast["build_recall_at_10"], **measured}
+            "build_recall_at_10": fast["build_recall_at_10"], **ef_set, **measured}
         print(json.dumps({n: result["sizes"][str(n)]}), flush=True)
     served = max(sizes) if args.serve is None else args.serve
     if served:
@@ -453,7 +503,7 @@ def main() -> None:
     result["extrapolation"] = extrapolate(result, args.cluster)
     if args.plots:
         result["plots"] = plot(result, Path(args.plots))
-    result["machine"] = machine()
+    result["machine"] = machine(http_stack=http_stack())
     result["command"] = command_line(args, args_parser)
     write_result(args.out, result)
 

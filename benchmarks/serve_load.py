@@ -48,7 +48,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import psutil
-from _common import HERE, command_line, machine, parser, write_result
+from _common import HERE, command_line, http_stack, machine, parser, write_result
 
 LUA = HERE / "wrk" / "cycle.lua"
 BREAK_TRAIN = 6208
@@ -243,7 +243,8 @@ def main() -> None:
     bodies = write_bodies(args.data_dir, folder / "bodies", args.seed)
     wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0] if use_wrk \
         else None
-    measured_on = machine(setup="server and load generator (wrk, 1 thread) on the same machine")
+    measured_on = machine(setup="server and load generator (wrk, 1 thread) on the same machine",
+                          http_stack=http_stack())
     counts = [int(w) for w in args.workers.split(",")]
     # (name, index, path, bodies, connections, duration)
     plan = [("health", "break-bm25", "/health", None, args.connections, args.duration),

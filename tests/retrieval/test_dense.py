@@ -274,6 +274,20 @@ def test_auto_builds_flat_below_the_threshold_and_hnsw_from_it(tiny_bert_dir, po
     assert dense.resolve_index_type("auto", len(pool_examples) - 1) == "flat"
 
 
+def test_ef_search_widens_for_a_large_pool_and_is_recorded(tiny_bert_dir, pool_examples, monkeypatch, tmp_path):
+    import taskret.retrieval.dense as dense
+
+    monkeypatch.setattr(dense, "LARGE_POOL_FROM", len(pool_examples))
+    large = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", index_type="hnsw").index(pool_examples)
+    assert large._index.hnsw.efSearch == dense.LARGE_POOL_EF_SEARCH != dense.HNSW_EF_SEARCH
+    large.save(tmp_path / "large")
+    assert json.loads((tmp_path / "large" / "meta.json").read_text())["ef_search"] == dense.LARGE_POOL_EF_SEARCH
+    monkeypatch.setattr(dense, "LARGE_POOL_FROM", 10**9)  # a load keeps what the build chose
+    assert Retriever.load(tmp_path / "large")._index.hnsw.efSearch == dense.LARGE_POOL_EF_SEARCH
+    asked = DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", index_type="hnsw", ef_search=24)
+    assert asked.index(pool_examples)._index.hnsw.efSearch == 24  # an explicit setting wins over the size
+
+
 def test_an_index_type_asked_for_wins_over_the_pool_size(tiny_bert_dir, pool_examples, monkeypatch):
     import taskret.retrieval.dense as dense
 

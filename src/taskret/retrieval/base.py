@@ -156,6 +156,11 @@ class Retriever(ABC):
             out_scores[q, : len(kept)] = [s for _, s in kept]
         return RetrievalResult(out_ids, out_scores)
 
+    def warm_up(self) -> None:
+        """Ready this retriever for many queries (a service's start): one query loads what a first search would
+        (an encoder; a retriever may compile more)."""
+        self.retrieve(["warm up"], k=1)
+
     # -- persistence -----------------------------------------------------------------------------
 
     #: Config keys that may name a local model folder (a trained encoder). :meth:`save` puts such a folder

@@ -56,6 +56,13 @@ AUTO_HNSW_FROM = 20_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 128
+#: From this many vectors on, a new HNSW index searches with :data:`LARGE_POOL_EF_SEARCH` (``ef_search=None``: by
+#: size). On real queries over the scale benchmark's pooled corpus (``benchmarks/results/scale.json``, one search
+#: thread): ef_search 128 keeps recall@10 0.998 at 100K vectors (0.34 ms) but reaches 0.939 at 1M (0.50 ms); 256
+#: reaches 0.952 at 1M (0.96 ms), and more buys little (512: 0.957 at 1.8 ms; the graph, not the search, limits it).
+#: 250K is between the two measured sizes, on the safe side.
+LARGE_POOL_FROM = 250_000
+LARGE_POOL_EF_SEARCH = 256
 #: The environment variable whose value (``float32``, ``bfloat16``, ...) replaces ``auto`` as the encoders' default dtype.
 DTYPE_ENV = "TASKRET_ENCODER_DTYPE"
 #: Queries in one search from which their encoding reports progress (an index's documents always do).
@@ -72,12 +79,18 @@ def resolve_index_type(index_type: str, n: int) -> str:
     return index_type
 
 
+def ef_search_for(n: int) -> int:
+    """HNSW's ef_search for a pool of ``n`` vectors: :data:`HNSW_EF_SEARCH`, or :data:`LARGE_POOL_EF_SEARCH` from
+    :data:`LARGE_POOL_FROM` vectors on (recall falls as the pool grows; a wider search buys it back)."""
+    return LARGE_POOL_EF_SEARCH if n >= LARGE_POOL_FROM else HNSW_EF_SEARCH
+
+
 def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int = HNSW_M,
-                      ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int = HNSW_EF_SEARCH):
+                      ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int | None = None):
     """An inner-product FAISS index over ``vectors`` (unit length: inner product = cosine); ``index_type`` may be
-    ``auto`` (:func:`resolve_index_type`)."""
+    ``auto`` (:func:`resolve_index_type`); ``ef_search`` None is :func:`ef_search_for` the pool."""
     index = new_faiss_index(vectors.shape[1], resolve_index_type(index_type, len(vectors)), hnsw_m, ef_construction,
-                            ef_search)
+                            ef_search or ef_search_for(len(vectors)))
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return index
 
@@ -197,14 +210,14 @@ class DenseRetriever(Retriever):
 
     def __init__(self, encoder: str = "minilm-l6", query_encoder: str | None = None, field: str = "input",
                  batch_size: int = 64, device: str | None = None, index_type: str = "auto", hnsw_m: int = HNSW_M,
-                 ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int = HNSW_EF_SEARCH,
+                 ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int | None = None,
                  dtype: str | None = None, index_choice: str | None = None, recall_at_10: float | None = None):
         """``encoder`` may carry options after a ``?`` (``minilm-l6?dtype=bfloat16``): what a ``dense:`` spec
         gives. ``dtype``: the encoders' precision (module docstring); None is ``$TASKRET_ENCODER_DTYPE``, else
         ``auto``, for a new index, and float32 for a loaded index whose meta.json has none (saved before it
         existed). ``index_type``: ``auto`` (flat or HNSW by pool size), ``flat`` or ``hnsw`` (module docstring);
-        a spec may set it and the HNSW settings too (``minilm-l6?index_type=flat``). A spec's option wins over the
-        argument."""
+        a spec may set it and the HNSW settings too (``minilm-l6?index_type=flat``); ``ef_search`` None is chosen by
+        the pool's size when the index is built (:func:`ef_search_for`). A spec's option wins over the argument."""
         super().__init__()
         example_text(Example("", "", ""), field)
         if "?" in encoder:
@@ -329,6 +342,7 @@ class DenseRetriever(Retriever):
 
         # Resolved now, so that meta.json records what was built ("auto" only says how it was chosen).
         asked, self.index_type = self.index_type, resolve_index_type(self.index_type, n)
+        self.ef_search = self.ef_search or ef_search_for(n)
         plan = plan or ShardPlan()
         description = f"encoding {n} texts with {self.encoder_name} ({self.dtype})"
         enabled = self.show_progress_bar or reporting_enabled()
@@ -411,6 +425,8 @@ class DenseRetriever(Retriever):
         if self.index_type == "hnsw":
             if not hasattr(self._index, "hnsw"):
                 raise ValueError(f"{directory}: meta.json says index_type 'hnsw' but index.faiss is not an HNSW index")
+            # A meta.json written before ef_search was recorded: what the build chose then.
+            self.ef_search = self.ef_search or HNSW_EF_SEARCH
             faiss.downcast_index(self._index).hnsw.efSearch = self.ef_search
 
 

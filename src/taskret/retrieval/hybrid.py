@@ -253,6 +253,11 @@ class HybridRetriever(Retriever):
             out_scores[q, : len(best)] = [fused[row] for row in best]
         return out_rows, out_scores
 
+    def warm_up(self) -> None:
+        for position, component in enumerate(self.components):
+            if not any(component is earlier for earlier in self.components[:position]):
+                component.warm_up()
+
     def config(self) -> dict:
         return {"specs": self.specs, "fusion": self.fusion, "weights": self.weights, "rrf_k": self.rrf_k,
                 "depth": self.depth, "field": self.field, "read_instruction": self.read_instruction}

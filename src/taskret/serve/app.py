@@ -303,8 +303,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     overrides the LM whose tokenizer counts prompt tokens; the default prompt budget is ``token_budget``,
     else :func:`~taskret.icl.prompt.prompt_token_budget` of ``context_window`` and ``max_new_tokens``
     (capped by the LM's context; each by default the index's, which an index of an EPR run records, else 2048 and
-    128); ``warmup`` runs one query so that a dense retriever loads its encoder
-    before the first request, not during it. ``query_encoder``: queries of a dense index are encoded by this
+    128); ``warmup`` readies the retriever (:meth:`~taskret.retrieval.base.Retriever.warm_up`: a dense one loads its
+    encoder, BM25 compiles numba) before the first request, not during it. ``query_encoder``: queries of a dense index are encoded by this
     model, one distilled over the index's frozen document vectors (:meth:`LoadedIndex.use_query_encoder`,
     which refuses any other).
 
@@ -375,7 +375,7 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     # and with the GIL there is little to gain: one request searches at a time, one reranks or counts at a time.
     lock, model_lock = threading.Lock(), threading.Lock()
     if warmup:
-        index.retriever.retrieve(["warm up"], k=1)
+        index.retriever.warm_up()
         if selector is not None and index.retriever.ids:
             selector.vectors(index.retriever.ids[:1])  # an encoder's vectors: the model loads now
     started_at = time.monotonic()
