@@ -468,11 +468,38 @@ def serve_table() -> list[str]:
                 f"floor's requests/s (target >= 50%: {'met' if t['share_met'] else 'missed'}), p99 "
                 f"**{t['p99_over_floor_p99']}x** the floor's (target <= 2x: {'met' if t['p99_met'] else 'missed'}), "
                 f"{t['errors']} errors."]
+    return out + _http_stack_table(d)
+
+
+def _http_stack_table(after: dict) -> list[str]:
+    """serve_load.json against serve_load_h11.json: the same runs on uvicorn's pure-Python HTTP stack."""
+    before = _load("serve_load_h11.json")
+    if not before or "http_stack" not in after["machine"]:
+        return []
+    stack = lambda d: f"{d['machine']['http_stack']['http']} + {d['machine']['http_stack']['loop']}"  # noqa: E731
+    rate = {(r["workers"], r["name"]): r["requests_per_s"] for r in before["runs"]}
+    out = ["", f"The HTTP stack (`uvicorn[standard]`, measured once before and after on the same machine): "
+           f"requests/s on {stack(before)} (`{before['command']}`) against {stack(after)} (the table above):", "",
+           "| workers | endpoint | before | after | after / before |", "|---|---|---|---|---|"]
+    for r in after["runs"]:
+        was = rate.get((r["workers"], r["name"]))
+        if was:
+            out.append(f"| {r['workers']} | {r['name']} | {was:,.1f} | {r['requests_per_s']:,.1f} | "
+                       f"{r['requests_per_s'] / was:.2f}x |")
     return out
 
 
 def _fmt(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _bm25_backends(d: dict) -> str:
+    backends = sorted({r["bm25"].get("backend", "numpy") for r in d["sizes"].values()})
+    return " / ".join(backends)
+
+
+def _index_kind(dense: dict) -> str:
+    return f"hnsw, ef_search {dense['ef_search']}" if dense.get("ef_search") else dense["index_type"]
 
 
 def scale_table() -> list[str]:
@@ -482,8 +509,10 @@ def scale_table() -> list[str]:
         return []
     out = [f"Cost as the corpus grows (`{d['command']}`; {describe_machine(d['machine'])}; {d['corpus']}; "
            f"{d['queries']} real queries). Build: `docs-fast` (BM25 + MiniLM in bf16, HNSW past 50K vectors), each "
-           "stage in seconds; peak RSS of the build process; single-query p50 / p99 ms, top 10; the dense index "
-           "alone is its search for an encoded query (end to end, a dense query is mostly its encoder pass):", "",
+           "stage in seconds; peak RSS of the build process; single-query p50 / p99 ms, top 10, each index loaded "
+           "and warmed as `taskret serve` does (BM25 on bm25s's " + _bm25_backends(d) + " backend); the dense index "
+           "alone is its search for an encoded query (end to end, a dense query is mostly its encoder pass); "
+           "recall@10 of the dense index against exact search, at the ef_search it records:", "",
            "| documents | encode docs/s | encode s | ANN s | BM25 s | peak RSS GiB | disk GiB | BM25 p50 / p99 | "
            "dense index alone p50 / p99 | recall@10 | dense end to end p50 | docs-fast p50 / p99 | docs-rerank p50 |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -492,9 +521,18 @@ def scale_table() -> list[str]:
         out.append(f"| {int(n):,} | {r['encode_docs_per_s']:.0f} | {t['encode']:,.0f} | {t['ann']:,.1f} | "
                    f"{t['bm25']:,.1f} | {r['peak_rss_gib']:.2f} | {r['disk_gib']:.2f} | {r['bm25']['p50_ms']:.2f} / "
                    f"{r['bm25']['p99_ms']:.2f} | {_fmt(alone.get('p50_ms'), 3)} / {_fmt(alone.get('p99_ms'), 3)} | "
-                   f"{dense['recall_at_10']:.3f} ({dense['index_type']}) | {dense['p50_ms']:.1f} | "
+                   f"{dense['recall_at_10']:.3f} ({_index_kind(dense)}) | {dense['p50_ms']:.1f} | "
                    f"{r['docs-fast']['p50_ms']:.1f} / {r['docs-fast']['p99_ms']:.1f} | "
                    f"{r['docs-rerank']['p50_ms']:,.0f} |")
+    curves = {n: r["dense"]["ef_search_curve"] for n, r in d["sizes"].items() if r["dense"].get("ef_search_curve")}
+    if curves:
+        efs = [point["ef_search"] for point in next(iter(curves.values()))]
+        out += ["", "HNSW's search width (`ef_search`) at each size: recall@10 against exact search / the index's "
+                "own single-query p50 ms (`taskret.retrieval.dense.ef_search_for` chooses by size from these):", "",
+                "| documents | " + " | ".join(f"ef_search {ef}" for ef in efs) + " |", "|---|" + "---|" * len(efs)]
+        for n, curve in sorted(curves.items(), key=lambda item: int(item[0])):
+            out.append(f"| {int(n):,} | " + " | ".join(f"{c['recall_at_10']:.3f} / {c['p50_ms']:.2f}" for c in curve)
+                       + " |")
     ex = d.get("extrapolation")
     if ex:
         cluster = ex["cluster"]
@@ -513,7 +551,9 @@ def scale_table() -> list[str]:
                 f"{ray['max_score_diff']:.1e}); encoding {ray['encode_s']:,.0f} s on the same 2 cores."]
     serve = d.get("serve")
     if serve:
-        out += ["", f"Served at {serve['size']:,} documents (`taskret serve --workers {serve['workers']}`, "
+        http = d["machine"].get("http_stack")
+        out += ["", f"Served at {serve['size']:,} documents (`taskret serve --workers {serve['workers']}`"
+                + (f" on {http['http']} + {http['loop']}" if http else "") + ", "
                 f"{serve['tool']}, {serve['connections']} connections, {serve['duration_s']:.0f} s per run, "
                 "real queries in turn, k=10; memory per worker after the load):", "",
                 "| endpoint | requests/s | p50 ms | p99 ms | errors | worker RSS / PSS MiB |", "|---|---|---|---|---|---|"]

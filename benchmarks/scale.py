@@ -335,11 +335,13 @@ def ray_check(folder: Path, queries: list[str], workers: int) -> dict:
     documents = DocumentStream(corpus.stem, lambda: iter_corpus(corpus))
     ids, fingerprint = documents.scan()
     remote = DenseRetriever(encoder=local.encoder_name, dtype=local.dtype, index_type=local.index_type)
+    shutil.rmtree(folder / "ray", ignore_errors=True)  # a check's shards left behind would be read, not encoded on Ray
     start = time.perf_counter()
     # The local build's component ids are row numbers (a hybrid's components index rows), so these are too.
     remote.index_stream([str(i) for i in range(len(ids))], documents.texts,
                         ShardPlan(folder / "ray" / SHARDS_DIR, fingerprint, ray=RayOptions("local", workers=workers)))
     seconds = time.perf_counter() - start
+    shutil.rmtree(folder / "ray", ignore_errors=True)
     mine, theirs = local.retrieve(queries, k=10), remote.retrieve(queries, k=10)
     same = [a == b for a, b in zip(mine.ids, theirs.ids)]
     return {"workers": workers, "documents": len(ids), "queries": len(queries), "same_top10": all(same),
