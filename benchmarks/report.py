@@ -572,6 +572,38 @@ def scale_table() -> list[str]:
     return out
 
 
+def build_memory_table() -> list[str]:
+    """`benchmarks/build_memory.py`: memory growth per document of a streaming dense build, by variant."""
+    d = _load("build_memory.json")
+    if not d:
+        return []
+    what = {"hnsw": "HNSW, glibc's default malloc (before taskret.allocator)",
+            "hnsw-release": "HNSW, taskret's default: `malloc_trim(0)` after each 256-document chunk",
+            "hnsw-mmap-threshold": "HNSW, glibc's mmap threshold fixed at 128 KiB",
+            "flat": "flat index (no graph)", "hnsw-trim": "HNSW, `malloc_trim(0)` every 2 s from a thread",
+            "hnsw-onednn-cache-0": "HNSW, oneDNN's primitive cache off",
+            "hnsw-mmap-threshold-onednn-cache-0": "HNSW, threshold fixed and oneDNN's cache off",
+            "hnsw-float32": "HNSW, encoding in float32", "encode-only": "the encoder alone (no shards, no FAISS)",
+            "hnsw-tracemalloc": "HNSW, tracemalloc on (slower)"}
+    out = [f"Memory of a streaming dense build (`{d['command']}`; {describe_machine(d['machine'])}; one run per "
+           "variant, one after another): growth per document encoded, a least-squares slope over the samples after "
+           "the first shard, and the value at the end; RSS of the process, its glibc heap (`[heap]`), the Python "
+           "objects tracemalloc traces; the encoding's rate:", "",
+           "| variant | docs/s | RSS bytes/doc | heap bytes/doc | traced bytes/doc | RSS at end MiB | heap at end MiB |",
+           "|---|---|---|---|---|---|---|"]
+    for r in d["runs"]:
+        out.append(f"| {what.get(r['variant'], r['variant'])} | {_fmt(r.get('docs_per_s'), 0)} | "
+                   f"{_fmt(r.get('rss_bytes_per_doc'), 0)} | {_fmt(r.get('heap_bytes_per_doc'), 0)} | "
+                   f"{_fmt(r.get('traced_bytes_per_doc'), 0)} | {_fmt(r.get('rss_end_mib'), 0)} | "
+                   f"{_fmt(r.get('heap_end_mib'), 0)} |")
+    sites = [site for r in d["runs"] for site in r.get("grew_most", []) if site["kib"] > 0][:3]
+    if sites:
+        where = lambda site: re.sub(r"^.*?/(src|benchmarks|site-packages)/", "", site["where"][0])  # noqa: E731
+        out += ["", "The Python allocation sites that grew most after the first shard (tracemalloc): " + "; ".join(
+            f"`{where(site)}` {site['kib']:,} KiB in {site['count']:,} blocks" for site in sites) + "."]
+    return out
+
+
 def dense_latency_table() -> list[str]:
     d = _load("dense_latency.json")
     if not d:
@@ -1350,6 +1382,7 @@ SECTIONS = (
     ("speed", (bm25_table, index_speed_table, throughput_table, scoring_speed_table, scoring_precision_table, ray_table)),
     ("serving", (serve_table, dense_latency_table)),
     ("scale", (scale_table,)),
+    ("build-memory", (build_memory_table,)),
     ("robustness", (robustness_table,)),
 )
 

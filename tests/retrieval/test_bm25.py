@@ -66,8 +66,6 @@ needs_numba = pytest.mark.skipif(not numba_available(), reason="numba is not ins
 
 @needs_numba
 def test_numba_ranks_by_the_same_scores_as_numpy(pool_examples):
-    import taskret.retrieval.bm25 as bm25
-
     on_numpy = BM25Retriever(backend="numpy").index(pool_examples)
     on_numba = BM25Retriever(backend="numba").index(pool_examples)
     queries = QUERIES + ["miles davis tune", "zzz unknown words only", ""]
@@ -75,34 +73,20 @@ def test_numba_ranks_by_the_same_scores_as_numpy(pool_examples):
     assert on_numba._bm25.backend == "numba" and on_numpy._bm25.backend == "numpy"
     np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-6)
     assert [row[0] for row in got.ids[:3]] == [row[0] for row in expected.ids[:3]]
-    assert bm25._numba_compiled
 
 
 @needs_numba
-def test_auto_compiles_numba_only_where_it_pays(pool_examples, monkeypatch):
+def test_auto_chooses_by_the_index_size_so_an_index_always_ranks_alike(pool_examples, monkeypatch):
     import taskret.retrieval.bm25 as bm25
 
-    monkeypatch.setattr(bm25, "_numba_compiled", False)
-    retriever = BM25Retriever().index(pool_examples)
-    retriever.retrieve(QUERIES, k=2)  # a few queries over a few documents: numpy
-    assert retriever._bm25.backend == "numpy" and not bm25._numba_compiled
-    monkeypatch.setattr(bm25, "NUMBA_PAYS_FROM", len(QUERIES) * len(pool_examples))
-    retriever.retrieve(QUERIES, k=2)  # a call whose numpy cost would exceed the compile
-    assert retriever._bm25.backend == "numba" and bm25._numba_compiled
-    monkeypatch.setattr(bm25, "NUMBA_PAYS_FROM", 10**12)
-    retriever.retrieve(QUERIES[:1], k=2)  # compiled already: numba from then on
-    assert retriever._bm25.backend == "numba"
-
-
-@needs_numba
-def test_warm_up_compiles_numba_for_a_service(pool_examples, monkeypatch):
-    import taskret.retrieval.bm25 as bm25
-
-    monkeypatch.setattr(bm25, "_numba_compiled", False)
-    retriever = BM25Retriever().index(pool_examples)
-    retriever.warm_up()
-    assert bm25._numba_compiled and retriever.backend == "auto"
-    assert retriever.retrieve(QUERIES[:1], k=1).ids == [["weather"]] and retriever._bm25.backend == "numba"
+    small = BM25Retriever().index(pool_examples)
+    small.retrieve(QUERIES, k=2)
+    assert not small.uses_numba() and small._bm25.backend == "numpy"
+    monkeypatch.setattr(bm25, "NUMBA_FROM", len(pool_examples))
+    large = BM25Retriever().index(pool_examples)
+    large.warm_up()  # a service's start: the first query, compiled now
+    assert large.uses_numba() and large._bm25.backend == "numba" and large.backend == "auto"
+    assert large.retrieve(QUERIES[:1], k=1).ids == [["weather"]] and large._bm25.backend == "numba"
     assert BM25Retriever(backend="numpy").index(pool_examples).retrieve(QUERIES[:1], k=1).ids == [["weather"]]
 
 

@@ -6,10 +6,11 @@ noise to a lexical match (on a medical QA corpus, 39.0 NDCG@10 instructed agains
 ``read_instruction=True`` (spec ``bm25?read_instruction=1``) keeps it.
 
 Retrieval runs on bm25s's numpy backend or its numba one (``backend``). Numba is the faster by far (top 10 of 1M
-documents: 0.68 ms against 29 ms; of 100K: 0.08 against 3.0; ``benchmarks/results/scale.json``) and ranks with the
-same scores, but compiles for ~5 s once per process. ``auto`` (the default) pays that only where it pays back: once a
-process has compiled it, for a call whose numpy cost (documents x queries) would exceed the compile
-(:data:`NUMBA_PAYS_FROM`), and at a service's start (:meth:`BM25Retriever.warm_up`)."""
+documents: 0.75 ms against 29 ms; of 100K: 0.14 against 3.0; ``benchmarks/results/scale.json``) and ranks by the same
+scores, but compiles for ~5 s once per process, and breaks ties between equal scores otherwise. ``auto`` (the
+default) chooses by the index's size, so that an index always ranks the same way: numba from :data:`NUMBA_FROM`
+documents on, where it pays back its compile within a few thousand queries; a service compiles it as it starts
+(:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query."""
 
 from __future__ import annotations
 
@@ -24,11 +25,10 @@ from .base import RetrievalResult, Retriever, example_text
 from .hybrid import strip_instructions
 
 BACKENDS = ("auto", "numpy", "numba")
-#: Documents x queries from which one call compiles numba rather than scoring on numpy: numba's compile (~5 s) over
-#: numpy's cost per document and query (~29 ns: 29 ms for one query over 1M documents, 3.0 ms over 100K, on 2 AMD EPYC
-#: cores). About 170 queries over 1M documents, 1,700 over 100K.
-NUMBA_PAYS_FROM = 170_000_000
-_numba_compiled = False  # bm25s's numba functions are module-level: compiled once, for every index in the process
+#: ``auto`` retrieves on numba from this many indexed documents on. On 2 AMD EPYC cores numpy takes ~29 ns per
+#: document and query (3.0 ms a query over 100K documents) and numba's compile ~5 s: from 100K documents on it pays
+#: back within ~1,700 queries (a service's first seconds, or one batch search), and saves most of a served query.
+NUMBA_FROM = 100_000
 
 
 def numba_available() -> bool:
@@ -156,36 +156,20 @@ class BM25Retriever(Retriever):
             queries = strip_instructions(queries)
         return super().retrieve(queries, k, exclude)
 
-    def _uses_numba(self, n_queries: int) -> bool:
+    def uses_numba(self) -> bool:
+        """Whether this index retrieves on numba (``backend``, or with ``auto`` its size: module docstring)."""
         if self.backend != "auto":
             return self.backend == "numba"
-        if not numba_available():
-            return False
-        return _numba_compiled or n_queries * len(self.ids) >= NUMBA_PAYS_FROM
+        return len(self.ids) >= NUMBA_FROM and numba_available()
 
     def _search(self, queries: Sequence[str], k: int):
-        global _numba_compiled
-
         tokens = _tokenize(queries, return_ids=False)
-        self._bm25.backend = "numba" if self._uses_numba(len(queries)) else "numpy"
+        self._bm25.backend = "numba" if self.uses_numba() else "numpy"
         # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
         # n_threads=0: a plain loop; any other count starts a thread pool per call, which cost a single query (the
         # service's case) more than its scoring did.
         rows, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=0)
-        _numba_compiled = _numba_compiled or self._bm25.backend == "numba"
         return np.asarray(rows).tolist(), np.asarray(scores, dtype=np.float32)
-
-    def warm_up(self) -> None:
-        """Ready for many queries (a service's start): with ``auto`` and numba installed, compile numba now, so that
-        no request waits for it."""
-        if self.backend == "auto" and numba_available() and not _numba_compiled:
-            self.backend = "numba"
-            try:
-                super().warm_up()
-            finally:
-                self.backend = "auto"
-        else:
-            super().warm_up()
 
     def config(self) -> dict:
         return {"field": self.field, "k1": self.k1, "b": self.b, "read_instruction": self.read_instruction}

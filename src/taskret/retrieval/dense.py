@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..allocator import release_freed_memory
 from ..data import Example
 from ..models import ModelNotInstalled, dtype_name, is_engine_encoder, pick_device, pick_dtype, resolve_model
 from ..progress import in_chunks, reporting_enabled, stage
@@ -294,11 +295,18 @@ class DenseRetriever(Retriever):
         """:meth:`_encode_with`'s vectors, ``advance(n)`` called as each few batches are done."""
         encode = model.encode_query if queries else model.encode_document
 
-        def encode_chunk(chunk: list[str]) -> np.ndarray:
-            return np.asarray(encode(chunk, batch_size=self.batch_size, normalize_embeddings=True,
-                                     convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+        chunk_size = 4 * self.batch_size
+        # Many chunks of documents (an index's shard): each frees tensors of new sizes that glibc would keep.
+        release = not queries and len(texts) > chunk_size
 
-        vectors = in_chunks(texts, encode_chunk, 4 * self.batch_size, advance, size=len)
+        def encode_chunk(chunk: list[str]) -> np.ndarray:
+            vectors = np.asarray(encode(chunk, batch_size=self.batch_size, normalize_embeddings=True,
+                                        convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+            if release:
+                release_freed_memory()
+            return vectors
+
+        vectors = in_chunks(texts, encode_chunk, chunk_size, advance, size=len)
         if vectors.ndim == 2 and len(vectors):
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(vectors, dtype=np.float32)
