@@ -76,7 +76,7 @@ def _memory_kib() -> dict:
     return {"rss_kib": rss, "heap_kib": heap}
 
 
-def child(corpus: Path, docs: int, variant: str, shard: int, every: float) -> dict:
+def child(corpus: Path, variant: str, shard: int, every: float) -> dict:
     import tracemalloc
 
     from taskret.corpus import DocumentStream, iter_corpus
@@ -163,25 +163,25 @@ def main() -> None:
     runs = []
     with open(args.corpus, encoding="utf-8") as source:  # the first --docs documents, read by each child
         head = "".join(line for _, line in zip(range(args.docs), source))
-    subset = Path(tempfile.mkdtemp()) / "corpus.jsonl"
-    subset.write_text(head, encoding="utf-8")
-    for variant in args.variants.split(","):
-        if variant not in VARIANTS:
-            raise SystemExit(f"unknown variant {variant!r}; expected one of {tuple(VARIANTS)}")
-        proc = subprocess.run([sys.executable, __file__, "--child", str(subset), str(args.docs), variant,
-                               str(args.shard), str(args.every)], capture_output=True, text=True,
-                              env={**os.environ, **VARIANTS[variant][1]})
-        if proc.returncode != 0:
-            raise SystemExit(f"{variant} failed:\n{proc.stderr[-3000:]}")
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(json.dumps(runs[-1]), flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        subset = Path(folder) / "corpus.jsonl"
+        subset.write_text(head, encoding="utf-8")
+        for variant in args.variants.split(","):
+            if variant not in VARIANTS:
+                raise SystemExit(f"unknown variant {variant!r}; expected one of {tuple(VARIANTS)}")
+            proc = subprocess.run([sys.executable, __file__, "--child", str(subset), variant, str(args.shard),
+                                   str(args.every)], capture_output=True, text=True,
+                                  env={**os.environ, **VARIANTS[variant][1]})
+            if proc.returncode != 0:
+                raise SystemExit(f"{variant} failed:\n{proc.stderr[-3000:]}")
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(json.dumps(runs[-1]), flush=True)
     write_result(args.out, {"benchmark": "build_memory", "runs": runs, "machine": on,
                             "command": command_line(args, options, leave_out=())})
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(child(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]),
-                               float(sys.argv[6]))))
+        print(json.dumps(child(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))))
     else:
         main()

@@ -508,7 +508,7 @@ def scale_table() -> list[str]:
     if not d:
         return []
     out = [f"Cost as the corpus grows (`{d['command']}`; {describe_machine(d['machine'])}; {d['corpus']}; "
-           f"{d['queries']} real queries). Build: `docs-fast` (BM25 + MiniLM in bf16, HNSW past 50K vectors), each "
+           f"{d['queries']} real queries). Build: `docs-fast` (BM25 + MiniLM in bf16, HNSW from 20K vectors), each "
            "stage in seconds; peak RSS of the build process; single-query p50 / p99 ms, top 10, each index loaded "
            "and warmed as `taskret serve` does (BM25 on bm25s's " + _bm25_backends(d) + " backend); the dense index "
            "alone is its search for an encoded query (end to end, a dense query is mostly its encoder pass); "

@@ -171,14 +171,15 @@ def latency(search, queries: list[str], batch: int) -> dict:
                                   "queries_per_s": round(len(queries) / sum(batched), 1)}}
 
 
-def dense_recall(retriever, queries: list[str]) -> float:
-    """recall@10 of the dense index against exact search over the same vectors, on real queries."""
+def exact_top10(retriever, vectors: np.ndarray) -> np.ndarray:
+    """The exact top 10 rows of encoded queries: a flat search over the HNSW index's own stored vectors."""
     import faiss
 
-    if retriever.index_type != "hnsw":
-        return 1.0
-    vectors = retriever.encode(queries, queries=True)
-    _, exact = faiss.downcast_index(retriever._index.storage).search(vectors, 10)
+    return faiss.downcast_index(retriever._index.storage).search(vectors, 10)[1]
+
+
+def recall_at_10(retriever, vectors: np.ndarray, exact: np.ndarray) -> float:
+    """The share of the exact top 10 that the index's search (at its current ef_search) finds."""
     _, approx = retriever._index.search(vectors, 10)
     return round(float(np.mean([len(set(e) & set(a)) / 10 for e, a in zip(exact, approx)])), 4)
 
@@ -188,21 +189,15 @@ def dense_recall(retriever, queries: list[str]) -> float:
 EF_CURVE = (64, 128, 256, 512)
 
 
-def ef_search_curve(retriever, queries: list[str]) -> list[dict]:
+def ef_search_curve(retriever, vectors: np.ndarray, exact: np.ndarray) -> list[dict]:
     """recall@10 against exact search and the index's own single-query p50 at each of :data:`EF_CURVE` (HNSW)."""
     import faiss
 
-    if retriever.index_type != "hnsw":
-        return []
-    vectors = retriever.encode(queries, queries=True)
-    _, exact = faiss.downcast_index(retriever._index.storage).search(vectors, 10)
     hnsw, kept, curve = faiss.downcast_index(retriever._index).hnsw, retriever._index.hnsw.efSearch, []
     for ef in EF_CURVE:
         hnsw.efSearch = ef
-        _, approx = retriever._index.search(vectors, 10)
-        recall = float(np.mean([len(set(e) & set(a)) / 10 for e, a in zip(exact, approx)]))
-        p50 = percentiles(timed(lambda v: retriever._index.search(v[None], 10), vectors))["p50_ms"]
-        curve.append({"ef_search": ef, "recall_at_10": round(recall, 4), "p50_ms": p50})
+        curve.append({"ef_search": ef, "recall_at_10": recall_at_10(retriever, vectors, exact),
+                      "p50_ms": ann_latency(retriever, vectors)["p50_ms"]})
     hnsw.efSearch = kept
     return curve
 
@@ -224,10 +219,9 @@ def set_ef_search_by_size(index: Path, n: int) -> dict:
                               "why": "built before ef_search by size; what a build now records"}}
 
 
-def ann_latency(retriever, queries: list[str]) -> dict:
+def ann_latency(retriever, vectors: np.ndarray) -> dict:
     """The index's own cost: top 10 for one query vector at a time, the queries encoded beforehand (a dense
     query's end-to-end latency is mostly its encoder pass, the same at every corpus size)."""
-    vectors = retriever.encode(queries, queries=True)
     retriever._index.search(vectors[:2], 10)
     return percentiles(timed(lambda v: retriever._index.search(v[None], 10), vectors))
 
@@ -259,11 +253,14 @@ def measure(work: Path, queries: list[str], batch: int, rerank_queries: int) -> 
     fast = load_index(work / "docs-fast", mmap=True)
     fast.retriever.warm_up()
     dense = Retriever.load(work / "docs-fast" / "component_1", mmap=True)
+    vectors = dense.encode(queries, queries=True)  # once, for the index's own recall and latency
+    hnsw = dense.index_type == "hnsw"
+    exact = exact_top10(dense, vectors) if hnsw else None
     out["dense"] = {**latency(lambda qs: dense.retrieve(qs, k=10), queries, batch),
-                    "recall_at_10": dense_recall(dense, queries), "index_type": dense.index_type,
-                    "ef_search": dense.ef_search if dense.index_type == "hnsw" else None,
-                    "ef_search_curve": ef_search_curve(dense, queries),
-                    "search_only": ann_latency(dense, queries), "encoder": encoder_throughput(dense, queries, batch)}
+                    "recall_at_10": recall_at_10(dense, vectors, exact) if hnsw else 1.0,
+                    "index_type": dense.index_type, "ef_search": dense.ef_search if hnsw else None,
+                    "ef_search_curve": ef_search_curve(dense, vectors, exact) if hnsw else [],
+                    "search_only": ann_latency(dense, vectors), "encoder": encoder_throughput(dense, queries, batch)}
     out["docs-fast"] = latency(lambda qs: fast.retriever.retrieve(qs, k=10), queries, batch)
     rerank = resolve_setup("docs-rerank")
     few = queries[:rerank_queries]

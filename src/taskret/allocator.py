@@ -9,8 +9,8 @@ fragments and keeps the pages they free. A streaming index build's RSS grew ~25-
 
 Fixing the threshold (``MALLOC_MMAP_THRESHOLD_=131072``) stops the heap's growth but maps and faults in every large
 tensor anew: encoding ran a third slower. ``malloc_trim(0)`` after each chunk of documents
-(:func:`release_freed_memory`, called by :meth:`~taskret.retrieval.dense.DenseRetriever.encode` on a document
-encoding longer than a chunk) hands the free pages back instead, at no measurable cost.
+(:func:`release_freed_memory`, called by the dense retriever's document encoding, on one longer than a chunk:
+an index's shard, :meth:`~taskret.retrieval.dense.DenseRetriever.encode_documents`) hands the free pages back instead, at no measurable cost.
 """
 
 from __future__ import annotations

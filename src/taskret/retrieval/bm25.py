@@ -169,7 +169,7 @@ class BM25Retriever(Retriever):
         # n_threads=0: a plain loop; any other count starts a thread pool per call, which cost a single query (the
         # service's case) more than its scoring did.
         rows, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=0)
-        return np.asarray(rows).tolist(), np.asarray(scores, dtype=np.float32)
+        return rows.tolist(), np.asarray(scores, dtype=np.float32)
 
     def config(self) -> dict:
         return {"field": self.field, "k1": self.k1, "b": self.b, "read_instruction": self.read_instruction}

@@ -221,8 +221,13 @@ class HybridRetriever(Retriever):
             raise RuntimeError("a hybrid retriever needs its component retrievers to index")
         # Components index the same texts under row numbers, so their hits map straight back to our rows.
         rows = [str(i) for i in range(len(texts))]
-        for component in {id(c): c for c in self.components}.values():  # one object in two positions: once
+        for _, component in self._distinct_components():
             component.index_texts(rows, texts)
+
+    def _distinct_components(self) -> list[tuple[int, Retriever]]:
+        """Each component object once, at its first position: one object may fill two (a spec given twice)."""
+        return [(position, component) for position, component in enumerate(self.components)
+                if not any(component is earlier for earlier in self.components[:position])]
 
     def check_models(self) -> None:
         for component in self.components:
@@ -232,9 +237,8 @@ class HybridRetriever(Retriever):
         if not self.components:
             raise RuntimeError("a hybrid retriever needs its component retrievers to index")
         rows = [str(i) for i in range(n)]
-        for position, component in enumerate(self.components):
-            if not any(component is earlier for earlier in self.components[:position]):
-                component.index_stream(rows, texts, plan.child(f"component_{position}") if plan is not None else None)
+        for position, component in self._distinct_components():
+            component.index_stream(rows, texts, plan.child(f"component_{position}") if plan is not None else None)
 
     def _search(self, queries: Sequence[str], k: int):
         depth = min(max(self.depth, k), len(self.ids))
@@ -254,9 +258,8 @@ class HybridRetriever(Retriever):
         return out_rows, out_scores
 
     def warm_up(self) -> None:
-        for position, component in enumerate(self.components):
-            if not any(component is earlier for earlier in self.components[:position]):
-                component.warm_up()
+        for _, component in self._distinct_components():
+            component.warm_up()
 
     def config(self) -> dict:
         return {"specs": self.specs, "fusion": self.fusion, "weights": self.weights, "rrf_k": self.rrf_k,
@@ -267,9 +270,8 @@ class HybridRetriever(Retriever):
     # and a position without its own folder shares the earlier one with its spec when loaded.
 
     def _save_index(self, directory: Path) -> None:
-        for n, component in enumerate(self.components):
-            if not any(component is earlier for earlier in self.components[:n]):
-                component.save(directory / f"component_{n}")
+        for position, component in self._distinct_components():
+            component.save(directory / f"component_{position}")
 
     def _load_index(self, directory: Path) -> None:
         self.components = []

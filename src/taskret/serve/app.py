@@ -304,9 +304,9 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     else :func:`~taskret.icl.prompt.prompt_token_budget` of ``context_window`` and ``max_new_tokens``
     (capped by the LM's context; each by default the index's, which an index of an EPR run records, else 2048 and
     128); ``warmup`` readies the retriever (:meth:`~taskret.retrieval.base.Retriever.warm_up`: a dense one loads its
-    encoder, BM25 compiles numba) before the first request, not during it. ``query_encoder``: queries of a dense index are encoded by this
-    model, one distilled over the index's frozen document vectors (:meth:`LoadedIndex.use_query_encoder`,
-    which refuses any other).
+    encoder, BM25 compiles numba) before the first request, not during it. ``query_encoder``: queries of a dense
+    index are encoded by this model, one distilled over the index's frozen document vectors
+    (:meth:`LoadedIndex.use_query_encoder`, which refuses any other).
 
     ``rerank``: by default the reranker the index records, with its depth and weight; None: none; else a
     reranker spec (``upr:LM``, a TART-full or CrossEncoder folder). ``rerank_depth`` / ``rerank_weight``
