@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from taskret.data import Example, load_task, sample
 from taskret.epr.candidates import mine_candidates, mine_candidates_for
 from taskret.io import write_json
+from taskret.models import cpu_model
 
 DEFAULT_DATA_DIR = "../shared/data"
 HERE = Path(__file__).resolve().parent  # benchmarks/: scripts are named by their path under it
@@ -48,22 +49,12 @@ def parser(doc: str | None, out: str | None = None, data_dir: bool = True, task:
     return result
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine(threads: int | None = None, **extra: Any) -> dict:
     """The machine a result was measured on: CPU model, cores, Python, torch (when loaded) and its thread
     count (``threads`` overrides), the load average when this is called (call it before timing: other
     work slows timings), and
     ``extra`` entries (e.g. ``faiss="1.9.0"``)."""
-    info: dict[str, Any] = {"cpu": _cpu_model(), "arch": platform.machine(), "cores": os.cpu_count(),
+    info: dict[str, Any] = {"cpu": cpu_model(), "arch": platform.machine(), "cores": os.cpu_count(),
                             "python": platform.python_version()}
     torch = sys.modules.get("torch")  # only when the benchmark uses it: importing torch here would cost seconds
     if torch is not None:

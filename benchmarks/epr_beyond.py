@@ -57,9 +57,10 @@ from _common import HERE, command_line, describe_machine, machine, parser, round
 from taskret.backends.base import load_lm
 from taskret.data import load_task, sample
 from taskret.icl.compare import wilcoxon
-from taskret.icl.evaluation import choose_selection_weight, evaluate, mcnemar, read_correct
+from taskret.icl.evaluation import choose_selection_weight, evaluate, machine_differences, mcnemar, read_correct
 from taskret.icl.selection import Selection
 from taskret.io import read_jsonl
+from taskret.models import dtype_name
 from taskret.progress import progress_bar
 from taskret.retrieval import make_retriever
 
@@ -180,6 +181,10 @@ def _reused(folder: Path, examples, args, run_dir: Path) -> tuple[dict, dict] | 
     ids = {row["id"] for row in read_jsonl(predictions)}
     if differing or ids != {e.id for e in examples}:
         raise SystemExit(f"--reuse {folder}: not run as this benchmark runs ({differing or 'other test inputs'})")
+    elsewhere = machine_differences(summary, dtype_name("auto"))
+    if elsewhere and not args.reuse_other_machine:
+        raise SystemExit(f"--reuse {folder}: made on another machine ({elsewhere}); its LM outputs may differ from "
+                         "this machine's. Rerun it here, or pass --reuse-other-machine to take it anyway")
     run_dir.mkdir(parents=True, exist_ok=True)
     for path in (predictions, summary_path):
         shutil.copyfile(path, run_dir / path.name)
@@ -343,7 +348,11 @@ def main() -> None:
                          "0: all of them)")
     options.add_argument("--reuse", action="append", default=[], metavar="TASK:METHOD=FOLDER",
                          help="take METHOD's evaluation on TASK from FOLDER (e.g. taskret epr run's eval/ or "
-                              "baseline/), checked to hold the same test inputs, LM and prompt settings")
+                              "baseline/), checked to hold the same test inputs, LM and prompt settings, and to "
+                              "have been made on this machine")
+    options.add_argument("--reuse-other-machine", action="store_true",
+                         help="take a --reuse evaluation made on another machine (CPU, torch, transformers or the "
+                              "LM's dtype differ) or one that does not say where it was made")
     options.add_argument("--variant", action="append", default=[], metavar="[TASK:]NAME=SPEC",
                          help="another retriever to pair with plain EPR (on TASK only, if given); {task} in SPEC is "
                               "the task's name")

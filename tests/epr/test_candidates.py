@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from taskret.data import Example
-from taskret.epr.candidates import mine_candidates, mine_candidates_for, read_candidates, write_candidates
+from taskret.epr.candidates import (
+    mine_candidates,
+    mine_candidates_for,
+    read_candidates,
+    unscored,
+    write_candidates,
+)
 from taskret.io import DataError
 from tests.conftest import POOL_ROWS, read_jsonl_rows, write_jsonl_rows
 
@@ -132,3 +138,14 @@ def test_candidates_for_a_sample_are_the_full_rows_of_those_queries_in_pool_orde
 def test_candidates_for_queries_outside_the_pool_are_refused(examples):
     with pytest.raises(ValueError, match="not in the candidate pool, e.g. 'stranger'"):
         mine_candidates_for(examples, [Example("stranger", "hello", "HELLO")], n=2)
+
+
+def test_a_pair_scored_in_any_earlier_round_is_not_scored_again():
+    # Round 3 sees every earlier round's score rows, concatenated: two rows for example "a".
+    round1 = [{"id": "a", "candidates": [{"id": "x", "logprob": -1.0}, {"id": "y", "logprob": -2.0}]}]
+    round2 = [{"id": "a", "candidates": [{"id": "z", "logprob": -1.5}]},
+              {"id": "b", "candidates": [{"id": "x", "logprob": -0.5}]}]
+    round3_candidates = [{"id": "a", "candidates": ["x", "z", "w"], "retriever": [0.9, 0.8, 0.7]},
+                         {"id": "b", "candidates": ["x"], "retriever": [0.5]}]
+    fresh = unscored(round3_candidates, round1 + round2)
+    assert fresh == [{"id": "a", "candidates": ["w"]}]  # x (round 1) and z (round 2) are not rescored; b is done

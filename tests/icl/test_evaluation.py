@@ -12,6 +12,7 @@ from taskret.icl.evaluation import (
     break_normalized_match,
     evaluate,
     exact_match,
+    machine_differences,
     mcnemar,
     metrics_for,
     prediction_rows,
@@ -117,6 +118,22 @@ def test_evaluate_writes_predictions_and_summary(tmp_path, demo_task, tiny_lm):
     assert saved["mean_demos"] == pytest.approx(sum(len(r["prompt_ids"]) for r in rows) / 3)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["predictions.jsonl", "summary.json"]
     assert read_correct(tmp_path / "run" / "predictions.jsonl") == {r["id"]: r["correct"] for r in rows}
+    # Where it ran: what the LM's outputs depend on, recorded so that another machine's run is not taken as this one's.
+    machine = saved["machine"]
+    assert machine["cpu"] and machine["torch"] and machine["transformers"]
+    assert machine["dtype"] == str(next(tiny_lm.model.parameters()).dtype).removeprefix("torch.")
+    assert machine_differences(saved, machine["dtype"]) == {}
+
+
+def test_an_evaluation_from_another_machine_or_an_unrecorded_one_differs():
+    from taskret.models import machine_info
+
+    here = {**machine_info(), "dtype": "float32"}
+    assert machine_differences({"machine": here}, "float32") == {}
+    assert machine_differences({"machine": here}, "bfloat16") == {"dtype": ("float32", "bfloat16")}
+    elsewhere = {**here, "cpu": "Some Other CPU", "torch": "1.0"}
+    assert set(machine_differences({"machine": elsewhere}, "float32")) == {"cpu", "torch"}
+    assert set(machine_differences({"n": 3})) == {"machine"}  # a summary written before machines were recorded
 
 
 def test_evaluate_counts_a_correct_answer(tmp_path, tiny_lm):

@@ -78,6 +78,11 @@ class LMBackend(ABC):
         themselves)."""
         return self.score(prompts, targets, progress=progress)
 
+    def runtime(self) -> dict:
+        """Where and in what precision this LM computes (``device``, ``dtype``), for a result's record; a
+        backend that calls a server knows neither and says nothing."""
+        return {}
+
     @abstractmethod
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 128, stop: str | None = DEFAULT_STOP,
                  progress: ProgressFn | None = None) -> list[str]:

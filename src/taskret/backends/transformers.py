@@ -111,6 +111,9 @@ class CausalLM(LMBackend):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def runtime(self) -> dict:
+        return {"device": str(self.device), "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
+
     @property
     def context_length(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 2048))

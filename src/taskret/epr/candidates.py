@@ -54,8 +54,11 @@ def mine_candidates_with(retriever, pool: Sequence[Example], queries: Sequence[E
 
 def unscored(rows: Sequence[dict], score_rows: Sequence[dict]) -> list[dict]:
     """``rows`` without the (example, candidate) pairs that ``score_rows`` already scored; rows left empty are
-    dropped. A later mining round scores only what is new."""
-    done = {row["id"]: {c["id"] for c in row["candidates"]} for row in score_rows}
+    dropped. A later mining round scores only what is new. ``score_rows`` may hold several rows per example (every
+    earlier round's, concatenated): a pair scored in any of them counts as scored."""
+    done: dict[str, set[str]] = {}
+    for row in score_rows:
+        done.setdefault(row["id"], set()).update(c["id"] for c in row["candidates"])
     out = []
     for row in rows:
         fresh = [c for c in row["candidates"] if c not in done.get(row["id"], ())]

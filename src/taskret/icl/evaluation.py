@@ -21,6 +21,7 @@ from ..backends.base import LMBackend
 from ..data import GENERATION_TASKS, Example, Task, sample
 from ..formats import normalize_whitespace
 from ..io import read_jsonl, write_json, write_jsonl
+from ..models import machine_info
 from ..retrieval import RetrievalResult, Retriever
 from .inference import Prediction, predict
 from .prompt import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, PromptBuilder, prompt_token_budget
@@ -218,12 +219,30 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
         if wall > 0 else None,
         "max_batch_tokens": getattr(lm, "max_batch_tokens", None),
         "lm_backend": lm.backend,
+        # What the LM's greedy outputs depend on beyond the prompts: compare evaluations made on one machine only.
+        "machine": {**machine_info(), **lm.runtime()},
         **({"selection": selected} if selected is not None else {}),
         **(extra or {}),
     }
     write_jsonl(out_dir / "predictions.jsonl", prediction_rows(task, predictions, graded))
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+#: The parts of a summary's ``machine`` that an LM's greedy outputs depend on.
+MACHINE_KEYS = ("cpu", "cpu_flags", "torch", "transformers", "dtype")
+
+
+def machine_differences(summary: dict, dtype: str | None = None) -> dict[str, tuple]:
+    """How the machine an evaluation ``summary`` was made on differs from this one, ``{key: (then, here)}``
+    (empty: the same). ``dtype``: the LM's precision here (:func:`taskret.models.dtype_name`), where known. A
+    summary written before machines were recorded differs by ``machine``: nothing says where it ran."""
+    recorded = summary.get("machine")
+    if not isinstance(recorded, dict):
+        return {"machine": ("not recorded", machine_info()["cpu"])}
+    here = {**machine_info(), **({"dtype": dtype} if dtype is not None else {})}
+    return {key: (recorded.get(key), here[key]) for key in MACHINE_KEYS
+            if key in here and recorded.get(key) != here[key]}
 
 
 def choose_selection_weight(task: Task, retriever: Retriever, lm: LMBackend, selection: Selection,
