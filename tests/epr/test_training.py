@@ -88,6 +88,8 @@ def test_config_round_trips_and_validates():
         TrainingConfig(field="label")
     with pytest.raises(ValueError, match="epochs"):
         TrainingConfig(epochs=0)
+    with pytest.raises(ValueError, match="positive must be one of"):
+        TrainingConfig(positive="random")
 
 
 # -- pairs ---------------------------------------------------------------------------------------
@@ -106,6 +108,18 @@ def test_pairs_sample_only_from_their_lists(field):
             assert pair["anchor"] == by_id[row["id"]].input
             assert pair["positive"] in {example_text(by_id[p], field) for p in row["positives"]}
             assert pair["negative"] in {example_text(by_id[n], field) for n in row["negatives"]}
+
+
+def test_best_positive_is_always_the_lms_best_while_the_negative_still_varies():
+    examples, rows = toy_examples(), toy_labels()
+    by_id = {e.id: e for e in examples}
+    config = TrainingConfig(positive="best")
+    negatives = []
+    for epoch in range(5):
+        pairs = build_training_pairs(examples, rows, config, epoch)
+        assert pairs["positive"] == [by_id[row["positives"][0]].input for row in rows]
+        negatives.append(pairs["negative"])
+    assert any(len({epoch[i] for epoch in negatives}) > 1 for i in range(N))  # negatives are drawn anew each epoch
 
 
 def test_pairs_are_deterministic_per_epoch_and_vary_across_epochs():

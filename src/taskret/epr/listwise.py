@@ -32,7 +32,7 @@ import numpy as np
 
 from ..data import Example
 from ..io import write_json
-from .finetune import embed, fit_epochs, linear_warmup, save_model
+from .finetune import embed, embed_distinct, fit_epochs, linear_warmup, save_model
 from .labels import mean_logprob
 
 __all__ = ["ListwiseConfig", "sample_list", "lambda_mrr_loss", "train_listwise", "LISTWISE_FIELD"]
@@ -46,7 +46,9 @@ class ListwiseConfig:
     """UDR's list sampling and loss; its training settings but for the model (``minilm-l6`` for BERT-base), the
     batch (32 inputs x 8 candidates for 128 x 8 with 4 accumulation steps) and a similarity scale (our encoders
     end in a normalisation, UDR's raw dot product has none). ``from_top``: UDR takes 2 for MTOP, Break and
-    SMCalFlow, 1 for the other tasks."""
+    SMCalFlow, 1 for the other tasks. ``encode_chunk``: candidates are encoded once each, in chunks of this many
+    texts of similar length (:func:`~taskret.epr.finetune.embed_distinct`: the same loss, a fraction of the work);
+    0 pads the batch's 256 candidate texts to its longest and encodes them together, as UDR's code does."""
 
     base_model: str = "minilm-l6"
     list_size: int = 8
@@ -60,8 +62,11 @@ class ListwiseConfig:
     warmup_ratio: float = 0.1
     max_seq_length: int = 128
     seed: int = 0
+    encode_chunk: int = 32
 
     def __post_init__(self) -> None:
+        if self.encode_chunk < 0:
+            raise ValueError(f"encode_chunk must be 0 (one padded batch) or a positive chunk size, got {self.encode_chunk}")
         if self.list_size < self.from_top + 2:
             raise ValueError(f"list_size {self.list_size} leaves no room for {self.from_top} from the top, one from "
                              "the bottom and the middle")
@@ -137,7 +142,8 @@ def train_listwise(examples: Sequence[Example], score_rows: Sequence[dict], out_
             texts.append(query.input if query_text is None else query_text(query))
             docs += [example_text(pool[i], LISTWISE_FIELD) for i in sample_list(ranked, rng, config)]
         q = torch.nn.functional.normalize(embed(queries_route, texts), dim=-1)
-        d = torch.nn.functional.normalize(embed(documents_route, docs), dim=-1)
+        d = torch.nn.functional.normalize(embed_distinct(documents_route, docs, config.encode_chunk)
+                                          if config.encode_chunk else embed(documents_route, docs), dim=-1)
         scores = config.scale * q @ d.T  # every query against every candidate of the batch
         own = scores.view(len(batch), len(batch), config.list_size)[torch.arange(len(batch)), torch.arange(len(batch))]
         rank = lambda_mrr_loss(own, relevance.expand(len(batch), -1))

@@ -93,6 +93,9 @@ TRIPLET_COLUMNS = ("anchor", "positive", "negative")
 #: Dataset column -> Router route, for the two-encoder model.
 ROUTER_MAPPING = {"anchor": "query", "positive": "document", "negative": "document"}
 
+#: How an epoch picks a labelled example's positive: uniformly among its top-k, or always the LM's best.
+POSITIVE_CHOICES = ("sample", "best")
+
 #: The finished run's summary (the config plus the run's counts), written last.
 CONFIG_FILE = "epr_config.json"
 
@@ -107,19 +110,24 @@ class TrainingConfig(DPRSettings, TrainerSettings):
     ``batch_size`` is the number of triplets per optimiser step (the paper's 120); the GradCache
     loss embeds them ``mini_batch_size`` sequences at a time, so memory is bounded by the latter.
     ``field`` is the text of a candidate example that the example encoder sees; queries are always
-    the example's input.
+    the example's input. ``positive``: each epoch's positive of a labelled example, ``sample`` (one of its
+    top-k, uniformly) or ``best`` (always the LM's best, as EPR's code trains: DPR takes a sample's first
+    positive unless told to shuffle them); either way the hard negative is one of the bottom-k, uniformly.
     """
 
     shared_encoder: bool = False
     field: str = "input"
     epochs: int = 3
     batch_size: int = 120
+    positive: str = "sample"
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS  # from_dict reads an epr_config.json, ignoring these
 
     def __post_init__(self) -> None:
         if self.field not in FIELDS:
             raise ValueError(f"field must be one of {FIELDS}, got '{self.field}'")
+        if self.positive not in POSITIVE_CHOICES:
+            raise ValueError(f"positive must be one of {POSITIVE_CHOICES}, got '{self.positive}'")
         check_training_values(self, ("epochs", "batch_size", "mini_batch_size", "max_seq_length", "logging_steps"))
 
 
@@ -215,7 +223,7 @@ def triplet_sampler(by_id: dict[str, Example], config: TrainingConfig,
     def draw(usable_row: tuple[str, list[str], list[str]], rng) -> list[TrainingRow]:
         query_id, positives, negatives = usable_row
         query = by_id[query_id]
-        positive = by_id[positives[int(rng.integers(len(positives)))]]
+        positive = by_id[positives[0 if config.positive == "best" else int(rng.integers(len(positives)))]]
         negative = by_id[negatives[int(rng.integers(len(negatives)))]]
         positive_text, negative_text = example_text(positive, config.field), example_text(negative, config.field)
         keys = RowKeys(_example_keys(query), _example_keys(positive), _example_keys(negative), positive_text,
