@@ -56,7 +56,7 @@ from _common import HERE, command_line, describe_machine, machine, parser, round
 
 from taskret.backends.base import load_lm
 from taskret.data import load_task, sample
-from taskret.icl.compare import wilcoxon
+from taskret.icl.compare import paired_comparison, wilcoxon
 from taskret.icl.evaluation import choose_selection_weight, evaluate, machine_differences, mcnemar, read_correct
 from taskret.icl.selection import Selection
 from taskret.io import read_jsonl
@@ -228,12 +228,8 @@ def _lm_oracle(task, examples, lm, run_dir: Path):
 def _vs_epr(mine: dict[str, bool], epr: dict[str, bool]) -> dict:
     """McNemar against plain EPR, the paired bootstrap's 95% interval of the EM difference, and the smallest
     difference this N detects at 80% power given the observed discordance."""
-    from taskret.icl.compare import bootstrap_interval, min_detectable_difference
-
-    test = mcnemar(mine, epr)
-    return {"only_method": test.only_a, "only_epr": test.only_b, "p": round(test.p_value, 4),
-            "diff_ci95": list(bootstrap_interval(mine, epr)),
-            "min_detectable_diff": min_detectable_difference(len(mine), test.only_a + test.only_b)}
+    paired = paired_comparison(mine, epr)
+    return {"only_method": paired.pop("only_a"), "only_epr": paired.pop("only_b"), **paired}
 
 
 def _training_cost(spec: str) -> dict:

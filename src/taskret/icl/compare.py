@@ -187,3 +187,14 @@ def min_detectable_difference(n: int, discordant: int, alpha: float = 0.05, powe
     if needed(high) > 0:  # even the largest possible difference is not detectable at this n
         return round(100 * share, 2)
     return round(100 * brentq(needed, 1e-6, high), 2)
+
+
+def paired_comparison(correct_a: Mapping[str, bool], correct_b: Mapping[str, bool]) -> dict:
+    """Run a against run b on the same inputs, as the benchmarks report it: how many only each solves (``only_a``,
+    ``only_b``), McNemar's ``p``, the paired bootstrap's 95% interval of the EM difference a - b (``diff_ci95``,
+    points) and the smallest difference this N detects at 80% power given the discordance
+    (``min_detectable_diff``)."""
+    test = mcnemar(correct_a, correct_b)
+    return {"only_a": test.only_a, "only_b": test.only_b, "p": round(test.p_value, 4),
+            "diff_ci95": list(bootstrap_interval(correct_a, correct_b)),
+            "min_detectable_diff": min_detectable_difference(len(correct_a), test.only_a + test.only_b)}

@@ -1,0 +1,66 @@
+"""The EPR ladder's bookkeeping (benchmarks/epr_ladder.py): rankings read back in the test inputs' order, the
+recommended rung, and the refusal to pair evaluations made on different machines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from taskret.data import Example
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import epr_ladder
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return epr_ladder
+
+
+def _write(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_rankings_come_back_in_the_test_inputs_order_whatever_their_source(ladder, tmp_path):
+    test = [Example("t1", "x1", "y1"), Example("t2", "x2", "y2")]
+    _write(tmp_path / "b" / "rankings.jsonl", [{"id": "t2", "ids": ["e3"], "scores": [0.5]},
+                                               {"id": "t1", "ids": ["e1", "e2"], "scores": [0.9, 0.1]}])
+    ranked = ladder._ranking(f"file:{tmp_path / 'b' / 'rankings.jsonl'}", test)
+    assert ranked.ids == [["e1", "e2"], ["e3"]]
+    assert ranked.scores[0].tolist() == pytest.approx([0.9, 0.1]) and np.isnan(ranked.scores[1][1])
+    _write(tmp_path / "a" / "predictions.jsonl", [{"id": "t1", "retrieved_ids": ["e2"], "retrieved_scores": [1.0]},
+                                                  {"id": "t2", "retrieved_ids": ["e1"], "retrieved_scores": [2.0]}])
+    assert ladder._ranking(f"committed:{tmp_path / 'a'}", test).ids == [["e2"], ["e1"]]
+    with pytest.raises(SystemExit, match="no ranking for 1 test inputs"):
+        ladder._ranking(f"committed:{tmp_path / 'a'}", [*test, Example("t3", "x3", "y3")])
+
+
+def test_the_recommended_rung_is_the_cheapest_not_significantly_below_the_best(ladder):
+    rungs = {"a": {"em": 39.3, "lm_calls": 61850, "hours_to_index": 2.3, "vs_best_p": 0.001},
+             "d": {"em": 45.0, "lm_calls": 61850, "hours_to_index": 3.1, "vs_best_p": 0.4},
+             "e": {"em": 46.0, "lm_calls": 87901, "hours_to_index": 4.0, "vs_best_p": 0.9},
+             "f": {"em": 46.4, "lm_calls": 95301, "hours_to_index": None}}
+    assert ladder.recommended(rungs) == "d"
+    rungs["d"]["vs_best_p"] = 0.01  # now significantly below the best: the next cheapest that is not
+    assert ladder.recommended(rungs) == "e"
+
+
+def test_evaluations_from_two_machines_are_not_paired(ladder, tmp_path):
+    from taskret.models import machine_info
+
+    here = {**machine_info(), "dtype": "float32"}
+    for name, machine in (("a", here), ("b", {**here, "cpu": "Another CPU"})):
+        _write(tmp_path / name / "eval" / "predictions.jsonl", [{"id": "t1", "correct": True}])
+        (tmp_path / name / "eval" / "summary.json").write_text(json.dumps(
+            {"n": 1, "metrics": {"em": 100.0}, "machine": machine}))
+    with pytest.raises(SystemExit, match="another machine"):
+        ladder.assemble(tmp_path, ["a", "b"])
