@@ -246,7 +246,9 @@ def _training_cost(spec: str) -> dict:
         cost["gpu_stages"] = [row["stage"] for row in read_jsonl(work / "stage_times_gpu.jsonl")]
     rounds = [json.loads(p.read_text())["n_pairs"] for p in work.glob("round*/scoring/scoring_meta.json")]
     if rounds:
-        cost["lm_pairs_later_rounds"] = sum(rounds)
+        cost["lm_pairs_later_rounds"] = new_pairs_of_later_rounds(work / "scoring" / "scores.jsonl",
+                                                                  sorted(work.glob("round*/scoring/scores.jsonl")))
+        cost["lm_pairs_later_rounds_scored"] = sum(rounds)  # more where a round re-scored an earlier one's pairs
     agreement = work / "reward" / "agreement.json"
     if agreement.exists():  # LLM-R: the teacher's agreement with the LM beside the EPR retriever's and BM25's
         cost["teacher_agreement"] = json.loads(agreement.read_text())
@@ -254,6 +256,20 @@ def _training_cost(spec: str) -> dict:
     if set_scores.exists():
         cost["lm_sets"] = sum(len(row["sets"]) for row in read_jsonl(set_scores))
     return cost
+
+
+def new_pairs_of_later_rounds(first: Path, later: list[Path]) -> int:
+    """How many (input, candidate) pairs the later rounds' score files hold that no earlier round scored: what the
+    LM must score beyond the first round (a run before ``unscored`` kept every round's pairs scored some twice)."""
+    seen = {(row["id"], c["id"]) for row in read_jsonl(first) for c in row["candidates"]} if first.exists() else set()
+    new = 0
+    for path in later:
+        for row in read_jsonl(path):
+            for candidate in row["candidates"]:
+                if (row["id"], candidate["id"]) not in seen:
+                    seen.add((row["id"], candidate["id"]))
+                    new += 1
+    return new
 
 
 def _labels_of(task_name: str) -> Path:
