@@ -22,9 +22,10 @@ another session on the same kind of machine):
 
 The result (``--out``) holds each rung's EM, ``vs_prev`` and ``vs_epr`` (McNemar, paired bootstrap interval),
 ``min_detectable_diff``, ``lm_calls`` (the LM scorings of training pairs its retriever needs, EPR's included;
-each evaluation's 859 generations come on top, the same for every rung) and ``hours_to_index`` (from BM25
-candidates to a built index on this machine's 2 cores: LM scoring at the measured rate plus the training and
-index stages' wall time; ``null`` with the GPU minutes beside it where a stage ran on a GPU).
+each evaluation's 859 generations come on top, the same for every rung) and ``cpu_hours_to_index`` (hours of a
+2-core machine from BM25 candidates to a built index: LM scoring at the rate measured on 2 cores plus the training
+and index stages' wall time as recorded in the rung's ``stage_times.jsonl``; ``null`` with the GPU minutes beside
+it where a stage ran on a GPU).
 
     python benchmarks/epr_ladder.py --data-dir ../shared/data                    # both steps
     python benchmarks/epr_ladder.py --data-dir ../shared/data --step rankings    # after the trainings
@@ -157,11 +158,11 @@ def _cost(name: str) -> dict:
     stages = {s: times[s]["wall_s"] for s in TRAINING_STAGES if s in times}
     cost = {"lm_calls": pairs, "stages_wall_s": stages}
     if gpu:
-        cost["hours_to_index"] = None
+        cost["cpu_hours_to_index"] = None
         cost["gpu_minutes"] = round(sum(times[s]["wall_s"] for s in gpu if s in times) / 60, 1)
         cost["gpu_stages"] = sorted(gpu)
     else:
-        cost["hours_to_index"] = round((pairs / SCORING_PAIRS_PER_S + sum(stages.values())) / 3600, 2)
+        cost["cpu_hours_to_index"] = round((pairs / SCORING_PAIRS_PER_S + sum(stages.values())) / 3600, 2)
     return cost
 
 
@@ -205,7 +206,7 @@ def recommended(rungs: dict) -> str | None:
         return None
     best = max(rungs, key=lambda r: rungs[r]["em"])
     return min((r for r in rungs if r == best or rungs[r].get("vs_best_p", 0) >= 0.05),
-               key=lambda r: (rungs[r]["lm_calls"], rungs[r].get("hours_to_index") or float("inf")))
+               key=lambda r: (rungs[r]["lm_calls"], rungs[r].get("cpu_hours_to_index") or float("inf")))
 
 
 def main() -> None:

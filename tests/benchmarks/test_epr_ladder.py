@@ -45,10 +45,10 @@ def test_rankings_come_back_in_the_test_inputs_order_whatever_their_source(ladde
 
 
 def test_the_recommended_rung_is_the_cheapest_not_significantly_below_the_best(ladder):
-    rungs = {"a": {"em": 39.3, "lm_calls": 61850, "hours_to_index": 2.3, "vs_best_p": 0.001},
-             "d": {"em": 45.0, "lm_calls": 61850, "hours_to_index": 3.1, "vs_best_p": 0.4},
-             "e": {"em": 46.0, "lm_calls": 87901, "hours_to_index": 4.0, "vs_best_p": 0.9},
-             "f": {"em": 46.4, "lm_calls": 95301, "hours_to_index": None}}
+    rungs = {"a": {"em": 39.3, "lm_calls": 61850, "cpu_hours_to_index": 2.3, "vs_best_p": 0.001},
+             "d": {"em": 45.0, "lm_calls": 61850, "cpu_hours_to_index": 3.1, "vs_best_p": 0.4},
+             "e": {"em": 46.0, "lm_calls": 87901, "cpu_hours_to_index": 4.0, "vs_best_p": 0.9},
+             "f": {"em": 46.4, "lm_calls": 95301, "cpu_hours_to_index": None}}
     assert ladder.recommended(rungs) == "d"
     rungs["d"]["vs_best_p"] = 0.01  # now significantly below the best: the next cheapest that is not
     assert ladder.recommended(rungs) == "e"
