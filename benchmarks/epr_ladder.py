@@ -34,6 +34,7 @@ it where a stage ran on a GPU).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,12 @@ def rankings(test, results: Path, names: list[str]) -> None:
             ranked = _ranking(source, test)
             write_jsonl(path, [{"id": e.id, "ids": ids, "scores": [round(float(v), 5) for v in row[: len(ids)]]}
                                for e, ids, row in zip(test, ranked.ids, ranked.scores)])
+            # What the training cost and how it was set, kept beside the rankings (the work folder is not kept).
+            work = Path(source[6:])
+            shutil.copyfile(work / "stage_times.jsonl", results / name / "stage_times.jsonl")
+            for trained in sorted(work.glob("**/retriever/epr_config.json")):
+                shutil.copyfile(trained, results / name / f"{trained.parent.parent.name}_epr_config.json"
+                                if trained.parent.parent != work else results / name / "epr_config.json")
             print(f"{name}: {len(test)} rankings -> {path}", flush=True)
 
 
@@ -149,9 +156,11 @@ def _distinct_pairs(score_files: list[Path]) -> int:
     return len({(row["id"], c["id"]) for path in score_files for row in read_jsonl(path) for c in row["candidates"]})
 
 
-def _cost(name: str) -> dict:
+def _cost(name: str, results: Path) -> dict:
     """LM scorings and hours from BM25 candidates to a built index on 2 cores (module docstring)."""
     _, _, score_files, work = RUNGS[name]
+    if (results / name / "stage_times.jsonl").exists():  # a trained rung's, kept by step 1
+        work = results / name
     pairs = _distinct_pairs(score_files)
     times = {r["stage"]: r for r in read_jsonl(work / "stage_times.jsonl")} if (work / "stage_times.jsonl").exists() else {}
     gpu = {r["stage"] for r in read_jsonl(work / "stage_times_gpu.jsonl")} if (work / "stage_times_gpu.jsonl").exists() else set()
@@ -188,7 +197,7 @@ def assemble(results: Path, names: list[str]) -> dict:
                             paired["only_b"], "p": paired["p"], "diff_ci95": paired["diff_ci95"]}
                 if key == "vs_epr":
                     row["min_detectable_diff"] = paired["min_detectable_diff"]
-        row.update(_cost(name))
+        row.update(_cost(name, results))
         rows[name] = row
         previous = name
     references = {n: round(summaries[n]["metrics"]["em"], 3) for n in REFERENCES if n in summaries}
