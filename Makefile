@@ -31,8 +31,10 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# ruff, then the architecture: the layers of [tool.importlinter] in pyproject.toml and no import cycle in src/
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports --no-cache
 
 # Benchmarks read the shared data from $(DATA_DIR); override with `make bench DATA_DIR=...`. Hours in all, resumable:
 # each script and pipeline skips the work whose output it already holds. The README's results come first, in the

