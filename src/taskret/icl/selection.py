@@ -24,7 +24,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..data import Example, Task
-from ..retrieval import RetrievalResult, Retriever
+from ..retrieval import DenseRetriever, RetrievalResult, Retriever
+from ..retrieval.base import example_text
 from ..retrieval.set_selection import (  # noqa: F401 (re-exported: the selection's public names are this module's)
     DEFAULT_CANDIDATES,
     DEFAULT_WEIGHTS,
@@ -58,8 +59,6 @@ VectorLookup = Callable[[Sequence[str]], np.ndarray]
 def retriever_vectors(retriever: Retriever) -> VectorLookup | None:
     """A dense retriever's own example vectors, read back from its FAISS index (no encoding); None for a
     retriever that holds no vectors (BM25, random, a hybrid)."""
-    from ..retrieval import DenseRetriever
-
     retriever = getattr(retriever, "wrapped", retriever)  # an InstructedRetriever reads its retriever's vectors
     index = getattr(retriever, "_index", None) if isinstance(retriever, DenseRetriever) else None
     if index is None:
@@ -78,9 +77,6 @@ def encoder_vectors(pool: Mapping[str, Example], encoder: str = "minilm-l6", fie
                     device: str | None = None) -> VectorLookup:
     """Vectors of ``pool``'s examples (their ``field`` text) by a named encoder, encoded once per example: for
     retrievers without vectors of their own. Asking for many ids at once encodes them in one batch."""
-    from ..retrieval import DenseRetriever
-    from ..retrieval.base import example_text
-
     dense = DenseRetriever(encoder=encoder, field=field, device=device)
     cache: dict[str, np.ndarray] = {}
 
@@ -133,8 +129,6 @@ class BoundSelection:
 
     def __init__(self, selection: Selection, retriever: Retriever | None, pool: Mapping[str, Example],
                  device: str | None = None):
-        from ..retrieval import DenseRetriever
-
         self.selection = selection
         self.vectors, self.source = example_vectors(retriever, pool, selection.encoder, device=device)
         self.cosine = isinstance(retriever, DenseRetriever)
