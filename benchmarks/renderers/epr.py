@@ -70,7 +70,7 @@ def epr_scale_table() -> list[str]:
         if bm25 and epr and epr.keys() == bm25.keys():
             only_a, only_b, p = mcnemar(epr, bm25)
             versus = f"{only_a} / {only_b}, p{'<0.001' if p < 0.001 else f'={p:.2f}'}"
-        rows.append(f"| `benchmarks/configs/{name}.json` | {trained['n_labelled']} x {config['n_candidates']} "
+        rows.append(f"| `benchmarks/epr/configs/{name}.json` | {trained['n_labelled']} x {config['n_candidates']} "
                     f"({trained['n_labelled'] * config['n_candidates']:,} pairs) | {config['k']} | "
                     f"{trained['epochs']} | {trained['batch_size']} | {trained['wall_time_s'] / 60:.1f} | "
                     f"{summary['n']} | {summary['metrics']['em']:.1f} | {versus} |")

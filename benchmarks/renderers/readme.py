@@ -35,7 +35,7 @@ README_COMMANDS = {
             "--rerank-first hybrid --merge",
     "docs_e5": "python benchmarks/documents/tart_berri.py --systems bm25,minilm,e5,hybrid,upr --rerank-depth 20 "
                "--columns no_instruction,rerank_instruction --rerank-first hybrid+minilm+e5 --merge",
-    **{f"train_{n}": f"taskret tart run benchmarks/configs/{n}.json" for n in CPU60},
+    **{f"train_{n}": f"taskret tart run benchmarks/documents/configs/{n}.json" for n in CPU60},
     "tart_dual": "python benchmarks/documents/tart_berri.py --systems bm25 " + " ".join(
         f"--tart-dual {n}=runs/{n}/distil" for n in CPU60) + " --merge",
 }
