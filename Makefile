@@ -31,8 +31,10 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# ruff, then the architecture: the layers of [tool.importlinter] in pyproject.toml and no import cycle in src/
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports --no-cache
 
 # Benchmarks read the shared data from $(DATA_DIR); override with `make bench DATA_DIR=...`. Hours in all, resumable:
 # each script and pipeline skips the work whose output it already holds. The README's results come first, in the
@@ -44,77 +46,77 @@ X2_SKIP = minilm_untrained.no_instruction,minilm_untrained.instruction,tart_dual
 
 bench: setup
 	# README: MTOP in-context examples, EPR against BM25
-	$(BIN)/python benchmarks/icl_baselines.py --data-dir $(DATA_DIR) --tasks mtop,break --methods random,sbert,bm25 \
+	$(BIN)/python benchmarks/epr/icl_baselines.py --data-dir $(DATA_DIR) --tasks mtop,break --methods random,sbert,bm25 \
 		--lm smollm2-135m --n 300 --seed 0 --context-window 640 --max-new-tokens 128
-	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_small.json
-	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_mtop_full.json  # ~2.3 h
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/epr/configs/epr_mtop_small.json
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/epr/configs/epr_mtop_full.json  # ~2.3 h
 	# README: EPR's successors as their papers define them against plain EPR on all 859 MTOP test inputs, from the full
 	# recipe's committed LM scores (only what a method adds is scored; every stage resumes; CEIL's set scores and UDR's
 	# rounds 2 and 3 (mined and LM-scored on an H200) are committed under benchmarks/results/epr_full/mtop/, so UDR
 	# trains its last round only). Several sessions of 2 cores.
 	mkdir -p $(EPR_FULL)/epr && cp -rn $(addprefix benchmarks/results/epr_mtop_full/,candidates.jsonl labels.jsonl scoring) $(EPR_FULL)/epr/
-	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_full/mtop.json
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/epr/configs/epr_full/mtop.json
 	for c in llmr:llm-r udr:udr ceil:ceil; do w=$(EPR_FULL)/$${c#*:}; mkdir -p $$w; \
 		cp -rn $(EPR_FULL)/epr/candidates.jsonl $(EPR_FULL)/epr/labels.jsonl $(EPR_FULL)/epr/scoring $$w/; \
 		[ $${c%%:*} = udr ] || cp -rn $(EPR_FULL)/epr/retriever $$w/; \
 		[ ! -d benchmarks/results/epr_full/mtop/$${c#*:}/sets ] || cp -rn benchmarks/results/epr_full/mtop/$${c#*:}/sets $$w/; \
 		for r in round2 round3; do [ ! -d benchmarks/results/epr_full/mtop/$${c#*:}/$$r ] || \
 			cp -rn benchmarks/results/epr_full/mtop/$${c#*:}/$$r $$w/; done; \
-		TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/configs/epr_full/mtop_$${c%%:*}.json || exit 1; done
+		TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/epr/configs/epr_full/mtop_$${c%%:*}.json || exit 1; done
 	# the LM-Oracle's ranked chunks (the committed ones are reused: ~35 min of LM scoring)
 	mkdir -p runs/bench/epr_full/beyond/mtop/lm-oracle && cp -rn benchmarks/results/epr_full/mtop/lm-oracle/oracle runs/bench/epr_full/beyond/mtop/lm-oracle/
-	$(BIN)/python benchmarks/epr_beyond.py --data-dir $(DATA_DIR) --tasks mtop --n 0 --methods epr,lm-oracle \
+	$(BIN)/python benchmarks/epr/epr_beyond.py --data-dir $(DATA_DIR) --tasks mtop --n 0 --methods epr,lm-oracle \
 		--base mtop=epr:runs/bench/epr_full/mtop/epr --reuse mtop:epr=runs/bench/epr_full/mtop/epr/eval \
 		--variant bm25=bm25 --reuse mtop:bm25=runs/bench/epr_full/mtop/epr/baseline \
 		--variant llm-r=epr:runs/bench/epr_full/mtop/llm-r --reuse mtop:llm-r=runs/bench/epr_full/mtop/llm-r/eval \
 		--variant udr=epr:runs/bench/epr_full/mtop/udr --reuse mtop:udr=runs/bench/epr_full/mtop/udr/eval \
 		--variant ceil=epr:runs/bench/epr_full/mtop/ceil --reuse mtop:ceil=runs/bench/epr_full/mtop/ceil/eval --work runs/bench/epr_full/beyond
 	# README: the named document setups (docs-fast, docs-rerank) as a user runs them, against BM25
-	$(BIN)/python benchmarks/setups.py --data-dir $(DATA_DIR) \
+	$(BIN)/python benchmarks/documents/setups.py --data-dir $(DATA_DIR) \
 		--tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs
 	# README: SciFact zero-shot, the three-way first stage (e5: ~50 min to encode), then BM25 / MiniLM / hybrid / UPR
-	$(BIN)/python benchmarks/tart_berri.py --data-dir $(DATA_DIR) --systems bm25,minilm,e5,hybrid,upr --rerank-depth 20 \
+	$(BIN)/python benchmarks/documents/tart_berri.py --data-dir $(DATA_DIR) --systems bm25,minilm,e5,hybrid,upr --rerank-depth 20 \
 		--columns no_instruction,rerank_instruction --rerank-first hybrid+minilm+e5 --merge
-	$(BIN)/python benchmarks/tart_berri.py --data-dir $(DATA_DIR) --systems bm25,minilm,hybrid,upr \
+	$(BIN)/python benchmarks/documents/tart_berri.py --data-dir $(DATA_DIR) --systems bm25,minilm,hybrid,upr \
 		--columns no_instruction,rerank_instruction --rerank-first hybrid --merge
 	# README: TART-dual distilled in ~53 min on 2 cores, three seeds
-	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret tart run benchmarks/configs/tart_distil_len256_neg2_q350_cpu60.json
-	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret tart run benchmarks/configs/tart_distil_len256_neg2_q350_cpu60_seed2.json
-	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret tart run benchmarks/configs/tart_distil_len256_neg2_q350_cpu60_seed3.json
-	$(BIN)/python benchmarks/tart_berri.py --data-dir $(DATA_DIR) --systems bm25 \
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret tart run benchmarks/documents/configs/tart_distil_len256_neg2_q350_cpu60.json
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret tart run benchmarks/documents/configs/tart_distil_len256_neg2_q350_cpu60_seed2.json
+	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret tart run benchmarks/documents/configs/tart_distil_len256_neg2_q350_cpu60_seed3.json
+	$(BIN)/python benchmarks/documents/tart_berri.py --data-dir $(DATA_DIR) --systems bm25 \
 		--tart-dual tart_distil_len256_neg2_q350_cpu60=runs/tart_distil_len256_neg2_q350_cpu60/distil \
 		--tart-dual tart_distil_len256_neg2_q350_cpu60_seed2=runs/tart_distil_len256_neg2_q350_cpu60_seed2/distil \
 		--tart-dual tart_distil_len256_neg2_q350_cpu60_seed3=runs/tart_distil_len256_neg2_q350_cpu60_seed3/distil \
 		--merge
 	# the benchmark page
-	$(BIN)/python benchmarks/bm25_speed.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/lm_throughput.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/scoring_speed.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/scoring_precision.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/epr_table.py --task mtop --data-dir $(DATA_DIR) --reuse benchmarks/results/icl_baselines
-	$(BIN)/python benchmarks/epr_table.py --task break --data-dir $(DATA_DIR) --max-train-examples 1237 \
+	$(BIN)/python benchmarks/speed/bm25_speed.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/speed/lm_throughput.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/speed/scoring_speed.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/speed/scoring_precision.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/epr/epr_table.py --task mtop --data-dir $(DATA_DIR) --reuse benchmarks/results/icl_baselines
+	$(BIN)/python benchmarks/epr/epr_table.py --task break --data-dir $(DATA_DIR) --max-train-examples 1237 \
 		--reuse benchmarks/results/icl_baselines
-	$(BIN)/python benchmarks/epr_analysis.py --data-dir $(DATA_DIR) --also-epr epr-full=benchmarks/results/epr_mtop_full
-	$(BIN)/python benchmarks/epr_lm_transfer.py --data-dir $(DATA_DIR) --reuse smollm2-135m=benchmarks/results/epr_mtop_small
-	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR) --scifact-train --limit 200 --full-epochs 2 \
+	$(BIN)/python benchmarks/epr/epr_analysis.py --data-dir $(DATA_DIR) --also-epr epr-full=benchmarks/results/epr_mtop_full
+	$(BIN)/python benchmarks/epr/epr_lm_transfer.py --data-dir $(DATA_DIR) --reuse smollm2-135m=benchmarks/results/epr_mtop_small
+	$(BIN)/python benchmarks/documents/tart_zero_shot.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/documents/tart_trained.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/documents/tart_trained.py --data-dir $(DATA_DIR) --scifact-train --limit 200 --full-epochs 2 \
 		--full-lr 5e-5 --rerank-top-k 20 --models tart_full --work runs/bench/tart_trained_scifact_train \
 		--out benchmarks/results/tart_trained_scifact_train.json
-	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR) --retrievers $(TART_POOLED) \
+	$(BIN)/python benchmarks/documents/tart_zero_shot.py --data-dir $(DATA_DIR) --retrievers $(TART_POOLED) \
 		--cross-tasks scifact,mtop,break --out benchmarks/results/tart_trained_pooled.json
-	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR) --retrievers $(TART_POOLED) \
+	$(BIN)/python benchmarks/documents/tart_zero_shot.py --data-dir $(DATA_DIR) --retrievers $(TART_POOLED) \
 		--cross-tasks mtop,mtop-similar --no-scifact --out benchmarks/results/tart_x2_mtop.json
-	$(BIN)/python benchmarks/tart_trained.py --data-dir $(DATA_DIR) --work runs/bench/tart_x2 \
+	$(BIN)/python benchmarks/documents/tart_trained.py --data-dir $(DATA_DIR) --work runs/bench/tart_x2 \
 		--train-tasks mtop,mtop-similar,break,ambigqa:dev --models tart_dual,tart_dual_no_instruction \
 		--skip $(X2_SKIP) --out benchmarks/results/tart_x2_scifact.json
-	$(BIN)/python benchmarks/tart_zero_shot.py --data-dir $(DATA_DIR) --cross-tasks mtop,mtop-similar --no-scifact \
+	$(BIN)/python benchmarks/documents/tart_zero_shot.py --data-dir $(DATA_DIR) --cross-tasks mtop,mtop-similar --no-scifact \
 		--retrievers dense:runs/bench/tart_x2/dual/model,dense:runs/bench/tart_x2/dual_no_instruction/model \
 		--out benchmarks/results/tart_x2_mtop_trained.json
-	$(BIN)/python benchmarks/serve_load.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/dense_latency.py
-	$(BIN)/python benchmarks/ray_scoring.py --data-dir $(DATA_DIR)
-	$(BIN)/python benchmarks/robustness.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/serve/serve_load.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/serve/dense_latency.py
+	$(BIN)/python benchmarks/speed/ray_scoring.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/robustness/robustness.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/report.py --readme --docs docs/benchmarks.md
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or reference fails.

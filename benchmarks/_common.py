@@ -2,8 +2,8 @@
 result was measured on, the command line that reproduces the run, writing the result (atomically, with
 ``taskret.io.write_json``), and the seeded samples the scripts draw their examples from.
 
-Scripts import it as a sibling module (``python benchmarks/NAME.py`` puts ``benchmarks/`` on ``sys.path``; a study's
-scripts under ``studies/NAME/`` put it there themselves).
+Scripts import it as a top-level module: each script, in its question's folder (``benchmarks/epr/``, ...) or a
+study's (``studies/NAME/``), puts ``benchmarks/`` on ``sys.path`` itself.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from taskret.io import write_json
 from taskret.models import cpu_model
 
 DEFAULT_DATA_DIR = "../shared/data"
-HERE = Path(__file__).resolve().parent  # benchmarks/: scripts are named by their path under it
+HERE = Path(__file__).resolve().parent  # benchmarks/: scripts are named by their path under it (epr/epr_table.py)
 
 
 def parser(doc: str | None, out: str | None = None, data_dir: bool = True, task: str | None = None,

@@ -1,4 +1,4 @@
-"""Bad inputs found by benchmarks/robustness.py: a scores file with wrong types or missing fields, an empty
+"""Bad inputs found by benchmarks/robustness/robustness.py: a scores file with wrong types or missing fields, an empty
 scores file, and a BM25 index whose meta.json ids do not match it, each stop with an error that names the
 problem (they used to crash with TypeError/KeyError/IndexError or write an empty labels file)."""
 

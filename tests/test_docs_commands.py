@@ -121,7 +121,7 @@ def test_the_parser_refuses_what_the_app_refuses():
 
 
 def test_each_benchmark_path_the_pages_name_exists():
-    """Commands and prose name benchmark scripts and configs (``python benchmarks/...``, ``benchmarks/configs/...``):
+    """Commands and prose name benchmark scripts and configs (``python benchmarks/...``, ``benchmarks/epr/configs/...``):
     each must be where they say, moved or not."""
     named = {}
     for page in PAGES:

@@ -5,7 +5,7 @@ maps a block above its mmap threshold (128 KiB) on its own and unmaps it when fr
 the size of each mapped block that is freed (up to 32 MiB): after the first batches, tensors come from the heap, which
 fragments and keeps the pages they free. A streaming index build's RSS grew ~25-40 KB per document over its first
 20,000 documents (the FAISS vectors and graph are ~1.8 KB of it), and still ~3.5-8 KB per document at 1M
-(``benchmarks/build_memory.py``: the encoder alone does it; fixed-length batches do not; Python objects grow ~0.3 KB).
+(``benchmarks/scale/build_memory.py``: the encoder alone does it; fixed-length batches do not; Python objects grow ~0.3 KB).
 
 Fixing the threshold (``MALLOC_MMAP_THRESHOLD_=131072``) stops the heap's growth but maps and faults in every large
 tensor anew: encoding ran a third slower. ``malloc_trim(0)`` after each chunk of documents
@@ -20,7 +20,7 @@ import ctypes.util
 import os
 import sys
 
-#: Set to 1, glibc keeps what it frees, as it does by default (``benchmarks/build_memory.py`` measures it so).
+#: Set to 1, glibc keeps what it frees, as it does by default (``benchmarks/scale/build_memory.py`` measures it so).
 KEEP_GLIBC_ENV = "TASKRET_GLIBC_MALLOC"
 
 _trim = None  # glibc's malloc_trim, once found; False where there is none

@@ -12,6 +12,9 @@ way it goes to stderr, never into data on stdout (``--json``).
 Library stages that can take minutes (encoding a corpus, reranking) report through :func:`stage`, which is
 silent unless the caller asked: within ``with reporting():`` (what the CLI's ``evaluate`` / ``index`` /
 ``search`` commands do), or where the call site turns it on itself. The Python API stays quiet otherwise.
+
+Other libraries' bars are kept off where they would interleave with taskret's: :func:`no_loading_bars` around every
+model load.
 """
 
 from __future__ import annotations
@@ -180,3 +183,18 @@ def in_chunks(items: Sequence[Item], work: Callable[[list[Item]], np.ndarray], c
     out = np.empty_like(stacked)
     out[rows] = stacked
     return out
+
+
+@contextmanager
+def no_loading_bars() -> Iterator[None]:
+    """Turn transformers' progress bars off for the block: what every model load runs under, so that its
+    ``Loading weights: 100%`` bar never reaches the Python API's, LangChain's or DSPy's output."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -19,7 +19,7 @@ name                for        what it is
 ``examples-epr:D``  examples   A trained EPR retriever: ``epr:D`` (an EPR work folder or its saved index).
 ==================  =========  ================================================================================
 
-Quality and cost of each are measured by ``benchmarks/setups.py`` (``benchmarks/results/setups.json``).
+Quality and cost of each are measured by ``benchmarks/documents/setups.py`` (``benchmarks/results/setups.json``).
 """
 
 from __future__ import annotations

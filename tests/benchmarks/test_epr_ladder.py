@@ -1,4 +1,4 @@
-"""The EPR ladder's bookkeeping (benchmarks/epr_ladder.py): rankings read back in the test inputs' order, the
+"""The EPR ladder's bookkeeping (benchmarks/epr/epr_ladder.py): rankings read back in the test inputs' order, the
 recommended rung, and the refusal to pair evaluations made on different machines."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def ladder():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "epr"))
     try:
         import epr_ladder
     finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+        sys.path.remove(str(ROOT / "benchmarks" / "epr"))
     return epr_ladder
 
 

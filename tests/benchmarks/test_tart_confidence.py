@@ -17,13 +17,14 @@ from taskret.tart.tasks import Document, RetrievalTask
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "benchmarks" / "studies" / "tart"  # the TART study's scripts
-sys.path[:0] = [str(ROOT / "benchmarks"), str(STUDY)]
-import report  # noqa: E402
+FOLDERS = [str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "documents"), str(STUDY)]
+sys.path[:0] = FOLDERS
+from renderers import common, scifact  # noqa: E402
 from tart_berri import Rankings  # noqa: E402
 from tart_confidence import interval, paired_difference, query_scores  # noqa: E402
 
-sys.path.remove(str(ROOT / "benchmarks"))
-sys.path.remove(str(STUDY))
+for folder in FOLDERS:
+    sys.path.remove(folder)
 
 
 def _scores(values) -> dict[str, float]:
@@ -184,28 +185,28 @@ def test_the_report_renders_each_interval_with_its_label_or_its_spec(tmp_path, m
                                             "share_above_zero": 0.0275, "n_queries": 300}},
               "resamples": 10000, "commands": ["python benchmarks/studies/tart/tart_confidence.py"]}
     (tmp_path / "tart_confidence.json").write_text(json.dumps(result))
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
-    table = report.tart_confidence_table()
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    table = scifact.tart_confidence_table()
     assert "over the 300 test claims, 10,000 resamples" in table[0]
     assert "| pipeline (`a@no_instruction`) | 74.95 | 73.10 to 76.80 | |" in table
     assert "| `a@x - b@x` | -1.47 | -3.06 to +0.04 | 2.8% |" in table
     held_out = {**result, "source": ["runs/eval/argkp/per_query.json", "runs/eval/conala/per_query.json"],
                 "systems": {"s@instruction": {"label": None, "mean": 56.7, "ci95": [52.5, 61.0], "n_queries": 199}}}
     (tmp_path / "tart_confidence_held_out.json").write_text(json.dumps(held_out))
-    table = report.tart_confidence_held_out_table()
+    table = scifact.tart_confidence_held_out_table()
     assert "mean over 2 tasks (argkp, conala), 199 / 300 dev queries in all" in table[0]
     assert "| `s@instruction` | 56.70 | 52.50 to 61.00 | |" in table
     (tmp_path / "tart_confidence_held_out.json").write_text(json.dumps({**held_out, "source": "e/argkp/q.json"}))
-    assert "over argkp's 199 / 300 dev queries" in report.tart_confidence_held_out_table()[0]  # one task, no mean
+    assert "over argkp's 199 / 300 dev queries" in scifact.tart_confidence_held_out_table()[0]  # one task, no mean
     # another set of held-out tasks in its own file: a table of its own after the first, a blank line between
     (tmp_path / "tart_confidence_held_out_capped.json").write_text(json.dumps(held_out))
-    tables = report.tart_confidence_held_out_table()
+    tables = scifact.tart_confidence_held_out_table()
     openings = [i for i, line in enumerate(tables) if line.startswith("How sure the held-out means are")]
     assert len(openings) == 2 and tables[openings[1] - 1] == ""
     assert "over argkp's" in tables[openings[0]] and "mean over 2 tasks (argkp, conala)" in tables[openings[1]]
-    monkeypatch.setattr(report, "RESULTS", tmp_path / "none")
-    assert report.tart_confidence_table() == []  # not run yet: left out, not made up
-    assert report.tart_confidence_held_out_table() == []
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "none")
+    assert scifact.tart_confidence_table() == []  # not run yet: left out, not made up
+    assert scifact.tart_confidence_held_out_table() == []
 
 
 def test_held_out_refuses_a_column_it_does_not_score_before_loading_anything(tmp_path):

@@ -78,7 +78,7 @@ def test_two_workers_match_local_scoring_and_survive_a_killed_worker(tmp_path, r
         shutil.copy(partial / "shards" / name, out / "shards" / name)
 
     with RayScoring(str(tiny_model_dir), LM_OPTIONS, address=ray_address, workers=2) as runner:
-        assert runner.lm_name == str(tiny_model_dir) and len(runner.actors) == 2
+        assert runner.model_name == str(tiny_model_dir) and len(runner.actors) == 2
         victim = runner.worker_info[0]["pid"]
         done: list[int] = []
 
@@ -87,7 +87,7 @@ def test_two_workers_match_local_scoring_and_survive_a_killed_worker(tmp_path, r
             if len(done) == 4:  # the two resumed shards, then two scored on Ray: kill a worker
                 os.kill(victim, signal.SIGKILL)
 
-        path = score_candidates(rows, by_id, runner.lm_name, out, shard_size=1, progress=progress,
+        path = score_candidates(rows, by_id, runner.model_name, out, shard_size=1, progress=progress,
                                 shard_runner=runner, shard_order="file")
         stats = dict(runner.stats)
     assert path.read_bytes() == reference

@@ -141,3 +141,12 @@ def test_make_retriever_on_a_folder_that_is_not_an_index(tmp_path):
 def test_make_retriever_rejects_unknown_bm25_field():
     with pytest.raises(ValueError, match="unknown field"):
         make_retriever("bm25:title")
+
+
+def test_each_spec_keyword_has_its_builder():
+    """``SPEC_KEYWORDS`` lives in ``retrieval.base`` (hybrid reads it without importing the package); the package's
+    builders must cover exactly those keywords."""
+    from taskret.retrieval import SPEC_BUILDERS, SPEC_PLUGINS
+    from taskret.retrieval.base import SPEC_KEYWORDS
+
+    assert sorted(SPEC_KEYWORDS) == sorted([*SPEC_BUILDERS, *SPEC_PLUGINS])

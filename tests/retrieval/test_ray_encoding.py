@@ -20,8 +20,8 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("ray is not installed (pip install 'taskret[ray]'); the Ray encoding tests are skipped",
                 allow_module_level=True)
 
+from taskret.backends.ray_pool import RayOptions  # noqa: E402
 from taskret.cli import app  # noqa: E402
-from taskret.epr.distributed import RayOptions  # noqa: E402
 from taskret.retrieval import DenseRetriever  # noqa: E402
 from taskret.retrieval.index import index_documents, load_index  # noqa: E402
 from taskret.retrieval.shards import SHARDS_DIR, ShardPlan, encode_in_shards  # noqa: E402
@@ -67,7 +67,7 @@ def test_two_workers_build_the_local_index_and_survive_a_killed_worker(tmp_path,
     texts = list(stream_of(corpus).texts())
     plan = ShardPlan(tmp_path / SHARDS_DIR, "fingerprint", 4)
     with RayEncoding("dense", {**retriever.config(), "device": "cpu"}, RayOptions("local", workers=2)) as runner:
-        assert len(runner.actors) == 2 and runner.lm_name == str(tiny_bert_dir)
+        assert len(runner.actors) == 2 and runner.model_name == str(tiny_bert_dir)
         victim = runner.worker_info[0]["pid"]
         done: list[int] = []
 

@@ -11,7 +11,7 @@ measured by the code a user runs (``taskret tart evaluate --retriever 'hybrid:..
         --spec 'hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.4' \\
         --spec 'hybrid:bm25+dense:runs/tart_distil_len256_neg2_q350_cpu60/distil/model?fusion=convex&weight=0.5'
 
-The weights are the ones ``benchmarks/tart_berri.py`` chose on the four berri-lite dev tasks (its ``weights``), or
+The weights are the ones ``benchmarks/documents/tart_berri.py`` chose on the four berri-lite dev tasks (its ``weights``), or
 ``taskret tart tune-weight --read-instruction`` chose there. A spec may name one encoder twice
 (``hybrid:dense:S+dense:S?...``): read ``1,0`` it fuses the encoder's rankings of the instructed and of the bare claim,
 a way for TART-dual to read the instruction without giving up the bare claim (indexed once).
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common
 
 from _common import command_line, machine, parser, write_result  # noqa: E402
 

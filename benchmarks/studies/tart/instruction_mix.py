@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common
 
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from hybrid_instruction import measure  # noqa: E402

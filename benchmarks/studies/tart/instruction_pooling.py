@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common
 
 from _common import command_line, machine, parser  # noqa: E402
 

@@ -2,7 +2,7 @@
 the differences the targets of TART's issue are stated in (a trained TART-dual against its untrained base, with
 the instruction against without, the best pipeline against the same pipeline on the untrained base).
 
-``benchmarks/tart_berri.py`` leaves each system's NDCG@10 per query in ``WORK/scifact/per_query.json``
+``benchmarks/documents/tart_berri.py`` leaves each system's NDCG@10 per query in ``WORK/scifact/per_query.json``
 (``{system: {column: {qid: ndcg}}}``); this script resamples those queries (``scipy.stats.bootstrap``, percentile
 intervals; a difference is resampled PAIRED: the same claims for both systems) and writes::
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common
 
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from scipy.stats import bootstrap  # noqa: E402
@@ -64,7 +64,7 @@ def query_scores(per_query: dict, spec: str, source: str = "per_query.json") -> 
     and what there is."""
     system, column = parse_system(spec)
     if system not in per_query:
-        raise ValueError(f"{source}: no system {system!r} (run benchmarks/tart_berri.py with it first); "
+        raise ValueError(f"{source}: no system {system!r} (run benchmarks/documents/tart_berri.py with it first); "
                          f"it holds {', '.join(sorted(per_query)) or 'none'}")
     if column not in per_query[system]:
         raise ValueError(f"{source}: system {system!r} has no column {column!r}; "
@@ -133,7 +133,7 @@ def main() -> None:
                          "count double in the mean")
     for source in sources:
         if not source.exists():
-            raise SystemExit(f"{source}: not found; benchmarks/tart_berri.py or tart_held_out.py writes it "
+            raise SystemExit(f"{source}: not found; benchmarks/documents/tart_berri.py or tart_held_out.py writes it "
                              f"(under --work)")
     per_query = [read_json(source) for source in sources]
     if not args.system and not args.difference:
@@ -179,7 +179,7 @@ def main() -> None:
 def _parser():
     p = parser(__doc__, out="benchmarks/results/tart_confidence.json", data_dir=False)
     p.add_argument("--per-query", action="append", default=None,
-                   help=f"per-query NDCG@10 written by benchmarks/tart_berri.py (default: {DEFAULT_PER_QUERY}) or "
+                   help=f"per-query NDCG@10 written by benchmarks/documents/tart_berri.py (default: {DEFAULT_PER_QUERY}) or "
                         "tart_held_out.py; repeat it for several tasks: their mean of means, each task resampled "
                         "on its own")
     p.add_argument("--system", action="append", default=None, help="[LABEL=]SYSTEM@COLUMN: its mean and 95%% interval (repeatable)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common, tart_berri
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: _common
 
 from _common import command_line, machine, parser, write_result  # noqa: E402
 

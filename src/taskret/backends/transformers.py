@@ -98,7 +98,7 @@ class CausalLM(LMBackend):
 
         if threads:
             torch.set_num_threads(threads)
-        from ..training.logs import no_loading_bars
+        from ..progress import no_loading_bars
 
         folder = resolve_model(name_or_path)
         device = pick_device(device)

@@ -1,5 +1,5 @@
 """A gold-free candidate reranker, fused with the retriever's score at test time (``epr+reward`` in
-``benchmarks/epr_beyond.py``): a ``minilm-l6`` cross-encoder trained on the scoring LM's log-probabilities of
+``benchmarks/epr/epr_beyond.py``): a ``minilm-l6`` cross-encoder trained on the scoring LM's log-probabilities of
 (input, candidate) pairs.
 
 It is *not* LLM-R's reward model (:mod:`taskret.epr.reward`): that teacher reads the input's gold output beside the

@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections import deque
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from ..backends.base import BackendError, BackendNotInstalled, LMBackend, TargetScore
+from ..backends.base import BackendError, LMBackend, TargetScore
+from ..backends.ray_pool import (  # noqa: F401 (re-exported)
+    RayActorPool,
+    RayOptions,
+    import_ray,
+    root_cause,
+    start_local_cluster,
+    worker_died_errors,
+)
 from ..data import Example
 from ..formats import OutputFormat
 from ..io import write_jsonl
@@ -45,13 +44,7 @@ from .scoring import PendingShard, score_candidates, shard_pairs, shard_rows
 
 logger = logging.getLogger(__name__)
 
-
-def import_ray():
-    try:
-        import ray
-    except ImportError as err:
-        raise BackendNotInstalled("scoring on Ray needs ray: pip install 'taskret[ray]'") from err
-    return ray
+__all__ = ["RayOptions", "RayScoring", "run_scoring", "start_local_cluster"]
 
 
 class _ScoringWorker:
@@ -75,126 +68,14 @@ class _ScoringWorker:
         return [(s.logprob, s.n_tokens) for s in self.lm.score_shared(prefixes, prompts, targets)]
 
 
-@dataclass(frozen=True)
-class RayOptions:
-    """Where to score on Ray (see :class:`RayScoring`): ``address`` (``auto``, ``local``, ``HOST:PORT`` or
-    ``ray://HOST:PORT``), how many actors, and the GPUs and CPUs each holds."""
+class RayScoring(RayActorPool):
+    """A shard runner for :func:`~taskret.epr.scoring.score_candidates` on Ray actors that each hold one LM
+    (:class:`~taskret.backends.ray_pool.RayActorPool`: ``address``, ``workers``, GPUs and CPUs per worker).
+    Use as a context manager: entering starts the actors (and fails early if the LM does not load), leaving
+    stops them."""
 
-    address: str = "auto"
-    workers: int | None = None
-    gpus_per_worker: float | None = None
-    cpus_per_worker: float = 1.0
-
-
-class RayScoring:
-    """A shard runner for :func:`~taskret.epr.scoring.score_candidates` on Ray actors.
-
-    ``address``: ``auto`` (the cluster this machine belongs to), ``local`` (start a private instance),
-    ``HOST:PORT`` or ``ray://HOST:PORT``. ``workers``: how many actors (default: one per GPU of the cluster
-    when it has GPUs, else one per ``cpus_per_worker`` CPUs). ``gpus_per_worker`` defaults to 1 when the
-    cluster has GPUs, else 0.
-
-    Use as a context manager: entering starts the actors (and fails early if the LM does not load),
-    leaving stops them and disconnects if this object connected.
-    """
-
-    def __init__(self, lm_spec: str, lm_options: Mapping[str, Any] | None = None, address: str = "auto",
-                 workers: int | None = None, gpus_per_worker: float | None = None, cpus_per_worker: float = 1.0,
-                 max_shard_attempts: int = 3, max_worker_restarts: int | None = None,
-                 init_options: Mapping[str, Any] | None = None, startup_timeout: float = 600.0):
-        if workers is not None and workers < 1:
-            raise ValueError("workers must be >= 1")
-        if max_shard_attempts < 1:
-            raise ValueError("max_shard_attempts must be >= 1")
-        self.lm_spec = lm_spec
-        self.lm_options = dict(lm_options or {})
-        self.address = address
-        self.workers = workers
-        self.gpus_per_worker = gpus_per_worker
-        self.cpus_per_worker = cpus_per_worker
-        self.max_shard_attempts = max_shard_attempts
-        self.max_worker_restarts = max_worker_restarts
-        self.init_options = dict(init_options or {})
-        self.startup_timeout = startup_timeout
-        self.actors: list = []
-        self.lm_name: str | None = None
-        self.stats = {"shards": 0, "retried_shards": 0, "worker_failures": 0, "workers_started": 0}
-        self._connected_here = False
-        self._actor_cls = None
-
-    # -- lifecycle -------------------------------------------------------------------------------
-
-    def __enter__(self) -> "RayScoring":
-        ray = import_ray()
-        if not ray.is_initialized():
-            options = {"logging_level": logging.WARNING, **self.init_options}
-            try:
-                if self.address == "local":
-                    # A private instance on loopback (Ray would otherwise use the outward-facing address).
-                    ray.init(**{"_node_ip_address": "127.0.0.1", **options})
-                else:
-                    ray.init(address=self.address, **options)
-            except (ConnectionError, RuntimeError, ValueError) as err:
-                raise BackendError(f"cannot connect to the Ray cluster at '{self.address}' ({err}); start one with "
-                                   f"`ray start --head`, or use --ray local") from err
-            self._connected_here = True
-        try:
-            resources = ray.cluster_resources()
-            gpus = float(resources.get("GPU", 0))
-            if self.gpus_per_worker is None:
-                self.gpus_per_worker = 1.0 if gpus >= 1 else 0.0
-            if self.workers is None:
-                if self.gpus_per_worker > 0:
-                    self.workers = max(1, int(gpus // self.gpus_per_worker))
-                else:
-                    self.workers = max(1, int(float(resources.get("CPU", 1)) // max(self.cpus_per_worker, 1e-9)))
-            if self.max_worker_restarts is None:
-                self.max_worker_restarts = 2 * self.workers
-            wanted = {"CPU": self.workers * self.cpus_per_worker, "GPU": self.workers * self.gpus_per_worker}
-            short = {k: v for k, v in wanted.items() if v > float(resources.get(k, 0))}
-            if short:
-                logger.warning("%d Ray workers ask for %s but the cluster has %s; they start as resources appear",
-                               self.workers, wanted, {k: resources.get(k, 0) for k in wanted})
-            self._actor_cls = ray.remote(_ScoringWorker)
-            self.actors = [self._start_actor() for _ in range(self.workers)]
-            try:
-                infos = ray.get([a.info.remote() for a in self.actors], timeout=self.startup_timeout)
-            except ray.exceptions.GetTimeoutError as err:
-                raise BackendError(f"{self.workers} Ray workers ({self.cpus_per_worker:g} CPU, {self.gpus_per_worker:g} "
-                                   f"GPU each) did not start within {self.startup_timeout:g} s; the cluster has "
-                                   f"{dict(resources)}") from err
-            except ray.exceptions.RayError as err:
-                raise BackendError(f"the Ray workers could not load the scoring LM '{self.lm_spec}': "
-                                   f"{_root_cause(err)}") from err
-            names = {i["name"] for i in infos}
-            if len(names) != 1:
-                raise BackendError(f"the Ray workers loaded different models: {sorted(names)}")
-            self.lm_name = names.pop()
-            self.worker_info = infos
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        ray = import_ray()
-        for actor in self.actors:
-            try:
-                ray.kill(actor)
-            except Exception:  # already dead
-                pass
-        self.actors = []
-        if self._connected_here and ray.is_initialized():
-            ray.shutdown()
-            self._connected_here = False
-
-    def _start_actor(self):
-        threads = None if self.gpus_per_worker else max(1, int(self.cpus_per_worker))
-        actor = self._actor_cls.options(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker,
-                                        max_restarts=0, max_task_retries=0).remote(
-            self.lm_spec, self.lm_options, threads)
-        self.stats["workers_started"] += 1
-        return actor
+    worker = _ScoringWorker
+    model_kind = "the scoring LM"
 
     # -- the shard runner ------------------------------------------------------------------------
 
@@ -220,14 +101,14 @@ class RayScoring:
             number, rows, path = shard
             try:
                 scores = ray.get(ref)
-            except _worker_died_errors(ray) as err:
+            except worker_died_errors(ray) as err:
                 # The worker died with the shard: score it again on another actor.
                 attempts[number] = attempts.get(number, 0) + 1
                 self.stats["worker_failures"] += 1
                 self.stats["retried_shards"] += 1
                 if attempts[number] >= self.max_shard_attempts:
                     raise BackendError(f"shard {number} failed on {attempts[number]} Ray workers; last: "
-                                       f"{_root_cause(err)}") from err
+                                       f"{root_cause(err)}") from err
                 logger.warning("Ray worker died scoring shard %d (%s); scoring it again", number,
                                type(err).__name__)
                 self._forget(actor, idle)
@@ -240,123 +121,12 @@ class RayScoring:
                 continue
             except ray.exceptions.RayTaskError as err:
                 # The scoring itself raised (bad input, server error): the same on any worker, so stop.
-                raise _root_cause(err) from None
+                raise root_cause(err) from None
             write_jsonl(path, shard_rows(rows, [TargetScore(lp, n) for lp, n in scores]))
             self.stats["shards"] += 1
             if progress:
                 progress(len(scores))
             idle.append(actor)
-
-    def _forget(self, actor, idle: list) -> None:
-        ray = import_ray()
-        if actor in self.actors:
-            self.actors.remove(actor)
-        if actor in idle:
-            idle.remove(actor)
-        try:
-            ray.kill(actor)
-        except Exception:
-            pass
-
-
-def _worker_died_errors(ray) -> tuple[type[BaseException], ...]:
-    """The errors that mean the worker (not the scoring) failed, by the names this Ray version has."""
-    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "ObjectLostError",
-             "NodeDiedError", "OwnerDiedError")
-    return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
-
-
-def _root_cause(err: BaseException) -> BaseException:
-    cause = getattr(err, "as_instanceof_cause", None)
-    if callable(cause):
-        try:
-            return cause()
-        except Exception:
-            return err
-    return err
-
-
-@contextmanager
-def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None,
-                        temp_dir: str | os.PathLike | None = None, timeout: float = 180.0) -> Iterator[str]:
-    """A private Ray head node on 127.0.0.1 (``ray start --head --block`` in a process session of its
-    own); yields its address, and on exit stops exactly its processes (``ray stop`` would stop every Ray
-    cluster of the user). For tests and benchmarks; the driver needs the same ``RAY_AUTH_MODE`` setting."""
-    import_ray()
-    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    if ray_cli is None:
-        raise BackendNotInstalled("the `ray` command is not on PATH: pip install 'taskret[ray]'")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    address = f"127.0.0.1:{port}"
-    # ENABLE_RAY_CLUSTER off keeps every Ray address on loopback.
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-    command = [ray_cli, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-               "--include-dashboard=false", "--disable-usage-stats"]
-    if num_cpus is not None:
-        command.append(f"--num-cpus={num_cpus}")
-    if num_gpus is not None:
-        command.append(f"--num-gpus={num_gpus}")
-    if temp_dir is not None:
-        command.append(f"--temp-dir={Path(temp_dir).resolve()}")
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise BackendError(f"`ray start` exited with {proc.returncode}: "
-                                   f"{log.read().decode(errors='replace')[-2000:]}")
-            status = subprocess.run([ray_cli, "status", f"--address={address}"], env=env, capture_output=True,
-                                    timeout=60)
-            if status.returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                raise BackendError(f"the Ray head at {address} did not come up within {timeout:g} s")
-            time.sleep(0.5)
-        yield address
-    finally:
-        _stop_group(proc)
-        log.close()
-
-
-def _session_pids(session: int) -> list[int]:
-    """Live processes of a session (Ray puts each worker in a process group of its own, but not out of
-    the session), from /proc; zombies excluded."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
-        if len(fields) > 3 and fields[0] != "Z" and int(fields[3]) == session:
-            pids.append(int(entry.name))
-    return pids
-
-
-def _signal_all(pids: Sequence[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM every process of the head's session (head, raylet, GCS, workers), SIGKILL what is left after
-    a few seconds (a graceful `ray start --block` shutdown takes ~30 s), and reap the head."""
-    session = proc.pid
-    _signal_all(_session_pids(session) or [proc.pid], signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _session_pids(session):
-        time.sleep(0.2)
-    _signal_all(_session_pids(session), signal.SIGKILL)
-    proc.wait()
 
 
 def run_scoring(candidate_rows: Sequence[dict], examples: Mapping[str, Example], lm: str, out_dir: str | os.PathLike,
@@ -382,9 +152,9 @@ def run_scoring(candidate_rows: Sequence[dict], examples: Mapping[str, Example],
         with RayScoring(lm, {**common, **options}, address=ray.address, workers=ray.workers,
                         gpus_per_worker=ray.gpus_per_worker, cpus_per_worker=ray.cpus_per_worker) as runner:
             if say is not None:
-                say(f"scoring on Ray: {len(runner.actors)} workers x {runner.lm_name}")
+                say(f"scoring on Ray: {len(runner.actors)} workers x {runner.model_name}")
             with progress_bar(n_pairs, "scoring", unit="pairs", enabled=progress) as advance:
-                return score_candidates(candidate_rows, examples, runner.lm_name, out_dir, fmt=fmt,
+                return score_candidates(candidate_rows, examples, runner.model_name, out_dir, fmt=fmt,
                                         shard_size=shard_size, progress=advance, shard_runner=runner)
     model = load(lm, options) if load is not None else load_lm(lm, options, device=device, dtype=dtype)
     try:

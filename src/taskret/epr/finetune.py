@@ -102,7 +102,7 @@ def embed_distinct(modules: Sequence, texts: Sequence[str], chunk_size: int = 32
     similar length (each chunk padded to its own longest, not the batch's). The gradient of a repeated text sums over
     its uses, as autograd would; a repeated text shares one dropout draw. Why: a listwise batch of 32 inputs x 8
     candidates repeats ~12% of its candidates, and padding all 256 to the longest (MTOP: 67 tokens against a
-    mean of 32) more than doubles the encoder's work; ``benchmarks/listwise_speed.py`` measures the difference."""
+    mean of 32) more than doubles the encoder's work; ``benchmarks/epr/listwise_speed.py`` measures the difference."""
     import torch
 
     position: dict[str, int] = {}

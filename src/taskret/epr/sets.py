@@ -20,7 +20,8 @@ Stages, each a file one can read (:func:`sample_sets`, :func:`score_sets`, :func
   ``n_candidates`` (the first set is the top ``set_size`` itself, the others uniform draws), each in prompt order
   (least relevant first, most relevant last);
 - ``set_scores.jsonl``: per example and set, ``log P(y | set, x)`` from the scoring LM;
-- ``retriever/model``: the fine-tuned dual encoder (``epr:DIR`` loads it), ``retriever/ceil_config.json``.
+- ``retriever/model``: the fine-tuned dual encoder (``epr:DIR`` loads it), ``retriever/ceil_config.json``
+  (what :func:`taskret.retrieval.set_selection.trained_selection` reads back).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ import numpy as np
 from ..data import Example, Task
 from ..formats import demonstration, render_query
 from ..io import iter_records, write_json
+from ..retrieval.set_selection import TRAINED_SELECTION_FILE
 from .finetune import embed, fit_epochs, held_out_ids, linear_warmup, query_route, save_model
 
-__all__ = ["SetTrainingConfig", "sample_sets", "score_sets", "score_sets_in_shards", "train_set_encoder", "set_prompt", "ranking_loss",
-           "trained_selection"]
+__all__ = ["SetTrainingConfig", "sample_sets", "score_sets", "score_sets_in_shards", "train_set_encoder", "set_prompt", "ranking_loss"]
 
 
 @dataclass
@@ -250,26 +251,10 @@ def train_set_encoder(task: Task, encoder_dir: str | os.PathLike, set_scores: st
     for module in query_modules:
         module.eval()
     final = save_model(model, out_dir)
-    write_json(out_dir / "ceil_config.json", {**asdict(config), "margin": config.pair_margin,
+    write_json(out_dir / TRAINED_SELECTION_FILE, {**asdict(config), "margin": config.pair_margin,
                                               "encoder": str(encoder_dir), "n_inputs": len(train_rows),
                                               "n_held_out": len(held_rows), "steps": steps,
                                               "epoch_losses": epoch_losses, "held_out_losses": held_losses,
                                               "best_epoch": best["epoch"] + 1 if held_rows else None,
                                               "wall_time_s": round(time.perf_counter() - started, 1)})
     return final
-
-
-def trained_selection(epr_dir: str | os.PathLike):
-    """The DPP selection an EPR work folder's set training (``WORK/sets/retriever``, or that folder itself) was
-    trained for, or None: ``dpp`` at the weight of its ``scale_factor`` over its ``n_candidates``. ``taskret
-    evaluate --retriever epr:WORK`` selects with it unless told otherwise."""
-    from ..icl.selection import Selection, weight_for_scale_factor
-    from ..io import read_json
-
-    path = Path(epr_dir) / "sets" / "retriever" / "ceil_config.json"
-    if not path.exists():
-        path = Path(epr_dir) / "ceil_config.json"  # the set training's own output folder
-    if not path.exists():
-        return None
-    trained = read_json(path)
-    return Selection("dpp", weight_for_scale_factor(trained["scale_factor"]), trained["n_candidates"])

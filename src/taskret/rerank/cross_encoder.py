@@ -90,7 +90,7 @@ def load_cross_encoder(spec: str | os.PathLike, max_length: int | None = None, d
     """A sentence-transformers ``CrossEncoder`` from ``spec`` (see :func:`cross_encoder_folder`): an encoder with its
     classification head (``num_labels`` outputs; 1 starts a new relevance head on a bare encoder), or for a causal LM
     the yes/no log-odds after :data:`RELEVANCE_PROMPT` (a folder saved from such a model keeps its prompt)."""
-    from ..training.logs import no_loading_bars
+    from ..progress import no_loading_bars
 
     with no_loading_bars():
         return _cross_encoder(spec, max_length, device, num_labels)

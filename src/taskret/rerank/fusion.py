@@ -38,7 +38,7 @@ from .base import Reranker
 __all__ = ["FusionReranker", "fusion_max_length", "parse_fusion_spec"]
 
 PROGRESS_FROM = 2048  # texts in one encoding call from which a progress bar is shown
-DEFAULT_WEIGHT = 0.4  # BM25's share in BM25 + MiniLM, chosen on berri-lite dev tasks (benchmarks/tart_berri.py)
+DEFAULT_WEIGHT = 0.4  # BM25's share in BM25 + MiniLM, chosen on berri-lite dev tasks (benchmarks/documents/tart_berri.py)
 
 
 def _number(value: str) -> float:

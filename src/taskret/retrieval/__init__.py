@@ -48,8 +48,8 @@ def _switch(value: str) -> bool:
 _switch.__name__ = "0 or 1"
 
 
-#: Spec keyword -> builder of ``(text after the colon, seed, device)``; the one list of keywords, so that
-#: :func:`.hybrid.reads_instruction` decides "keyword or folder" as :func:`make_retriever` does.
+#: Spec keyword -> builder of ``(text after the colon, seed, device)``: with :data:`SPEC_PLUGINS`, one builder for each
+#: of :data:`.base.SPEC_KEYWORDS` (tests/retrieval/test_base.py checks), which :func:`.hybrid.reads_instruction` reads.
 SPEC_BUILDERS: dict[str, Callable[[str, int, str | None], Retriever]] = {
     "random": lambda arg, seed, device: RandomRetriever(seed=seed),
     "bm25": lambda arg, seed, device: _build_bm25(arg),
@@ -59,7 +59,6 @@ SPEC_BUILDERS: dict[str, Callable[[str, int, str | None], Retriever]] = {
 }
 #: Spec prefixes served by another subpackage, imported only when used: ``epr:DIR`` is a trained EPR run.
 SPEC_PLUGINS = {"epr": "taskret.epr.training:load_retriever"}
-SPEC_KEYWORDS = (*SPEC_BUILDERS, *SPEC_PLUGINS)  # tried before a saved index's folder
 
 
 def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retriever:

@@ -71,6 +71,12 @@ def _copy_tree(source: Path, target: Path) -> None:
 #: Retriever classes by ``name``, filled as each subclass is defined: what :meth:`Retriever.load` reads.
 REGISTRY: dict[str, type["Retriever"]] = {}
 
+#: The keywords a retriever spec may start with (``bm25``, ``dense:ENCODER``, ``epr:DIR``, ...), tried before a saved
+#: index's folder: :func:`taskret.retrieval.make_retriever` builds each (its ``SPEC_BUILDERS`` and ``SPEC_PLUGINS``
+#: hold exactly these) and :func:`taskret.retrieval.hybrid.reads_instruction` decides "keyword or folder" by them.
+#: Here, below both, so that neither imports the other.
+SPEC_KEYWORDS = ("random", "bm25", "sbert", "dense", "hybrid", "epr")
+
 
 class Retriever(ABC):
     """Index a pool of examples once; retrieve the top-k for many queries.

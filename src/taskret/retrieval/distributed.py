@@ -1,8 +1,8 @@
 """A corpus encoded on a Ray cluster: the shards of :mod:`taskret.retrieval.shards` spread over actors that each
 hold the encoder (``taskret tart index --ray auto|local|ADDRESS``).
 
-It is EPR scoring's actor pool (:class:`taskret.epr.distributed.RayScoring`: connecting, sizing, starting and
-replacing actors) with another worker: each actor builds the dense retriever from its config (encoder, dtype,
+It is the actor pool EPR scoring runs on too (:class:`taskret.backends.ray_pool.RayActorPool`: connecting, sizing,
+starting and replacing actors) with another worker: each actor builds the dense retriever from its config (encoder, dtype,
 batch size) and returns a shard's vectors; the driver reads the corpus, sends each shard's texts to an idle actor
 (a few shards ahead of the workers, never the whole corpus) and writes each shard file itself. So
 
@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..backends.base import BackendError
-from ..epr.distributed import RayOptions, RayScoring, _root_cause, _worker_died_errors, import_ray
+from ..backends.ray_pool import RayActorPool, RayOptions, import_ray, root_cause, worker_died_errors
 
 logger = logging.getLogger(__name__)
 
@@ -59,27 +59,19 @@ class _EncodingWorker:
         return self.retriever.encode_documents(texts)
 
 
-class RayEncoding(RayScoring):
+class RayEncoding(RayActorPool):
     """The shard runner of :func:`~taskret.retrieval.shards.encode_in_shards` on Ray actors (a context manager:
     entering starts them and fails early if the encoder does not load; leaving stops them). ``retriever`` and
     ``config``: the registry name and config of the dense retriever every actor builds; ``options``: where and how
-    many (:class:`~taskret.epr.distributed.RayOptions`)."""
+    many (:class:`~taskret.backends.ray_pool.RayOptions`)."""
+
+    worker = _EncodingWorker
+    model_kind = "the encoder"
 
     def __init__(self, retriever: str, config: dict, options: RayOptions, ahead: int = 2, **kwargs):
         super().__init__(config["encoder"], {"retriever": retriever, **config}, address=options.address, workers=options.workers,
                          gpus_per_worker=options.gpus_per_worker, cpus_per_worker=options.cpus_per_worker, **kwargs)
         self.ahead = ahead  # shards sent per actor before its first result: the driver reads no further ahead
-
-    def __enter__(self) -> "RayEncoding":
-        try:
-            return super().__enter__()
-        except BackendError as err:  # RayScoring's words are of LMs
-            raise BackendError(str(err).replace("the scoring LM", "the encoder")) from err.__cause__
-
-    def _start_actor(self):
-        ray = import_ray()
-        self._actor_cls = ray.remote(_EncodingWorker)
-        return super()._start_actor()
 
     def __call__(self, pending: Iterator[tuple[int, list[str]]],
                  advance: Callable[[int], None]) -> Iterator[tuple[int, np.ndarray]]:
@@ -122,10 +114,10 @@ class RayEncoding(RayScoring):
             load[id(actor)] -= 1
             try:
                 block = ray.get(ref)
-            except _worker_died_errors(ray) as err:
+            except worker_died_errors(ray) as err:
                 self._redo(actor, shard, attempts, err, in_flight, retry, load)
             except ray.exceptions.RayTaskError as err:
-                raise _root_cause(err) from None  # the encoding itself failed: the same on any worker
+                raise root_cause(err) from None  # the encoding itself failed: the same on any worker
             else:
                 self.stats["shards"] += 1
                 advance(len(shard[1]))
@@ -143,7 +135,7 @@ class RayEncoding(RayScoring):
         for counter in ("worker_failures", "retried_shards"):
             self.stats[counter] += 1
         if tries >= self.max_shard_attempts:
-            raise BackendError(f"shard {number} failed on {tries} Ray workers; last: {_root_cause(err)}") from err
+            raise BackendError(f"shard {number} failed on {tries} Ray workers; last: {root_cause(err)}") from err
         logger.warning("Ray worker died encoding shard %d (%s); encoding it again", number, type(err).__name__)
         retry.append(shard)
         self._forget(actor, [])

@@ -35,7 +35,7 @@ import numpy as np
 from ..data import Example
 from ..formats import split_query
 from ..io import read_json
-from .base import RetrievalResult, Retriever, example_text
+from .base import SPEC_KEYWORDS, RetrievalResult, Retriever, example_text
 
 __all__ = ["FUSIONS", "HybridRetriever", "parse_hybrid_spec", "parse_spec_options", "fuse_rrf", "fuse_convex",
            "fuse_results", "parse_switches", "reads_instruction", "strip_instructions"]
@@ -79,8 +79,6 @@ def reads_instruction(spec: str) -> bool:
     """Whether a hybrid's component given by ``spec`` reads the instruction by default: all but BM25, a saved
     BM25 index folder included (its ``meta.json`` names the retriever), so the default tuned and the default built
     are the same."""
-    from . import SPEC_KEYWORDS  # the package imports this module
-
     name = spec.partition(":")[0]
     if name in SPEC_KEYWORDS or not spec:  # decided as make_retriever decides: a keyword before a folder
         return name != "bm25"

@@ -48,6 +48,7 @@ from ..formats import BREAK_FORMAT, break_to_prompt
 from ..io import DataError, atomic_path, iter_records, read_json, write_json, write_jsonl
 from .base import REGISTRY as RETRIEVERS
 from .base import Retriever, example_text
+from .set_selection import Selection, trained_for
 from .shards import SHARD_SIZE, SHARDS_DIR, ShardPlan
 
 __all__ = ["INDEX_FORMAT", "ITEMS_FILE", "OFFSETS_FILE", "INFO_FILE", "KINDS", "InvalidIndex", "IndexRecord",
@@ -125,10 +126,8 @@ class LoadedIndex:
 
     @property
     def selection(self):
-        """The :class:`~taskret.icl.selection.Selection` the index records (an EPR run trained for CEIL's DPP), which
-        the service's ``/prompt`` and the LangChain selector apply by default; else None."""
-        from ..icl.selection import Selection
-
+        """The :class:`~taskret.retrieval.set_selection.Selection` the index records (an EPR run trained for CEIL's
+        DPP), which the service's ``/prompt`` and the LangChain selector apply by default; else None."""
         recorded = self.info.get("selection")
         return None if recorded is None else Selection.from_record(recorded)
 
@@ -185,10 +184,9 @@ PROMPT_SETTINGS = ("context_window", "max_new_tokens")
 def run_prompt_settings(spec: str) -> dict:
     """The prompt settings (``context_window``, ``max_new_tokens``) of the EPR run behind ``epr:DIR`` (DIR: the work
     folder, its ``index/`` or ``retriever/``), read from its ``pipeline_config.json``, and the ``selection`` its
-    retriever was trained for (:func:`~taskret.icl.selection.trained_for`: a set-training run's DPP, as ``taskret
-    evaluate --retriever epr:DIR`` applies it); ``{}`` for any other spec or a folder without them.
+    retriever was trained for (:func:`~taskret.retrieval.set_selection.trained_for`: a set-training run's DPP, as
+    ``taskret evaluate --retriever epr:DIR`` applies it); ``{}`` for any other spec or a folder without them.
     :func:`save_index` gets them as ``extra``, so ``taskret serve`` builds the prompts the run was evaluated with."""
-    from ..icl.selection import trained_for
     from ..io import read_json
 
     if not spec.startswith("epr:"):
@@ -428,8 +426,6 @@ def _check_info(directory: Path, kind: str, info: dict) -> None:
     if info.get("instruction") is not None and not isinstance(info["instruction"], str):
         raise InvalidIndex(f"{path}: 'instruction' must be a string or null")
     if info.get("selection") is not None:
-        from ..icl.selection import Selection
-
         if kind != "examples":
             raise InvalidIndex(f"{path}: 'selection' chooses demonstrations; a {kind} index has none")
         try:

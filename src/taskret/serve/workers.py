@@ -8,7 +8,7 @@ from the environment variable :data:`APP_KWARGS_ENV` as JSON, so that ``create_a
 configuration enters, for one worker or many. Each worker loads the index memory-mapped (``mmap=True``): bm25s's
 arrays, a FAISS index and the texts (items.jsonl, each record parsed when a result needs it:
 :class:`~taskret.retrieval.index.LazyRecords`) are then one copy in the page cache, whatever the number of workers; a
-dense encoder's weights and the Python objects are each worker's own (``benchmarks/serve_load.py`` measures RSS per
+dense encoder's weights and the Python objects are each worker's own (``benchmarks/serve/serve_load.py`` measures RSS per
 worker).
 
 Each worker's math libraries (torch, FAISS's OpenMP) get ``cores / N`` threads (``OMP_NUM_THREADS``, unless it is set

@@ -250,7 +250,7 @@ def _run_stages(config: TartRunConfig, work: Path, say, progress: bool, log: Pat
 
         Stage("distil", work / "distil", marker=work / "distil" / DISTIL_FILE, say=say).run(distil)
 
-    if not config.eval_tasks:  # a training-only run (benchmarks/tart_trained.py evaluates its own grid)
+    if not config.eval_tasks:  # a training-only run (benchmarks/documents/tart_trained.py evaluates its own grid)
         say("evaluate: no eval_tasks, skipped")
         return {}
     tasks = [load_retrieval_task(name, config.data_dir, config.eval_split).sample(config.eval_limit, seed=config.seed)

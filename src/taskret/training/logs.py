@@ -20,6 +20,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterator
 
+from ..progress import no_loading_bars
+
 __all__ = ["TRAINER_LOGGER", "library_log", "library_logs", "no_library_bars", "trained"]
 
 #: The logger :func:`~taskret.training.fit.fit` writes every trainer log dict to (at INFO).
@@ -40,21 +42,6 @@ _ACTIVE: ContextVar[Path | None] = ContextVar("taskret_library_log", default=Non
 def library_log() -> Path | None:
     """The log file of the active :func:`library_logs` block, or None."""
     return _ACTIVE.get()
-
-
-@contextmanager
-def no_loading_bars() -> Iterator[None]:
-    """Turn transformers' progress bars off for the block: what every model load runs under, so that its
-    ``Loading weights: 100%`` bar never reaches the Python API's, LangChain's or DSPy's output."""
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 @contextmanager

@@ -1,0 +1,270 @@
+"""Which of UDR's changes makes it beat plain EPR on MTOP? A ladder where each rung adds one lever to the one before,
+every rung evaluated on all 859 test inputs on one machine, each paired with the rung before and with plain EPR.
+
+    (a) plain EPR as taskret ran it (demonstrations by their input; lr 5e-5, 10 epochs, batch 120)
+    (b) + demonstrations encoded and indexed as input and output (``field: both``, EPR's code's ``setup_type=qa``)
+    (c) + EPR's code's training settings (lr 1.34e-4, batch 60, 30 epochs, 15.7% warm-up, the LM's best positive)
+    (d) + UDR's listwise loss, one round, no new LM call (UDR's own settings: lr 1.3e-4, batch 32, 10 epochs)
+    (e) + UDR's second round (mined by (d)'s retriever; its 26,051 new LM scores are committed)
+    (f) full UDR, three rounds (the committed run)
+    and the references BM25 and LM-Oracle, so that each rung's share of the BM25 -> LM-Oracle gap is read on
+    the same machine.
+
+Two steps, each resumable, each writing files under ``--results`` (committed, so that the second can run in
+another session on the same kind of machine):
+
+1. ``rankings``: the trained rungs' (b-e) top 100 training examples for every test input (``RUNG/rankings.jsonl``),
+   from the index their ``taskret epr run benchmarks/epr/configs/epr_ladder/RUNG.json --stop-after index`` built; a, f
+   and the references keep the rankings their committed evaluations recorded.
+2. ``evaluation``: SmolLM2-135M on every test input with each rung's ranking (``RUNG/eval/``). An evaluation made
+   on another machine (CPU, torch, transformers or the LM's dtype differ: ``summary.json``'s ``machine``) is run
+   again, never mixed in.
+
+The result (``--out``) holds each rung's EM, ``vs_prev`` and ``vs_epr`` (McNemar, paired bootstrap interval),
+``min_detectable_diff``, ``lm_calls`` (the LM scorings of training pairs its retriever needs, EPR's included;
+each evaluation's 859 generations come on top, the same for every rung) and ``cpu_hours_to_index`` (hours of a
+2-core machine from BM25 candidates to a built index: LM scoring at the rate measured on 2 cores plus the training
+and index stages' wall time as recorded in the rung's ``stage_times.jsonl``; ``null`` with the GPU minutes beside
+it where a stage ran on a GPU).
+
+    python benchmarks/epr/epr_ladder.py --data-dir ../shared/data                    # both steps
+    python benchmarks/epr/epr_ladder.py --data-dir ../shared/data --step rankings    # after the trainings
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+from _common import command_line, machine, parser, write_result  # noqa: E402
+
+from taskret.backends.base import load_lm  # noqa: E402
+from taskret.data import load_task
+from taskret.icl.compare import paired_comparison
+from taskret.icl.evaluation import evaluate, machine_differences, read_correct
+from taskret.io import read_json, read_jsonl, write_jsonl
+from taskret.models import dtype_name
+from taskret.progress import progress_bar
+from taskret.retrieval import RetrievalResult, Retriever
+
+COMMITTED = Path("benchmarks/results/epr_full/mtop")
+EPR_SCORES = Path("benchmarks/results/epr_mtop_full/scoring/scores.jsonl")
+UDR_ROUNDS = [COMMITTED / "udr" / f"round{r}" / "scoring" / "scores.jsonl" for r in (2, 3)]
+#: EPR's 61,850 LM scorings on the 2-core machine (AVX2 EPYC): 8.3-8.7 pairs/s on 2 Ray workers, ~2.0 h
+#: (docs/benchmarks.md, "The full MTOP pipeline takes ~2.3 h on 2 cores").
+SCORING_PAIRS_PER_S = 8.5
+
+#: rung -> (what it adds, where its ranking comes from, the LM score files its retriever was trained on, the
+#: work folder whose stage_times.jsonl holds its training cost)
+RUNGS: dict[str, tuple[str, str, list[Path], Path]] = {
+    "a": ("plain EPR (field input, lr 5e-5, 10 epochs, batch 120)", f"committed:{COMMITTED}/epr/eval",
+          [EPR_SCORES], COMMITTED / "epr"),
+    "b": ("+ demonstrations as input and output (field both)", "index:runs/bench/epr_ladder/b", [EPR_SCORES],
+          Path("runs/bench/epr_ladder/b")),
+    "c": ("+ EPR's code's training settings", "index:runs/bench/epr_ladder/c", [EPR_SCORES],
+          Path("runs/bench/epr_ladder/c")),
+    "d": ("+ UDR's listwise loss, one round", "index:runs/bench/epr_ladder/d", [EPR_SCORES],
+          Path("runs/bench/epr_ladder/d")),
+    "e": ("+ UDR's round 2", "index:runs/bench/epr_ladder/e", [EPR_SCORES, UDR_ROUNDS[0]],
+          Path("runs/bench/epr_ladder/e")),
+    "f": ("full UDR (3 rounds)", f"committed:{COMMITTED}/udr/eval", [EPR_SCORES, *UDR_ROUNDS], COMMITTED / "udr"),
+}
+REFERENCES = {"bm25": f"committed:{COMMITTED}/epr/baseline", "lm_oracle": f"oracle:{COMMITTED}/lm-oracle/oracle"}
+TRAINING_STAGES = ("training", "round 2 training", "round 3 training", "index", "round 2 candidates",
+                   "round 3 candidates")
+
+
+def _ranking(source: str, test) -> RetrievalResult:
+    """A rung's top 100 for each test input, in ``test``'s order, from its ``source`` (``KIND:PATH``)."""
+    kind, _, where = source.partition(":")
+    if kind == "index":
+        return Retriever.load(Path(where) / "index").retrieve([e.input for e in test], k=100)
+    if kind == "file":  # what step 1 wrote
+        rows = {r["id"]: (r["ids"], r["scores"]) for r in read_jsonl(Path(where))}
+    elif kind == "committed":  # an evaluation's predictions.jsonl records each input's ranking
+        rows = {r["id"]: (r["retrieved_ids"], r["retrieved_scores"]) for r in read_jsonl(Path(where) / "predictions.jsonl")}
+    elif kind == "oracle":  # the LM-Oracle's ranked chunks (benchmarks/epr_beyond.py)
+        rows = {}
+        for chunk in sorted(Path(where).glob("*.json")):
+            done = read_json(chunk)
+            rows.update(zip(done["inputs"], zip(done["ids"], done["scores"])))
+    else:
+        raise ValueError(f"unknown ranking source '{source}'")
+    missing = [e.id for e in test if e.id not in rows]
+    if missing:
+        raise SystemExit(f"{source}: no ranking for {len(missing)} test inputs, e.g. '{missing[0]}'")
+    ids = [list(rows[e.id][0]) for e in test]
+    scores = np.full((len(test), max(len(i) for i in ids)), np.nan, dtype=np.float32)
+    for n, e in enumerate(test):
+        scores[n, : len(rows[e.id][1])] = [np.nan if v is None else v for v in rows[e.id][1]]
+    return RetrievalResult(ids, scores)
+
+
+def _source(name: str, results: Path) -> str:
+    """Where a rung's (or reference's) ranking is read for its evaluation: a trained rung's from step 1's file."""
+    source = RUNGS[name][1] if name in RUNGS else REFERENCES[name]
+    return f"file:{results / name / 'rankings.jsonl'}" if source.startswith("index:") else source
+
+
+def rankings(test, results: Path, names: list[str]) -> None:
+    """Step 1: the trained rungs' rankings of the test inputs, from their indexes (the others' are committed)."""
+    for name in names:
+        source, path = RUNGS[name][1], results / name / "rankings.jsonl"
+        if not source.startswith("index:"):
+            continue
+        if path.exists():
+            print(f"{name}: {path} exists, kept", flush=True)
+        elif not (Path(source[6:]) / "index" / "meta.json").exists():
+            print(f"{name}: no index yet (taskret epr run benchmarks/epr/configs/epr_ladder/{name}.json --stop-after "
+                  "index), skipped", flush=True)
+        else:
+            ranked = _ranking(source, test)
+            write_jsonl(path, [{"id": e.id, "ids": ids, "scores": [round(float(v), 5) for v in row[: len(ids)]]}
+                               for e, ids, row in zip(test, ranked.ids, ranked.scores)])
+            # What the training cost and how it was set, kept beside the rankings (the work folder is not kept).
+            work = Path(source[6:])
+            shutil.copyfile(work / "stage_times.jsonl", results / name / "stage_times.jsonl")
+            for trained in sorted(work.glob("**/retriever/epr_config.json")):
+                shutil.copyfile(trained, results / name / f"{trained.parent.parent.name}_epr_config.json"
+                                if trained.parent.parent != work else results / name / "epr_config.json")
+            print(f"{name}: {len(test)} rankings -> {path}", flush=True)
+
+
+def evaluations(task, test, results: Path, names: list[str], args) -> None:
+    """Step 2: each rung's (and reference's) evaluation on this machine, unless one made here exists."""
+    lm = None
+    for name in names:
+        source, out = _source(name, results), results / name / "eval"
+        if source.startswith("file:") and not Path(source[5:]).exists():
+            print(f"{name}: no rankings yet, not evaluated", flush=True)
+            continue
+        if (out / "summary.json").exists():
+            elsewhere = machine_differences(read_json(out / "summary.json"), dtype_name("auto"))
+            if not elsewhere:
+                print(f"{name}: evaluated on this machine, kept", flush=True)
+                continue
+            print(f"{name}: evaluated on another machine ({elsewhere}), evaluated again", flush=True)
+        lm = lm or load_lm(args.lm)
+        with progress_bar(len(test), f"{name}: evaluating") as advance:
+            evaluate(task, None, lm, test, out, retriever_name=f"ladder:{name}", context_window=args.context_window,
+                     max_new_tokens=args.max_new_tokens, progress=advance, retrieved=_ranking(source, test))
+
+
+def _distinct_pairs(score_files: list[Path]) -> int:
+    return len({(row["id"], c["id"]) for path in score_files for row in read_jsonl(path) for c in row["candidates"]})
+
+
+def _cost(name: str, results: Path) -> dict:
+    """LM scorings and hours from BM25 candidates to a built index on 2 cores (module docstring)."""
+    _, _, score_files, work = RUNGS[name]
+    if (results / name / "stage_times.jsonl").exists():  # a trained rung's, kept by step 1
+        work = results / name
+    pairs = _distinct_pairs(score_files)
+    times = {r["stage"]: r for r in read_jsonl(work / "stage_times.jsonl")} if (work / "stage_times.jsonl").exists() else {}
+    gpu = {r["stage"] for r in read_jsonl(work / "stage_times_gpu.jsonl")} if (work / "stage_times_gpu.jsonl").exists() else set()
+    stages = {s: times[s]["wall_s"] for s in TRAINING_STAGES if s in times}
+    cost = {"lm_calls": pairs, "stages_wall_s": stages}
+    if gpu:
+        cost["cpu_hours_to_index"] = None
+        cost["gpu_minutes"] = round(sum(times[s]["wall_s"] for s in gpu if s in times) / 60, 1)
+        cost["gpu_stages"] = sorted(gpu)
+    else:
+        cost["cpu_hours_to_index"] = round((pairs / SCORING_PAIRS_PER_S + sum(stages.values())) / 3600, 2)
+    return cost
+
+
+def assemble(results: Path, names: list[str]) -> dict:
+    rows: dict[str, dict] = {}
+    correct = {n: read_correct(results / n / "eval" / "predictions.jsonl") for n in [*names, *REFERENCES]
+               if (results / n / "eval" / "predictions.jsonl").exists()}
+    summaries = {n: read_json(results / n / "eval" / "summary.json") for n in correct}
+    first = next(iter(summaries.values()), None)
+    for n, summary in summaries.items():  # one machine for every number
+        if machine_differences(summary, first["machine"].get("dtype")) if first else {}:
+            raise SystemExit(f"{n}: evaluated on another machine than the others; evaluate it again here")
+    previous = None
+    for name in names:
+        if name not in correct:
+            previous = None
+            continue
+        row = {"adds": RUNGS[name][0], "em": round(summaries[name]["metrics"]["em"], 3), "n": summaries[name]["n"]}
+        for key, other in (("vs_prev", previous), ("vs_epr", "a" if name != "a" else None)):
+            if other in correct:
+                paired = paired_comparison(correct[name], correct[other])
+                row[key] = {"only_method": paired["only_a"], "only_" + ("prev" if key == "vs_prev" else "epr"):
+                            paired["only_b"], "p": paired["p"], "diff_ci95": paired["diff_ci95"]}
+                if key == "vs_epr":
+                    row["min_detectable_diff"] = paired["min_detectable_diff"]
+        row.update(_cost(name, results))
+        rows[name] = row
+        previous = name
+    references = {n: round(summaries[n]["metrics"]["em"], 3) for n in REFERENCES if n in summaries}
+    if {"bm25", "lm_oracle"} <= references.keys():
+        gap = references["lm_oracle"] - references["bm25"]
+        for row in rows.values():
+            row["share_of_gap"] = round((row["em"] - references["bm25"]) / gap, 3)
+    return {"rungs": rows, "machine": first["machine"] if first else None, **references}
+
+
+def recommended(rungs: dict) -> str | None:
+    """The cheapest rung (fewest LM calls, then hours) not significantly below the best one (p >= 0.05 against it,
+    or at or above it)."""
+    if not rungs:
+        return None
+    best = max(rungs, key=lambda r: rungs[r]["em"])
+    return min((r for r in rungs if r == best or rungs[r].get("vs_best_p", 0) >= 0.05),
+               key=lambda r: (rungs[r]["lm_calls"], rungs[r].get("cpu_hours_to_index") or float("inf")))
+
+
+def main() -> None:
+    options = parser(__doc__, out="benchmarks/results/epr_ladder.json", task="mtop", lm="smollm2-135m", icl=True)
+    options.add_argument("--results", default="benchmarks/results/epr_ladder", help="rankings and evaluations")
+    options.add_argument("--rungs", default=",".join(RUNGS), help="(default: %(default)s)")
+    options.add_argument("--step", choices=("rankings", "evaluation", "all"), default="all")
+    options.add_argument("--references", default=",".join(REFERENCES), help="evaluated after the rungs, for the "
+                         "share of the BM25 -> LM-Oracle gap (default: %(default)s; empty: none)")
+    args = options.parse_args()
+    task = load_task(args.task, data_dir=args.data_dir)
+    test = list(task.test)
+    names = [n.strip() for n in args.rungs.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(RUNGS))
+    if unknown:
+        raise SystemExit(f"unknown rungs: {', '.join(unknown)}; expected some of {', '.join(RUNGS)}")
+    results = Path(args.results)
+    info = machine()
+    rankings(test, results, names)
+    if args.step == "rankings":
+        return
+    references = [n.strip() for n in args.references.split(",") if n.strip()]
+    if set(references) - set(REFERENCES):
+        raise SystemExit(f"unknown references: {', '.join(sorted(set(references) - set(REFERENCES)))}")
+    evaluations(task, test, results, [*names, *references], args)
+    table = assemble(results, names)
+    rungs = table["rungs"]
+    if rungs:
+        best = max(rungs, key=lambda r: rungs[r]["em"])
+        correct = {r: read_correct(results / r / "eval" / "predictions.jsonl") for r in rungs}
+        for r in rungs:
+            if r != best:
+                rungs[r]["vs_best_p"] = paired_comparison(correct[r], correct[best])["p"]
+    result = {"benchmark": "epr_ladder", "command": command_line(args, options), "machine": table["machine"] or info,
+              "load_average_at_start": info["load_average"],
+              args.task: {"n": len(test), "bm25": table.get("bm25"), "lm_oracle": table.get("lm_oracle"),
+                          "recommended": recommended(rungs), "rungs": rungs}}
+    speed = Path("benchmarks/results/listwise_speed.json")
+    if speed.exists():
+        variants = json.loads(speed.read_text())["variants"]
+        result["listwise_inputs_per_s"] = {"before": variants["padded_batch"]["inputs_per_s"],
+                                           "after": variants["distinct_chunks"]["inputs_per_s"]}
+    write_result(args.out, result)
+    for name, row in rungs.items():
+        print(f"{name}: {row['em']:.1f} EM ({row['adds']})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

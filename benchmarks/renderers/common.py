@@ -1,0 +1,43 @@
+"""What every renderer shares: where the results are, reading one (a result not there yet is None: its table is
+left out, never made up), the machine line, McNemar's p as the tables print it, and the table helper."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from taskret.icl.evaluation import read_correct
+
+BENCHMARKS = Path(__file__).resolve().parents[1]
+RESULTS = BENCHMARKS / "results"
+README = BENCHMARKS.parent / "README.md"
+
+# the earlier runs (EPR, the first TART tables) had AVX2 only; the TART runs from the 256-token students on had
+# AVX512-BF16 (float32 encoders either way): the CPU times of the two are not comparable step for step
+MACHINE = ("x86_64 AMD EPYC, 2 cores (AVX2 for the earlier runs, AVX512-BF16 for the TART runs from the 256-token "
+           "students on), 24 GiB, no GPU, Python 3.11, torch 2.13 CPU")
+
+
+def load(name: str):
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def correct(path: Path) -> dict[str, bool] | None:
+    return read_correct(path) if path.exists() else None
+
+
+def p_text(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.2f}"
+
+
+MTOP_TEST_INPUTS = 859  # MTOP's test file here: the successors' comparison runs on all of it
+
+
+def instruction_pair(cols: dict) -> str:
+    return " / ".join(f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction"))
+
+
+def header(*columns: str) -> list[str]:
+    """A Markdown table's first two lines: the column names, then the alignment row."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

@@ -1,0 +1,99 @@
+"""EPR's successors against plain EPR on the same inputs (epr_beyond.json, benchmarks/epr/epr_beyond.py)."""
+
+from __future__ import annotations
+
+from _common import describe_machine
+
+from .common import MTOP_TEST_INPUTS, header, load, p_text
+
+EPR_VARIANTS = {  # epr_beyond.json's methods, as the benchmark page names them
+    "epr": "plain EPR (300 x 8 LM-scored pairs, BM25 candidates)",
+    "epr+dpp": "+ DPP selection over its top 50, untrained (CEIL's kernel; weight chosen on training inputs)",
+    "epr+mmr": "+ MMR selection over its top 50 (weight chosen on training inputs)",
+    "epr+reward": "+ reward model fused when reranking its top 30 (LLM-R's cross-encoder; weight chosen on training "
+                  "inputs)",
+    "epr-round2": "UDR: a second round, candidates mined by the round-1 retriever (`rounds: 2`)",
+    "epr-reward": "LLM-R: the reward model distilled into the retriever (`reward_model: {}`)",
+    "ceil": "CEIL: the query encoder trained on LM-scored sets, and its DPP (`set_training: {}`)",
+    "udr": "UDR: listwise loss over sampled lists of 8, 3 rounds re-mining 50 (`listwise`, `rounds: 3`)",
+    "llm-r": "LLM-R: a reward model reading the gold output, distilled into a retriever (`reward_model: {}`)",
+    "bm25": "BM25 (no training)",
+    "lm-oracle": "LM-Oracle: BM25-Oracle's top 50 ranked by the LM with the gold output (an upper reference)",
+}
+
+
+EPR_SHORT = {"ceil": "CEIL set training (`set_training`) and its DPP", "epr-round2": "UDR round 2 (`rounds: 2`)",
+             "epr-reward": "LLM-R distillation (`reward_model`)", "epr+dpp": "EPR + untrained DPP",
+             "epr+mmr": "EPR + MMR", "epr+reward": "EPR + reward model fused",
+             "udr": "UDR (`listwise`, `rounds: 3`)", "llm-r": "LLM-R (`reward_model`)"}
+
+
+def _variant_cost(row: dict) -> str:
+    cost = row.get("training_cost", {})
+    parts = []
+    if "lm_pairs_later_rounds" in cost:
+        parts.append(f"+{cost['lm_pairs_later_rounds']:,} LM-scored pairs")
+    if "lm_sets" in cost:
+        parts.append(f"+{cost['lm_sets']:,} LM-scored sets")
+    stages = cost.get("stages", {})
+    own = [s for s in stages if s.startswith(("round", "set", "reward"))]
+    if own:
+        on_gpu = set(own) <= set(cost.get("gpu_stages", ()))
+        parts.append(f"{sum(stages[s]['wall_s'] for s in own) / 60:.1f} min of own stages"
+                     + (" on one H200 (`docs/how-to/gpu.md`)" if on_gpu else ""))
+    if "tuning" in row:
+        parts.append(f"{row['tuning']['n'] * len(row['tuning']['scores'])} LM generations to choose the weight")
+    return ", ".join(parts) or "-"
+
+
+def epr_beyond_table() -> list[str]:
+    """Issue 48: EPR's successors against plain EPR on the same test inputs, and the multi-task retriever on
+    held-out tasks against BM25."""
+    d = load("epr_beyond.json")
+    if d is None:
+        return []
+    out = [f"EPR and its successors on the same test inputs, SmolLM2-135M, exact match, each paired with plain EPR "
+           f"(McNemar: inputs solved only by the variant / only by EPR) (`{d['commands'][-1]}`; "
+           f"{describe_machine(d['machine'])}). The gap closed is (EM - BM25) / (LM-Oracle - BM25), BM25's and "
+           "LM-Oracle's EM " + ("measured in the same run, on the same inputs." if "lm-oracle" in d.get("mtop", {})
+                                else "from `benchmarks/epr/epr_table.py` on the same inputs."), "",
+           *header("task", "variant", "N", "EM", "gap closed", "only variant / only EPR", "p", "EM diff, 95% CI",
+                   "detectable at 80%", "what it costs beyond EPR")]
+    for task in ("mtop", "break"):
+        if task not in d:
+            continue
+        bm25, oracle = d.get("bm25", {}).get(task), d.get("lm_oracle", {}).get(task)
+        for method, row in d[task].items():
+            if method == "base":
+                continue
+            gap = f"{100 * (row['em'] - bm25) / (oracle - bm25):.0f}%" if bm25 is not None and oracle else "-"
+            paired = row.get("vs_epr")
+            test = f"{paired['only_method']} / {paired['only_epr']} | {p_text(paired['p'])}" if paired else "- | -"
+            interval = paired.get("diff_ci95") if paired else None
+            interval = f"[{interval[0]:+.1f}, {interval[1]:+.1f}]" if interval else "-"
+            detectable = f"{row['min_detectable_diff']:.1f}" if row.get("min_detectable_diff") else "-"
+            name = EPR_VARIANTS.get(method, method)
+            if method == "epr" and task == "mtop" and row["n"] == MTOP_TEST_INPUTS:  # issue 52's full recipe
+                name = "plain EPR (full recipe: 1,237 x 50 LM-scored pairs, BM25 candidates)"
+            out.append(f"| {task} | {name} | {row['n']} | {row['em']:.1f} | {gap} | {test} | "
+                       f"{interval} | {detectable} | {_variant_cost(row)} |")
+    held = d.get("held_out")
+    if held:
+        setup = held and d["held_out_setup"]
+        out += ["", f"A new task with no scoring budget: for each held-out task, one retriever trained on the EPR labels "
+                f"of the other tasks of {', '.join(setup['train_tasks'])} (300 labelled inputs x 8 candidates each, "
+                f"{setup['epochs']} epochs), each query written "
+                "`{instruction} [SEP] {input}`, then queried on the held-out task with its own instruction; "
+                f"{setup['n']} test inputs each, chrF (sacrebleu) and EM, each paired with BM25 (Wilcoxon on the "
+                "per-input chrF; McNemar on EM). `epr` is the reference a scoring budget buys: trained on the "
+                "task's own labels.", "",
+                *header("held-out task", "retriever", "chrF", "vs BM25 (p)", "EM", "only it / only BM25 (p)")]
+        for task, rows in held.items():
+            for method, row in rows.items():
+                vs = row.get("vs_bm25")
+                chrf_vs = f"{vs['chrf_diff']:+.1f} ({p_text(vs['chrf_p'])})" if vs else "-"
+                em_vs = f"{vs['only_method']} / {vs['only_bm25']} ({p_text(vs['em_p'])})" if vs else "-"
+                out.append(f"| {task} | {method} | {row['chrf']:.1f} | {chrf_vs} | {row['em']:.1f} | {em_vs} |")
+        means = {m: sum(rows[m]["chrf"] for rows in held.values()) / len(held) for m in next(iter(held.values()))}
+        out += ["", "Mean chrF over the held-out tasks: " + ", ".join(f"{m} {v:.1f}" for m, v in means.items()) + "."]
+    return out

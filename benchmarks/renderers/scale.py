@@ -1,0 +1,126 @@
+"""Cost as the corpus grows and where a streaming build's memory goes (benchmarks/scale/: scale.json,
+build_memory.json)."""
+
+from __future__ import annotations
+
+import re
+
+from _common import describe_machine
+
+from .common import header, load
+from .serve import worker_memory
+
+
+def _fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _bm25_backends(d: dict) -> str:
+    backends = sorted({r["bm25"].get("backend", "numpy") for r in d["sizes"].values()})
+    return " / ".join(backends)
+
+
+def _index_kind(dense: dict) -> str:
+    return f"hnsw, ef_search {dense['ef_search']}" if dense.get("ef_search") else dense["index_type"]
+
+
+def scale_table() -> list[str]:
+    """`benchmarks/scale/scale.py`: indexing and search cost at each corpus size, the fitted extrapolation, serving."""
+    d = load("scale.json")
+    if not d:
+        return []
+    out = [f"Cost as the corpus grows (`{d['command']}`; {describe_machine(d['machine'])}; {d['corpus']}; "
+           f"{d['queries']} real queries). Build: `docs-fast` (BM25 + MiniLM in bf16, HNSW from 20K vectors), each "
+           "stage in seconds; peak RSS of the build process; single-query p50 / p99 ms, top 10, each index loaded "
+           "and warmed as `taskret serve` does (BM25 on bm25s's " + _bm25_backends(d) + " backend); the dense index "
+           "alone is its search for an encoded query (end to end, a dense query is mostly its encoder pass); "
+           "recall@10 of the dense index against exact search, at the ef_search it records:", "",
+           *header("documents", "encode docs/s", "encode s", "ANN s", "BM25 s", "peak RSS GiB", "disk GiB",
+                   "BM25 p50 / p99", "dense index alone p50 / p99", "recall@10", "dense end to end p50",
+                   "docs-fast p50 / p99", "docs-rerank p50")]
+    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
+        t, dense, alone = r["index_s"], r["dense"], r["dense"].get("search_only", {})
+        out.append(f"| {int(n):,} | {r['encode_docs_per_s']:.0f} | {t['encode']:,.0f} | {t['ann']:,.1f} | "
+                   f"{t['bm25']:,.1f} | {r['peak_rss_gib']:.2f} | {r['disk_gib']:.2f} | {r['bm25']['p50_ms']:.2f} / "
+                   f"{r['bm25']['p99_ms']:.2f} | {_fmt(alone.get('p50_ms'), 3)} / {_fmt(alone.get('p99_ms'), 3)} | "
+                   f"{dense['recall_at_10']:.3f} ({_index_kind(dense)}) | {dense['p50_ms']:.1f} | "
+                   f"{r['docs-fast']['p50_ms']:.1f} / {r['docs-fast']['p99_ms']:.1f} | "
+                   f"{r['docs-rerank']['p50_ms']:,.0f} |")
+    curves = {n: r["dense"]["ef_search_curve"] for n, r in d["sizes"].items() if r["dense"].get("ef_search_curve")}
+    if curves:
+        efs = [point["ef_search"] for point in next(iter(curves.values()))]
+        out += ["", "HNSW's search width (`ef_search`) at each size: recall@10 against exact search / the index's "
+                "own single-query p50 ms (`taskret.retrieval.dense.ef_search_for` chooses by size from these):", "",
+                *header("documents", *(f"ef_search {ef}" for ef in efs))]
+        for n, curve in sorted(curves.items(), key=lambda item: int(item[0])):
+            out.append(f"| {int(n):,} | " + " | ".join(f"{c['recall_at_10']:.3f} / {c['p50_ms']:.2f}" for c in curve)
+                       + " |")
+    ex = d.get("extrapolation")
+    if ex:
+        cluster = ex["cluster"]
+        out += ["", f"Extrapolated ({ex['note']}):", "",
+                *header("documents", "peak RSS GiB", "disk GiB", "build h, one machine", f"build h, {cluster} machines",
+                        "BM25 p50 ms", "dense index alone p50 ms")]
+        for n, row in ex["table"].items():
+            out.append(f"| {int(n):,} | {_fmt(row['peak_rss_gib'])} | {_fmt(row['disk_gib'])} | "
+                       f"{_fmt(row['build_h_one_machine'])} | {_fmt(row[f'build_h_{cluster}_machines'])} | "
+                       f"{_fmt(row.get('bm25_p50_ms'))} | {_fmt(row.get('dense_search_p50_ms'), 2)} |")
+    ray = d.get("ray")
+    if ray:
+        out += ["", f"Encoding on Ray (`--ray local`, {ray['workers']} workers) at {ray['documents']:,} documents: "
+                f"{'the same' if ray['same_top10'] else 'a different'} top 10 as the local build for "
+                f"{ray['queries_with_same_top10']} of {ray['queries']} real queries (largest score difference "
+                f"{ray['max_score_diff']:.1e}); encoding {ray['encode_s']:,.0f} s on the same 2 cores."]
+    serve = d.get("serve")
+    if serve:
+        http = d["machine"].get("http_stack")
+        out += ["", f"Served at {serve['size']:,} documents (`taskret serve --workers {serve['workers']}`"
+                + (f" on {http['http']} + {http['loop']}" if http else "") + ", "
+                f"{serve['tool']}, {serve['connections']} connections, {serve['duration_s']:.0f} s per run, "
+                "real queries in turn, k=10; memory per worker after the load):", "",
+                *header("endpoint", "requests/s", "p50 ms", "p99 ms", "errors", "worker RSS / PSS MiB")]
+        out.append(f"| /health (the floor) | {serve['floor']['req_per_s']:,.0f} | {serve['floor']['p50_ms']} | "
+                   f"{serve['floor']['p99_ms']} | {serve['floor']['errors']} | |")
+        for name in ("bm25", "docs-fast"):
+            r = serve[name]
+            out.append(f"| /retrieve, {name} | {r['req_per_s']:,.1f} | {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | "
+                       f"{worker_memory(r['memory_mib']['workers'])} |")
+        t = serve["targets"]
+        out += ["", f"BM25 /retrieve at **{t['bm25_share_of_floor']:.0%}** of the floor's requests/s (target >= 50%), "
+                f"p99 {t['bm25_p99_over_floor']}x the floor's (target <= 2x); docs-fast at "
+                f"**{_fmt(100 * t['docs_fast_share_of_encoder'] if t['docs_fast_share_of_encoder'] else None, 0)}%** "
+                f"of the query encoder's batched rate in the same run "
+                f"({serve['docs-fast']['encoder_queries_per_s']} queries/s; target >= 70%)."]
+    return out
+
+
+def build_memory_table() -> list[str]:
+    """`benchmarks/scale/build_memory.py`: memory growth per document of a streaming dense build, by variant."""
+    d = load("build_memory.json")
+    if not d:
+        return []
+    what = {"hnsw": "HNSW, glibc's default malloc (before taskret.allocator)",
+            "hnsw-release": "HNSW, taskret's default: `malloc_trim(0)` after each 256-document chunk",
+            "hnsw-mmap-threshold": "HNSW, glibc's mmap threshold fixed at 128 KiB",
+            "flat": "flat index (no graph)", "hnsw-trim": "HNSW, `malloc_trim(0)` every 2 s from a thread",
+            "hnsw-onednn-cache-0": "HNSW, oneDNN's primitive cache off",
+            "hnsw-mmap-threshold-onednn-cache-0": "HNSW, threshold fixed and oneDNN's cache off",
+            "hnsw-float32": "HNSW, encoding in float32", "encode-only": "the encoder alone (no shards, no FAISS)",
+            "hnsw-tracemalloc": "HNSW, tracemalloc on (slower)"}
+    out = [f"Memory of a streaming dense build (`{d['command']}`; {describe_machine(d['machine'])}; one run per "
+           "variant, one after another): growth per document encoded, a least-squares slope over the samples after "
+           "the first shard, and the value at the end; RSS of the process, its glibc heap (`[heap]`), the Python "
+           "objects tracemalloc traces; the encoding's rate:", "",
+           *header("variant", "docs/s", "RSS bytes/doc", "heap bytes/doc", "traced bytes/doc", "RSS at end MiB",
+                   "heap at end MiB")]
+    for r in d["runs"]:
+        out.append(f"| {what.get(r['variant'], r['variant'])} | {_fmt(r.get('docs_per_s'), 0)} | "
+                   f"{_fmt(r.get('rss_bytes_per_doc'), 0)} | {_fmt(r.get('heap_bytes_per_doc'), 0)} | "
+                   f"{_fmt(r.get('traced_bytes_per_doc'), 0)} | {_fmt(r.get('rss_end_mib'), 0)} | "
+                   f"{_fmt(r.get('heap_end_mib'), 0)} |")
+    sites = [site for r in d["runs"] for site in r.get("grew_most", []) if site["kib"] > 0][:3]
+    if sites:
+        where = lambda site: re.sub(r"^.*?/(src|benchmarks|site-packages)/", "", site["where"][0])  # noqa: E731
+        out += ["", "The Python allocation sites that grew most after the first shard (tracemalloc): " + "; ".join(
+            f"`{where(site)}` {site['kib']:,} KiB in {site['count']:,} blocks" for site in sites) + "."]
+    return out
