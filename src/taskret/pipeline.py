@@ -33,20 +33,58 @@ from pydantic import BaseModel
 
 from .io import DataError, atomic_path, read_json, write_json
 
-__all__ = ["Stage", "StoppedAfter", "guard_config", "read_config", "stop_after", "work_folder"]
+__all__ = ["Stage", "StoppedAfter", "guard_config", "explain_validation_error", "read_config", "stop_after",
+           "work_folder"]
 
 Config = TypeVar("Config", bound=BaseModel)
 
 
 def read_config(cls: type[Config], path: str | os.PathLike) -> Config:
     """A job's config from a JSON file; a file that is not one (unknown keys, bad values) raises a
-    :class:`~taskret.io.DataError` that names the file and pydantic's findings."""
+    :class:`~taskret.io.DataError` that names the file and what is wrong (:func:`explain_validation_error`)."""
     from pydantic import ValidationError
 
     try:
         return cls.model_validate(read_json(path))
     except ValidationError as err:
-        raise DataError(path, None, None, str(err)) from err
+        raise DataError(path, None, None, explain_validation_error(err, cls)) from err
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    """The keys ``model`` accepts: its fields' names and their aliases."""
+    from pydantic import AliasChoices
+
+    keys = []
+    for name, info in model.model_fields.items():
+        keys.append(name)
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias] if isinstance(alias, str) else []
+        keys.extend(c for c in choices if isinstance(c, str) and c != name)
+    return keys
+
+
+def explain_validation_error(err, model: type[BaseModel] | None = None) -> str:
+    """pydantic's findings (a ``ValidationError``) as a user reads them, one per ``;``: ``unknown key 'eval_limt'
+    (did you mean 'eval_limit'?)``, ``key 'k': Input should be greater than or equal to 1 (got 0)``, a model
+    check's own sentence; no pydantic type names or URLs. ``model`` (the config's class) gives the keys that
+    exist, for the nearest one to a misspelt key."""
+    import difflib
+
+    known = _keys(model) if model is not None else []
+    found = []
+    for error in err.errors(include_url=False):
+        where = ".".join(map(str, error["loc"]))
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1) if len(error["loc"]) == 1 else []
+            found.append(f"unknown key '{where}'" + (f" (did you mean '{close[0]}'?)" if close else
+                                                     f" (keys: {', '.join(known)})" if known else ""))
+        elif where:
+            got = repr(error.get("input"))
+            found.append(f"key '{where}': {message} (got {got if len(got) <= 60 else got[:57] + '...'})")
+        else:
+            found.append(message)
+    return "; ".join(found)
 
 
 def _fields(config: BaseModel | Mapping[str, Any]) -> dict[str, Any]:

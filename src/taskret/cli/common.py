@@ -60,6 +60,18 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _message(err: BaseException) -> str:
+    """What the user reads of ``err``: pydantic's findings as :func:`~taskret.pipeline.explain_validation_error`
+    words them (a config dict checked when a stage reads it: ``training``, ``reward_model``), else its text."""
+    from pydantic import ValidationError
+
+    if isinstance(err, ValidationError):
+        from ..pipeline import explain_validation_error
+
+        return f"{err.title}: {explain_validation_error(err)}"
+    return str(err)
+
+
 def report_errors(command: Command) -> Command:
     """Run ``command`` so that a user error (:data:`USER_ERRORS`) ends it with :func:`fail`."""
 
@@ -70,7 +82,7 @@ def report_errors(command: Command) -> Command:
         except USER_ERRORS as err:
             if os.environ.get("TASKRET_DEBUG"):
                 raise
-            fail(str(err))
+            fail(_message(err))
 
     return run  # type: ignore[return-value]
 
