@@ -123,7 +123,24 @@ def _warn_unread_fields(path: Path, record: dict, ids_from: str, text_field: str
     if (title_field is None or title_field not in record) and any("title" in name.lower() for name in unread):
         fallbacks.append(f"no title field '{title_field}', so no titles; --title-field names one")
     if unread and fallbacks:
-        logger.warning("%s: %s (fields not read: %s)", path, "; ".join(fallbacks), ", ".join(unread))
+        _warn_once(path, "%s: %s (fields not read: %s)", path, "; ".join(fallbacks), ", ".join(unread))
+
+
+# (file, its size and modification time, message) of every warning given: a corpus is read in several passes (its
+# check, its texts, the index's items), and what is said of a file is said once, until the file changes.
+_WARNED: set[tuple] = set()
+
+
+def _warn_once(path: Path, message: str, *args) -> None:
+    try:
+        stat = path.stat()
+        version = (stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        version = None
+    key = (str(path.resolve()), version, message % args)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(message, *args)
 
 
 def fields_hint(record: dict, advice: str) -> str:

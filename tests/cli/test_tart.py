@@ -104,12 +104,14 @@ def test_evaluate_says_which_instruction_it_used(tmp_path):
     result = invoke("evaluate", "--tasks", folder, "--out", tmp_path / "eval")
     assert result.exit_code == 0, result.output
     assert "facts: instruction none" in result.output and "without instructions" in result.output
+    assert "changes nothing" not in result.output  # no instruction: nothing to say of what reads it
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["settings"]["closed"]["facts"]["instruction"] is None
 
     result = invoke("evaluate", "--tasks", folder, "--instruction-text", "Find evidence for this claim",
                     "--out", tmp_path / "eval2")
     assert result.exit_code == 0, result.output
     assert "facts: instruction 'Find evidence for this claim'" in result.output and "with instructions" in result.output
+    assert "bm25 reads the query alone: the instruction changes nothing here" in result.output
     entry = json.loads((tmp_path / "eval2" / "metrics.json").read_text())["settings"]["closed"]["facts"]
     assert entry["instruction"] == "Find evidence for this claim"
 

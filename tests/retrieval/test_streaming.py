@@ -247,3 +247,21 @@ def test_ray_without_a_dense_encoder_builds_here_and_says_so(tmp_path, corpus_fi
     assert "warning: --ray encodes a dense index's documents, and bm25 has no dense encoder: it is built here" in \
         result.stderr
     assert "on Ray" not in result.output and load_index(out).retriever.name == "bm25"
+
+
+def test_a_corpus_read_in_several_passes_warns_once_of_its_unread_id_column(tmp_path, tiny_bert_dir, caplog):
+    rows = [{"doc_no": f"n{i}", "title": row["title"], "text": row["text"]} for i, row in enumerate(corpus_rows())]
+    corpus = write_jsonl_rows(tmp_path / "numbered.jsonl", rows)
+    with caplog.at_level("WARNING", logger="taskret.corpus"):
+        result = CliRunner().invoke(app, ["tart", "index", "--corpus", str(corpus), "--setup",
+                                          f"hybrid:bm25+dense:{tiny_bert_dir}", "--out", str(tmp_path / "index")],
+                                    env={**ENV, "TASKRET_ENCODER_DTYPE": "float32"})
+    assert result.exit_code == 0, result.output
+    said = [r.getMessage() for r in caplog.records if "no id field" in r.getMessage()]
+    assert said == [f"{corpus}: no id field ('_id' or 'id'), so ids are line numbers; --id-field names one (fields "
+                    f"not read: doc_no)"]  # one warning, though the corpus is read once per pass
+    corpus.write_text(corpus.read_text() + '{"doc_no": "n99", "text": "one more"}\n')
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="taskret.corpus"):
+        assert len(list(iter_corpus(corpus, id_field=None))) == 24
+    assert len(caplog.records) == 1  # a file changed since is warned of again
