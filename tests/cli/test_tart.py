@@ -322,3 +322,12 @@ def test_evaluate_a_built_index_without_encoding_the_corpus_again(tmp_path, tiny
                                     "missing (e.g. x1), 3 not in it" in wrong.stderr
     pooled = invoke("evaluate", "--tasks", f"{folder},{other}", "--index", tmp_path / "index")
     assert pooled.exit_code == 2 and "give one task in --tasks and --setting closed" in pooled.stderr
+
+
+def test_the_final_hint_is_one_line_in_a_log_of_80_columns(tmp_path):
+    folder = write_beir(tmp_path / "a-corpus-folder-with-a-long-name-to-pass-eighty-columns")
+    out = tmp_path / "an-index-folder-with-a-long-name"
+    result = CliRunner().invoke(app, ["tart", "index", "--corpus", str(folder), "--setup", "bm25", "--out", str(out)],
+                                env={**ENV, "COLUMNS": "80"})  # the width rich takes where stderr is not a terminal
+    assert result.exit_code == 0, result.output
+    assert f"search it with `taskret tart search --index {out} \"QUERY\"`\n" in result.output

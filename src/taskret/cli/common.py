@@ -24,7 +24,9 @@ from ..backends.base import BackendError
 from ..models import ModelNotInstalled
 
 #: Messages for the user (progress, results, errors) go to stderr; stdout carries only data (JSONL, tables).
-console = Console(stderr=True)
+#: soft_wrap: a message is never broken at the console's width (80 columns where stderr is a file or a pipe), so a
+#: path or a command in it stays on one line, to be copied or grepped from a log; a terminal wraps it itself.
+console = Console(stderr=True, soft_wrap=True)
 
 
 class MissingExtra(RuntimeError):
