@@ -146,6 +146,13 @@ def reporting_enabled() -> bool:
     return _reporting
 
 
+def note(text: str, enabled: bool | None = None) -> None:
+    """One line on stderr beside a stage's progress (what a resumed job reuses, where an interrupted one stopped),
+    shown as :func:`stage` is: when ``enabled``, by default when :func:`reporting` is on."""
+    if _reporting if enabled is None else enabled:
+        print(text, file=sys.stderr, flush=True)
+
+
 @contextmanager
 def stage(total: int | None, description: str, unit: str = "ex", enabled: bool | None = None,
           log_every: float = 30.0) -> Iterator[Callable[[int], None]]:

@@ -4,6 +4,7 @@ loading a task from them.
 Errors: every command of an :class:`App` runs under :func:`report_errors`. A known user error (bad input
 file, unknown model or option, missing file, an LM backend that fails) prints ``error: <message>`` on
 stderr and exits with code 2, without a traceback; any other exception is a bug and keeps its traceback.
+Ctrl-C prints ``interrupted`` and exits with 130.
 ``TASKRET_DEBUG=1`` shows the traceback of user errors too.
 
 Options are ``Annotated`` types, so a command declares ``task: TaskName = None`` and gets the same flag,
@@ -85,6 +86,11 @@ def report_errors(command: Command) -> Command:
             if os.environ.get("TASKRET_DEBUG"):
                 raise
             fail(_message(err))
+        except KeyboardInterrupt:
+            # A word, not a traceback; 130 as a shell reports SIGINT. What the work left (an index's shards, a
+            # pipeline's stages) was said by the work itself, and the same command goes on from it.
+            console.print("interrupted")
+            raise typer.Exit(130) from None
 
     return run  # type: ignore[return-value]
 
