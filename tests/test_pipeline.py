@@ -117,7 +117,11 @@ def test_guard_config_takes_plain_settings(tmp_path):
 def test_read_config_names_the_file(tmp_path):
     path = tmp_path / "job[1].json"
     path.write_text(json.dumps({"n": 3, "nmae": "typo"}))
-    with pytest.raises(DataError, match=r"job\[1\]\.json: 1 validation error for JobConfig\nnmae"):
+    with pytest.raises(DataError, match=r"job\[1\]\.json: unknown key 'nmae' \(did you mean 'name'\?\)$"):
+        read_config(JobConfig, path)
+    path.write_text(json.dumps({"n": "three", "zzz": 1}))
+    with pytest.raises(DataError, match=r"job\[1\]\.json: key 'n': Input should be a valid integer, unable to parse "
+                       r"string as an integer \(got 'three'\); unknown key 'zzz' \(keys: "):
         read_config(JobConfig, path)
     path.write_text(json.dumps({"n": 3}))
     assert read_config(JobConfig, path) == JobConfig(n=3)

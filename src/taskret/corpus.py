@@ -84,9 +84,13 @@ def iter_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_f
             ids_from = next((name for name in ("_id", "id") if name in record), "")
         if not first_line:
             _warn_unread_fields(path, record, ids_from, text_field, title_field)
+        if ids_from and record.get(ids_from) is None:
+            raise DataError(path, line, ids_from, "missing field" + fields_hint(
+                record, "name the id's field with --id-field, or leave it out to number the documents by line"))
         doc_id = _field(path, line, record, ids_from) if ids_from else str(line)
         if text_field not in record or record[text_field] is None:
-            raise DataError(path, line, text_field, "missing field" + _fields_hint(record, text_field))
+            raise DataError(path, line, text_field, "missing field" + fields_hint(
+                record, "name the text's field with --text-field"))
         text = _optional_text(path, line, record, text_field)
         title = _optional_text(path, line, record, title_field) if title_field else ""
         if not (text.strip() or title.strip()):
@@ -119,12 +123,30 @@ def _warn_unread_fields(path: Path, record: dict, ids_from: str, text_field: str
     if (title_field is None or title_field not in record) and any("title" in name.lower() for name in unread):
         fallbacks.append(f"no title field '{title_field}', so no titles; --title-field names one")
     if unread and fallbacks:
-        logger.warning("%s: %s (fields not read: %s)", path, "; ".join(fallbacks), ", ".join(unread))
+        _warn_once(path, "%s: %s (fields not read: %s)", path, "; ".join(fallbacks), ", ".join(unread))
 
 
-def _fields_hint(record: dict, wanted: str) -> str:
-    """``" (fields here: a, b; choose one with --text-field)"``: the hint a user with their own file needs."""
-    return f" (fields here: {', '.join(map(str, record)) or 'none'}; name the text's field with --text-field)"
+# (file, its size and modification time, message) of every warning given: a corpus is read in several passes (its
+# check, its texts, the index's items), and what is said of a file is said once, until the file changes.
+_WARNED: set[tuple] = set()
+
+
+def _warn_once(path: Path, message: str, *args) -> None:
+    try:
+        stat = path.stat()
+        version = (stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        version = None
+    key = (str(path.resolve()), version, message % args)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(message, *args)
+
+
+def fields_hint(record: dict, advice: str) -> str:
+    """``" (fields here: a, b; ADVICE)"``: what a user whose file lacks a field needs, the fields it has and the
+    option that names the right one."""
+    return f" (fields here: {', '.join(map(str, record)) or 'none'}; {advice})"
 
 
 def read_queries(path: str | os.PathLike) -> dict[str, str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
-from .corpus import _field, read_beir_files
+from .corpus import _field, fields_hint, read_beir_files
 from .formats import BREAK_FORMAT, OutputFormat, break_from_prompt, break_to_prompt
 from .io import DataError, iter_records
 
@@ -148,8 +148,8 @@ def read_examples(
         seen[example_id] = line
         for name in (input_field, output_field):
             if record.get(name) is None:
-                raise DataError(path, line, name, f"missing field (fields here: {', '.join(map(str, record)) or 'none'}"
-                                f"; name yours with --input-field / --output-field)")
+                raise DataError(path, line, name, "missing field" + fields_hint(
+                    record, "name yours with --input-field / --output-field"))
         output = _field(path, line, record, output_field)
         if "\n" in output.strip() or "\r" in output.strip():
             raise DataError(path, line, output_field, f"the output spans {len(output.strip().splitlines())} lines; it "

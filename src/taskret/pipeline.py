@@ -4,7 +4,9 @@ A stage is skipped when its output exists, so a job that stops (killed, out of m
 late) is started again with the same command and goes on from where it was. Two things make that safe:
 
 - :func:`guard_config`: the work folder keeps the config it was made with, and a different one is refused,
-  since outputs made under another config must not be reused;
+  since outputs made under another config must not be reused; :func:`work_folder` guards it so, and a run that
+  fails before its first stage made anything (a bad training file, an empty test file) leaves no folder behind
+  (or, in a folder that holds nothing yet, lets the corrected config take over);
 - :class:`Stage`: a stage counts as done only when its output is complete. A file output is written to a
   temporary name and renamed when the stage returns; a folder output is done when its marker, the file the
   stage writes last, exists.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,20 +33,58 @@ from pydantic import BaseModel
 
 from .io import DataError, atomic_path, read_json, write_json
 
-__all__ = ["Stage", "StoppedAfter", "guard_config", "read_config", "stop_after"]
+__all__ = ["Stage", "StoppedAfter", "guard_config", "explain_validation_error", "read_config", "stop_after",
+           "work_folder"]
 
 Config = TypeVar("Config", bound=BaseModel)
 
 
 def read_config(cls: type[Config], path: str | os.PathLike) -> Config:
     """A job's config from a JSON file; a file that is not one (unknown keys, bad values) raises a
-    :class:`~taskret.io.DataError` that names the file and pydantic's findings."""
+    :class:`~taskret.io.DataError` that names the file and what is wrong (:func:`explain_validation_error`)."""
     from pydantic import ValidationError
 
     try:
         return cls.model_validate(read_json(path))
     except ValidationError as err:
-        raise DataError(path, None, None, str(err)) from err
+        raise DataError(path, None, None, explain_validation_error(err, cls)) from err
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    """The keys ``model`` accepts: its fields' names and their aliases."""
+    from pydantic import AliasChoices
+
+    keys = []
+    for name, info in model.model_fields.items():
+        keys.append(name)
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias] if isinstance(alias, str) else []
+        keys.extend(c for c in choices if isinstance(c, str) and c != name)
+    return keys
+
+
+def explain_validation_error(err, model: type[BaseModel] | None = None) -> str:
+    """pydantic's findings (a ``ValidationError``) as a user reads them, one per ``;``: ``unknown key 'eval_limt'
+    (did you mean 'eval_limit'?)``, ``key 'k': Input should be greater than or equal to 1 (got 0)``, a model
+    check's own sentence; no pydantic type names or URLs. ``model`` (the config's class) gives the keys that
+    exist, for the nearest one to a misspelt key."""
+    import difflib
+
+    known = _keys(model) if model is not None else []
+    found = []
+    for error in err.errors(include_url=False):
+        where = ".".join(map(str, error["loc"]))
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1) if len(error["loc"]) == 1 else []
+            found.append(f"unknown key '{where}'" + (f" (did you mean '{close[0]}'?)" if close else
+                                                     f" (keys: {', '.join(known)})" if known else ""))
+        elif where:
+            got = repr(error.get("input"))
+            found.append(f"key '{where}': {message} (got {got if len(got) <= 60 else got[:57] + '...'})")
+        else:
+            found.append(message)
+    return "; ".join(found)
 
 
 def _fields(config: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
@@ -66,6 +107,37 @@ def guard_config(path: str | os.PathLike, config: BaseModel | Mapping[str, Any],
     if changed:
         raise ValueError(f"{path.parent} was made with another config (changed: {', '.join(changed)}); "
                          f"use a new work folder or delete the old one")
+
+
+#: What a work folder holds before any stage made something: the config, the log, the stages' times.
+BOOKKEEPING = frozenset({"pipeline_config.json", "logs", "stage_times.jsonl"})
+
+
+def _holds_work(folder: Path) -> bool:
+    """Whether ``folder`` holds anything a stage made (anything but :data:`BOOKKEEPING`)."""
+    return folder.is_dir() and any(entry.name not in BOOKKEEPING for entry in folder.iterdir())
+
+
+@contextmanager
+def work_folder(folder: str | os.PathLike, config: BaseModel, ignore: Collection[str] = (),
+                config_file: str = "pipeline_config.json") -> Iterator[Path]:
+    """The block runs a job in ``folder``, whose ``config_file`` :func:`guard_config` keeps. A folder that holds no
+    stage's output yet (only what an earlier run that failed at start left: its config, an empty log) is taken
+    over by this config, since nothing was made under the old one; a folder this block created is removed again
+    when the block fails before anything but the bookkeeping was written. So a run stopped by a bad input file
+    does not block the run of the corrected config."""
+    folder = Path(folder)
+    created = not folder.exists()
+    if not created and not _holds_work(folder):
+        (folder / config_file).unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    guard_config(folder / config_file, config, ignore=ignore)
+    try:
+        yield folder
+    except BaseException:
+        if created and not _holds_work(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 class StoppedAfter(Exception):

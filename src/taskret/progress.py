@@ -22,6 +22,8 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO, TypeVar
 
 import numpy as np
@@ -149,6 +151,13 @@ def reporting_enabled() -> bool:
     return _reporting
 
 
+def note(text: str, enabled: bool | None = None) -> None:
+    """One line on stderr beside a stage's progress (what a resumed job reuses, where an interrupted one stopped),
+    shown as :func:`stage` is: when ``enabled``, by default when :func:`reporting` is on."""
+    if _reporting if enabled is None else enabled:
+        print(text, file=sys.stderr, flush=True)
+
+
 @contextmanager
 def stage(total: int | None, description: str, unit: str = "ex", enabled: bool | None = None,
           log_every: float = 30.0) -> Iterator[Callable[[int], None]]:
@@ -198,3 +207,14 @@ def no_loading_bars() -> Iterator[None]:
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+
+
+#: The run log of the innermost active :func:`taskret.training.logs.library_logs` block, where libraries' output
+#: goes (None outside one). Here, low in the package, so that what runs under such a block at any layer (a Ray
+#: pool's messages, the trainer) can write to it.
+ACTIVE_LIBRARY_LOG: ContextVar[Path | None] = ContextVar("taskret_library_log", default=None)
+
+
+def library_log() -> Path | None:
+    """The log file of the active :func:`taskret.training.logs.library_logs` block, or None."""
+    return ACTIVE_LIBRARY_LOG.get()

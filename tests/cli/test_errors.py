@@ -146,3 +146,15 @@ def test_every_command_of_every_cli_runs_under_the_handler():
     handler = report_errors(lambda: None).__code__  # every wrapped command runs this code
     assert [name for name, callback in commands.items() if callback.__code__ is not handler] == []
 
+
+
+def test_a_config_built_in_code_is_reported_in_words_not_as_pydantic_prints_it():
+    from pydantic import ValidationError
+
+    from taskret.cli.common import _message
+    from taskret.epr.pipeline import EPRConfig
+
+    with pytest.raises(ValidationError) as info:
+        EPRConfig(eval_limt=3, k=0)
+    assert _message(info.value) == "EPRConfig: key 'k': Input should be greater than or equal to 1 (got 0); unknown " \
+                                   "key 'eval_limt'"

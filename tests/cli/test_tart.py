@@ -104,12 +104,14 @@ def test_evaluate_says_which_instruction_it_used(tmp_path):
     result = invoke("evaluate", "--tasks", folder, "--out", tmp_path / "eval")
     assert result.exit_code == 0, result.output
     assert "facts: instruction none" in result.output and "without instructions" in result.output
+    assert "changes nothing" not in result.output  # no instruction: nothing to say of what reads it
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["settings"]["closed"]["facts"]["instruction"] is None
 
     result = invoke("evaluate", "--tasks", folder, "--instruction-text", "Find evidence for this claim",
                     "--out", tmp_path / "eval2")
     assert result.exit_code == 0, result.output
     assert "facts: instruction 'Find evidence for this claim'" in result.output and "with instructions" in result.output
+    assert "bm25 reads the query alone: the instruction changes nothing here" in result.output
     entry = json.loads((tmp_path / "eval2" / "metrics.json").read_text())["settings"]["closed"]["facts"]
     assert entry["instruction"] == "Find evidence for this claim"
 
@@ -320,3 +322,12 @@ def test_evaluate_a_built_index_without_encoding_the_corpus_again(tmp_path, tiny
                                     "missing (e.g. x1), 3 not in it" in wrong.stderr
     pooled = invoke("evaluate", "--tasks", f"{folder},{other}", "--index", tmp_path / "index")
     assert pooled.exit_code == 2 and "give one task in --tasks and --setting closed" in pooled.stderr
+
+
+def test_the_final_hint_is_one_line_in_a_log_of_80_columns(tmp_path):
+    folder = write_beir(tmp_path / "a-corpus-folder-with-a-long-name-to-pass-eighty-columns")
+    out = tmp_path / "an-index-folder-with-a-long-name"
+    result = CliRunner().invoke(app, ["tart", "index", "--corpus", str(folder), "--setup", "bm25", "--out", str(out)],
+                                env={**ENV, "COLUMNS": "80"})  # the width rich takes where stderr is not a terminal
+    assert result.exit_code == 0, result.output
+    assert f"search it with `taskret tart search --index {out} \"QUERY\"`\n" in result.output

@@ -158,7 +158,7 @@ def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
         EPRConfig(n_candidatez=4)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"train": "t.jsonl", "shard_sise": 3}))
-    with pytest.raises(DataError, match=f"{path}: 1 validation error for EPRConfig\nshard_sise"):
+    with pytest.raises(DataError, match=rf"{path}: unknown key 'shard_sise' \(did you mean 'shard_size'\?\)"):
         EPRConfig.from_file(path)  # a bad file is a DataError naming it
     with pytest.raises(ValidationError, match="n_candidates"):
         EPRConfig(n_candidates=1)
@@ -179,9 +179,35 @@ def test_a_work_dir_made_with_another_config_is_refused(tmp_path):
     first = EPRConfig(task="demo", work_dir=str(tmp_path / "work"), labels="bm25", n_candidates=4)
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "pipeline_config.json").write_text(first.model_dump_json())
+    (tmp_path / "work" / "candidates.jsonl").write_text("")  # a stage's output, made under the first config
     changed = first.model_copy(update={"n_candidates": 8})
     with pytest.raises(ValueError, match="changed: n_candidates"):
         run_pipeline(changed)
+
+
+def test_a_run_failing_on_its_training_file_leaves_no_folder_and_the_corrected_config_runs(
+        tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    train, test = data_files
+    bad = write_jsonl_rows(tmp_path / "bad.jsonl", [_row(0), {**_row(1), "a": "GET_WEATHER\nparis 1"}])
+    work = tmp_path / "runs" / "epr-ml"
+    with pytest.raises(DataError, match="bad.jsonl, line 2, field 'a': the output spans 2 lines"):
+        run_pipeline(make_config(work, (bad, test), tiny_model_dir, tiny_bert_dir), progress=False)
+    assert not work.exists()  # no config, no empty log: nothing that would refuse the corrected run
+    fixed = make_config(work, (train, test), tiny_model_dir, tiny_bert_dir)
+    assert run_pipeline(fixed, progress=False, stop_after="candidates") == {"stopped_after": "candidates"}
+    assert json.loads((work / "pipeline_config.json").read_text())["train"] == str(train)
+
+
+def test_a_folder_left_by_a_run_that_failed_at_start_is_taken_over_by_the_corrected_config(
+        tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)  # as a failed run left it before: its config and an empty log
+    (work / "logs" / "run.log").write_text("")
+    old = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, train=str(tmp_path / "bad.jsonl"))
+    (work / "pipeline_config.json").write_text(old.model_dump_json())
+    fixed = make_config(work, data_files, tiny_model_dir, tiny_bert_dir)
+    assert run_pipeline(fixed, progress=False, stop_after="candidates") == {"stopped_after": "candidates"}
+    assert json.loads((work / "pipeline_config.json").read_text())["train"] == str(data_files[0])
 
 
 def test_a_work_folder_copied_elsewhere_resumes_without_redoing_a_stage(lm_run, tmp_path):

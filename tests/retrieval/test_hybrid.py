@@ -135,6 +135,26 @@ def test_a_spec_given_twice_is_one_index_read_two_ways(tmp_path, pool_examples):
         Retriever.load(tmp_path / "index")
 
 
+def test_a_saved_hybrid_holds_its_ids_once_on_one_line_and_reads_an_index_that_held_them_thrice(tmp_path,
+                                                                                                pool_examples):
+    hybrid = make_retriever("hybrid:bm25+bm25:output").index(pool_examples)
+    hybrid.save(tmp_path / "index")
+    meta = tmp_path / "index" / "meta.json"
+    ids_lines = [line for line in meta.read_text().splitlines() if '"ids"' in line]
+    assert ids_lines == ['  "ids": ' + json.dumps([e.id for e in pool_examples], separators=(",", ":"))]
+    for component in ("component_0", "component_1"):  # a component's ids are its hybrid's
+        assert "ids" not in json.loads((tmp_path / "index" / component / "meta.json").read_text())
+    query = pool_examples[0].input
+    expected = hybrid.retrieve([query], k=5).ids
+    assert Retriever.load(tmp_path / "index").retrieve([query], k=5).ids == expected
+    with pytest.raises(ValueError, match="component_0/meta.json: holds no ids"):
+        Retriever.load(tmp_path / "index" / "component_0")
+    for component in ("component_0", "component_1"):  # an index written before: each component with its ids
+        path = tmp_path / "index" / component / "meta.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "ids": hybrid.ids}, indent=2))
+    assert Retriever.load(tmp_path / "index").retrieve([query], k=5).ids == expected
+
+
 @pytest.mark.integration
 def test_bm25_plus_minilm_saved_and_loaded_gives_the_same_ranking(tmp_path, pool_examples):
     hybrid = make_retriever("hybrid:bm25+dense:minilm-l6?fusion=convex&weight=0.4&depth=10").index(pool_examples)

@@ -109,3 +109,60 @@ def test_an_encoder_that_does_not_load_is_reported(ray_env, tmp_path):
     with pytest.raises(BackendError, match="could not load the encoder"):
         with RayEncoding("dense", config, RayOptions("local", workers=1)):
             pass
+
+
+def _family(pid: int) -> list:
+    import psutil
+
+    process = psutil.Process(pid)
+    return [process, *process.children(recursive=True)]
+
+
+def _alive(processes) -> list[str]:
+    import psutil
+
+    left = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{process.pid} {process.name()}")
+        except psutil.Error:
+            pass
+    return left
+
+
+def test_a_killed_driver_leaves_no_ray_process_and_ray_says_nothing_on_the_terminal(tmp_path, tiny_bert_dir):
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from .test_streaming import ENV
+
+    rows = [{**row, "_id": f"d{i}", "text": row["text"] + " and so on" * 30} for i, row in enumerate(corpus_rows(3000))]
+    corpus = write_jsonl_rows(tmp_path / "big.jsonl", rows)
+    out = tmp_path / "index"
+    # As a user runs it: token authentication on (Ray's default), which Ray announces in a warning.
+    env = {key: value for key, value in os.environ.items() if key != "RAY_AUTH_MODE"}
+    command = [sys.executable, "-m", "taskret.cli", "tart", "index", "--corpus", str(corpus), "--setup",
+               f"dense:{tiny_bert_dir}?dtype=float32", "--shard-size", "100", "--ray", "local", "--ray-workers", "1",
+               "--out", str(out)]
+    driver = subprocess.Popen(command, env={**env, **ENV, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (out / SHARDS_DIR / "00000.npy").exists() and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert driver.poll() is None, driver.communicate()[1]
+    ray_processes = _family(driver.pid)[1:]
+    assert any("raylet" in p.name() for p in ray_processes), [p.name() for p in ray_processes]
+    driver.kill()
+    stderr = driver.communicate()[1]
+    deadline = time.monotonic() + 10
+    while _alive(ray_processes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _alive(ray_processes) == []  # the raylet's agents too, which outlived a killed driver for minutes
+    assert "Token authentication" not in stderr and "WARNING" not in stderr, stderr
+    log = Path(tempfile.gettempdir()) / "taskret" / f"ray-{driver.pid}.log"
+    assert f"Ray's messages -> {log}" in stderr and "Token authentication is enabled" in log.read_text()
+    log.unlink()

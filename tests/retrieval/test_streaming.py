@@ -124,14 +124,47 @@ def test_shards_of_another_corpus_or_encoder_are_refused(tmp_path, corpus_file, 
     with pytest.raises(ShardMismatch, match="the encoder"):
         index_documents(out, DenseRetriever(encoder="minilm-l6", device="cpu", dtype="float32"),
                         stream_of(corpus_file), shard_size=5)
-    with pytest.raises(ShardMismatch, match="shards of 5"):
-        index_documents(out, dense(tiny_bert_dir), stream_of(corpus_file), shard_size=7)
     assert sorted(p.name for p in (out / SHARDS_DIR).iterdir()) == ["00000.npy", MANIFEST]  # left as they were
 
     result = CliRunner().invoke(app, ["tart", "index", "--corpus", str(edited), "--setup", f"dense:{tiny_bert_dir}?"
                                       "dtype=float32", "--shard-size", "5", "--out", str(out)], env=ENV)
     assert result.exit_code == 2 and "these shards were encoded from a corpus whose fingerprint" in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_interrupted_run_says_what_it_saved_and_the_next_what_it_reuses_at_the_shards_size(
+        tmp_path, corpus_file, tiny_bert_dir, monkeypatch, capsys):
+    from taskret.progress import reporting
+
+    out = tmp_path / "index"
+    with reporting():
+        interrupted(out, corpus_file, dense(tiny_bert_dir), monkeypatch)  # Ctrl-C while the second shard encodes
+    shards = out / SHARDS_DIR
+    assert f"interrupted: 1 of 5 shards (5 of 23 texts) are saved in {shards}; the same command goes on from them" \
+        in capsys.readouterr().err
+    encoded: list[int] = []
+    vectors = DenseRetriever._vectors
+    monkeypatch.setattr(DenseRetriever, "_vectors", lambda self, model, texts, queries, advance=None:
+                        encoded.append(len(texts)) or vectors(self, model, texts, queries, advance))
+    with reporting():  # asked for shards of 7: those on disk are of 5, and as good
+        index_documents(out, dense(tiny_bert_dir), stream_of(corpus_file), shard_size=7)
+    assert f"resuming: 1 of 5 shards (5 of 23 texts) encoded before, in {shards}: reused" in capsys.readouterr().err
+    assert encoded == [5, 5, 5, 3]
+    fresh = load_index(index_documents(tmp_path / "fresh", dense(tiny_bert_dir), stream_of(corpus_file)))
+    np.testing.assert_allclose(load_index(out).retriever._index.reconstruct_n(0, 23),
+                               fresh.retriever._index.reconstruct_n(0, 23), atol=1e-6)
+
+
+def test_ctrl_c_ends_a_command_with_a_word_and_130(tmp_path, corpus_file, monkeypatch):
+    import taskret.retrieval.index
+
+    def interrupted_by_the_user(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(taskret.retrieval.index, "index_documents", interrupted_by_the_user)
+    result = CliRunner().invoke(app, ["tart", "index", "--corpus", str(corpus_file), "--setup", "bm25", "--out",
+                                      str(tmp_path / "index")], env=ENV)
+    assert result.exit_code == 130 and result.stderr.endswith("interrupted\n") and "Traceback" not in result.output
 
 
 def test_a_hybrid_keeps_the_shards_of_its_dense_component_apart(tmp_path, corpus_file, tiny_bert_dir, monkeypatch):
@@ -247,3 +280,21 @@ def test_ray_without_a_dense_encoder_builds_here_and_says_so(tmp_path, corpus_fi
     assert "warning: --ray encodes a dense index's documents, and bm25 has no dense encoder: it is built here" in \
         result.stderr
     assert "on Ray" not in result.output and load_index(out).retriever.name == "bm25"
+
+
+def test_a_corpus_read_in_several_passes_warns_once_of_its_unread_id_column(tmp_path, tiny_bert_dir, caplog):
+    rows = [{"doc_no": f"n{i}", "title": row["title"], "text": row["text"]} for i, row in enumerate(corpus_rows())]
+    corpus = write_jsonl_rows(tmp_path / "numbered.jsonl", rows)
+    with caplog.at_level("WARNING", logger="taskret.corpus"):
+        result = CliRunner().invoke(app, ["tart", "index", "--corpus", str(corpus), "--setup",
+                                          f"hybrid:bm25+dense:{tiny_bert_dir}", "--out", str(tmp_path / "index")],
+                                    env={**ENV, "TASKRET_ENCODER_DTYPE": "float32"})
+    assert result.exit_code == 0, result.output
+    said = [r.getMessage() for r in caplog.records if "no id field" in r.getMessage()]
+    assert said == [f"{corpus}: no id field ('_id' or 'id'), so ids are line numbers; --id-field names one (fields "
+                    f"not read: doc_no)"]  # one warning, though the corpus is read once per pass
+    corpus.write_text(corpus.read_text() + '{"doc_no": "n99", "text": "one more"}\n')
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="taskret.corpus"):
+        assert len(list(iter_corpus(corpus, id_field=None))) == 24
+    assert len(caplog.records) == 1  # a file changed since is warned of again

@@ -398,6 +398,10 @@ def test_load_corpus_reads_a_folder_without_qrels_a_bare_corpus_file_and_a_csv_w
     with pytest.raises(DataError, match=r"faq.csv, line 2, field 'body': missing field \(fields here: question, "
                        r"answer, key; name the text's field with --text-field\)"):
         load_corpus(table, text_field="body")
+    with pytest.raises(DataError, match=r"faq.csv, line 2, field 'id': missing field \(fields here: question, "
+                       r"answer, key; name the id's field with --id-field, or leave it out to number the documents "
+                       r"by line\)"):
+        load_corpus(table, text_field="answer", id_field="id")
     with pytest.raises(FileNotFoundError, match="corpus.jsonl: missing"):
         load_corpus(tmp_path)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from ..progress import library_log
 from .base import BackendError, BackendNotInstalled
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ class RayActorPool:
     def __init__(self, model_spec: str, model_options: Mapping[str, Any] | None = None, address: str = "auto",
                  workers: int | None = None, gpus_per_worker: float | None = None, cpus_per_worker: float = 1.0,
                  max_shard_attempts: int = 3, max_worker_restarts: int | None = None,
-                 init_options: Mapping[str, Any] | None = None, startup_timeout: float = 600.0):
+                 init_options: Mapping[str, Any] | None = None, startup_timeout: float = 600.0,
+                 log_file: str | os.PathLike | None = None):
         if workers is not None and workers < 1:
             raise ValueError("workers must be >= 1")
         if max_shard_attempts < 1:
@@ -90,20 +92,33 @@ class RayActorPool:
         self.stats = {"shards": 0, "retried_shards": 0, "worker_failures": 0, "workers_started": 0}
         self._connected_here = False
         self._actor_cls = None
+        self.log_file = log_file  # Ray's messages (default: the active run log, else $TMPDIR/taskret/ray-PID.log)
+        self._ray_log: _RayLog | None = None
+        self._reaper: subprocess.Popen | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def __enter__(self) -> "RayActorPool":
         ray = import_ray()
         if not ray.is_initialized():
-            options = {"logging_level": logging.WARNING, **self.init_options}
+            # Ray's logger to a file (configure_logging=False: no handler of Ray's own on the terminal); the
+            # workers' output stays in Ray's session logs.
+            options = {"configure_logging": False, "log_to_driver": False, **self.init_options}
+            self._ray_log = _RayLog(self.log_file)
             try:
-                if self.address == "local":
-                    # A private instance on loopback (Ray would otherwise use the outward-facing address).
-                    ray.init(**{"_node_ip_address": "127.0.0.1", **options})
-                else:
-                    ray.init(address=self.address, **options)
+                with self._ray_log.starting():
+                    if self.address == "local":
+                        # A private instance on loopback (Ray would otherwise use the outward-facing address).
+                        options = {"_node_ip_address": "127.0.0.1", "include_dashboard": _dashboard_wanted(),
+                                   **options}
+                        before = _children()
+                        ray.init(**options)
+                        self._reaper = _start_reaper(_children() - before)
+                    else:
+                        ray.init(address=self.address, **options)
             except (ConnectionError, RuntimeError, ValueError) as err:
+                self._ray_log.close()
+                self._ray_log = None
                 raise BackendError(f"cannot connect to the Ray cluster at '{self.address}' ({err}); start one with "
                                    f"`ray start --head`, or use --ray local") from err
             self._connected_here = True
@@ -156,6 +171,16 @@ class RayActorPool:
         if self._connected_here and ray.is_initialized():
             ray.shutdown()
             self._connected_here = False
+        if self._reaper is not None:  # Ray is stopped: the watcher stops what may be left, and exits
+            self._reaper.stdin.close()
+            try:
+                self._reaper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+            self._reaper = None
+        if self._ray_log is not None:
+            self._ray_log.close()
+            self._ray_log = None
 
     def _start_actor(self):
         threads = None if self.gpus_per_worker else max(1, int(self.cpus_per_worker))
@@ -238,6 +263,65 @@ def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None
     finally:
         _stop_group(proc)
         log.close()
+
+
+def _dashboard_wanted() -> bool:
+    """Ray's dashboard for a local instance: off (a web server and ~100 MB) unless TASKRET_RAY_DASHBOARD=1."""
+    return os.environ.get("TASKRET_RAY_DASHBOARD", "") not in ("", "0")
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children()}
+
+
+def _start_reaper(pids: set[int]) -> subprocess.Popen | None:
+    """The watcher (:mod:`taskret.backends.ray_reaper`) that stops the processes ``pids`` (a local instance's, and
+    their descendants) if this process dies without stopping them; in a session of its own, so that the Ctrl-C
+    which interrupts this process does not stop it too."""
+    if not pids:
+        return None
+    return subprocess.Popen([sys.executable, "-m", "taskret.backends.ray_reaper", str(os.getpid()), *map(str, sorted(pids))],
+                            stdin=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+class _RayLog:
+    """Ray's logger (``ray`` and its children) into a file while Ray is connected: ``path``, else the active
+    :func:`~taskret.training.logs.library_logs` file (:func:`taskret.progress.library_log`), else ``$TMPDIR/taskret/ray-PID.log``, which is then named
+    in a line on stderr."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        active = library_log()
+        self.path = Path(path) if path is not None else active or Path(tempfile.gettempdir()) / "taskret" / \
+            f"ray-{os.getpid()}.log"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handler = logging.FileHandler(self.path, encoding="utf-8")
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.logger = logging.getLogger("ray")
+        self.saved = (self.logger.propagate, list(self.logger.handlers))
+        if path is None and active is None:  # a line, not a warning: nothing is wrong
+            print(f"Ray's messages -> {self.path}", file=sys.stderr, flush=True)
+
+    @contextmanager
+    def starting(self):
+        """While ``ray.init`` runs: it clears the ``ray`` logger's handlers (configure_logging=False), so what it
+        logs meanwhile (its ``ray._private`` modules': the token-authentication notice, "Started a local Ray
+        instance") reaches the file through ``ray._private``'s; afterwards the file is the ``ray`` logger's own."""
+        inner = logging.getLogger("ray._private")
+        saved = inner.propagate, list(inner.handlers)
+        inner.propagate, inner.handlers = False, [self.handler]
+        try:
+            yield
+        finally:
+            inner.propagate, inner.handlers = saved
+            self.logger.propagate = False
+            self.logger.handlers = [self.handler]
+
+    def close(self) -> None:
+        self.logger.propagate, self.logger.handlers = self.saved
+        self.handler.close()
 
 
 def _session_pids(session: int) -> list[int]:

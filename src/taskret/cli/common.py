@@ -4,6 +4,7 @@ loading a task from them.
 Errors: every command of an :class:`App` runs under :func:`report_errors`. A known user error (bad input
 file, unknown model or option, missing file, an LM backend that fails) prints ``error: <message>`` on
 stderr and exits with code 2, without a traceback; any other exception is a bug and keeps its traceback.
+Ctrl-C prints ``interrupted`` and exits with 130.
 ``TASKRET_DEBUG=1`` shows the traceback of user errors too.
 
 Options are ``Annotated`` types, so a command declares ``task: TaskName = None`` and gets the same flag,
@@ -24,7 +25,9 @@ from ..backends.base import BackendError
 from ..models import ModelNotInstalled
 
 #: Messages for the user (progress, results, errors) go to stderr; stdout carries only data (JSONL, tables).
-console = Console(stderr=True)
+#: soft_wrap: a message is never broken at the console's width (80 columns where stderr is a file or a pipe), so a
+#: path or a command in it stays on one line, to be copied or grepped from a log; a terminal wraps it itself.
+console = Console(stderr=True, soft_wrap=True)
 
 
 class MissingExtra(RuntimeError):
@@ -60,6 +63,18 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _message(err: BaseException) -> str:
+    """What the user reads of ``err``: pydantic's findings as :func:`~taskret.pipeline.explain_validation_error`
+    words them (a config dict checked when a stage reads it: ``training``, ``reward_model``), else its text."""
+    from pydantic import ValidationError
+
+    if isinstance(err, ValidationError):
+        from ..pipeline import explain_validation_error
+
+        return f"{err.title}: {explain_validation_error(err)}"
+    return str(err)
+
+
 def report_errors(command: Command) -> Command:
     """Run ``command`` so that a user error (:data:`USER_ERRORS`) ends it with :func:`fail`."""
 
@@ -70,7 +85,12 @@ def report_errors(command: Command) -> Command:
         except USER_ERRORS as err:
             if os.environ.get("TASKRET_DEBUG"):
                 raise
-            fail(str(err))
+            fail(_message(err))
+        except KeyboardInterrupt:
+            # A word, not a traceback; 130 as a shell reports SIGINT. What the work left (an index's shards, a
+            # pipeline's stages) was said by the work itself, and the same command goes on from it.
+            console.print("interrupted")
+            raise typer.Exit(130) from None
 
     return run  # type: ignore[return-value]
 

@@ -17,7 +17,7 @@ from ..download import DATASETS, DownloadError, download, is_installed
 from .common import App
 
 app = App(help="Datasets of the built-in tasks: list them, download them from their publishers.")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # as taskret.cli.common.console
 
 DATA_DIR_HELP = "where datasets go (default $TASKRET_DATA_DIR, else ~/.cache/taskret/data)"
 LIST_DIR_HELP = ("where datasets are read from (default: where every command reads them: $TASKRET_DATA_DIR, else "

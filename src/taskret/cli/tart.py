@@ -142,7 +142,9 @@ def evaluate(
             console.print(f"{task.name}: instruction " + (f"'{task.instruction}'" if task.instruction else
                           "none (the task has no instructions: give --instruction-text, or an instructions.json "
                           "in its folder); its queries are used alone"))
-        if not (index.retriever.reads_instruction if index is not None else _first_stage_reads_instruction(retriever)):
+        # Of a retriever that reads the query alone, said only where there is an instruction that it leaves out.
+        if any(task.instruction for task in loaded) and not (
+                index.retriever.reads_instruction if index is not None else _first_stage_reads_instruction(retriever)):
             console.print(f"{retriever} reads the query alone" + (", the instruction goes to the reranker" if rerank
                           else ": the instruction changes nothing here") + " (bm25?read_instruction=1, or a hybrid's "
                           "read_instruction=1,..., gives it to BM25)")

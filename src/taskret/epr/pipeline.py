@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ..data import Task, load_task, sample
-from ..pipeline import Stage, StoppedAfter, guard_config, read_config
+from ..pipeline import Stage, StoppedAfter, read_config, work_folder
 from ..pipeline import stop_after as stop_at
 
 LOG_FILE = "logs/run.log"
@@ -151,10 +151,8 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
 
     lms = {} if lms is None else lms
     say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
-    work = Path(config.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    guard_config(work / "pipeline_config.json", config, ignore=config.EXECUTION_FIELDS)
-    with library_logs(work / LOG_FILE) as log:
+    with work_folder(config.work_dir, config, ignore=config.EXECUTION_FIELDS) as work, \
+            library_logs(work / LOG_FILE) as log:
         try:
             with stop_at(stop_after):
                 return _run_stages(config, work, say, progress, lms, log)

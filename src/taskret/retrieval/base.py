@@ -174,7 +174,9 @@ class Retriever(ABC):
     #: index, so a copied or moved index loads from any working directory; registered model names stay names.
     model_keys: tuple[str, ...] = ("encoder", "query_encoder")
 
-    def save(self, directory: str | os.PathLike) -> None:
+    def save(self, directory: str | os.PathLike, with_ids: bool = True) -> None:
+        """Write the index to ``directory``, ``meta.json`` last. ``with_ids=False``: a hybrid's component, whose ids
+        are its hybrid's (:meth:`load` gets them from there), so that an index holds its ids once."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self._save_index(directory)
@@ -189,14 +191,16 @@ class Retriever(ABC):
                     _copy_tree(Path(source), directory / copied[source])
                 config[key] = copied[source]
         # meta.json is written last: its presence marks a complete index.
-        write_json(directory / "meta.json", {"retriever": self.name, "ids": self.ids, **config})
+        write_json(directory / "meta.json", {"retriever": self.name, **config, **({"ids": self.ids} if with_ids else {})},
+                   compact=("ids",))
 
     #: Whether :meth:`load` memory-maps the index's files where their format allows (bm25s arrays, a FAISS
     #: index) instead of reading them: processes serving one index then share its pages (``taskret serve``).
     mmap: bool = False
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, mmap: bool = False) -> "Retriever":
+    def load(cls, directory: str | os.PathLike, mmap: bool = False, ids: Sequence[str] | None = None) -> "Retriever":
+        """The retriever saved in ``directory``; ``ids``: those of a hybrid's component, whose meta.json holds none."""
         directory = Path(directory)
         meta_path = directory / "meta.json"
         if not meta_path.exists():
@@ -212,8 +216,10 @@ class Retriever(ABC):
             value = config.get(key)
             if isinstance(value, str) and value.startswith(f"{MODELS_DIR}/") and (directory / value).is_dir():
                 config[key] = str(directory / value)
+        if "ids" not in meta and ids is None:
+            raise ValueError(f"{meta_path}: holds no ids (a hybrid's component: load the hybrid's folder)")
         retriever = klass(**config)
-        retriever.ids = list(meta["ids"])
+        retriever.ids = list(meta["ids"] if "ids" in meta else ids)
         retriever.mmap = mmap
         retriever._load_index(directory)
         return retriever

@@ -23,9 +23,11 @@ choose). On 2 shared cores with AMX, MiniLM indexes SciFact's 5,183 abstracts in
 than in float32 (wall clock 1.8-3x as other work's load swung; ~2.8x on a quiet machine), its vectors within 1e-4
 of float32's in cosine, NDCG@10 0.11 lower (``benchmarks/speed/index_speed.py``). FAISS always gets float32 unit vectors.
 A spec sets it after a ``?`` (``dense:minilm-l6?dtype=float32``); ``$TASKRET_ENCODER_DTYPE`` replaces ``auto`` as the
-default, also for a hybrid's dense components. meta.json records the dtype chosen (never ``auto``), so a saved index
-encodes its queries as it encoded its documents; an index saved before the option existed has none and loads as
-float32, what it was built with. Engine encoders (``e5-small``) run in their own 4-bit precision and ignore it.
+default, also for a hybrid's dense components. meta.json records the dtype chosen (never ``auto``); an index saved
+before the option existed has none and loads as float32, what it was built with. Queries are encoded in float32
+whatever the documents' dtype (:data:`QUERY_DTYPE`): in bfloat16 a query's vector depends on the queries padded
+beside it in a batch (MiniLM: ~2e-3, reordering 15.5% of 200 SciFact claims' top 10s), in float32 by rounding only
+(1.4e-7, no top 10 of 1,000 changed; ``benchmarks/query_batching.py``). Engine encoders (``e5-small``) run in their own 4-bit precision and ignore it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ HNSW_EF_SEARCH = 128
 #: 250K is between the two measured sizes, on the safe side.
 LARGE_POOL_FROM = 250_000
 LARGE_POOL_EF_SEARCH = 256
+#: The dtype queries are encoded in (:meth:`DenseRetriever.encode`), whatever the documents'.
+QUERY_DTYPE = "float32"
+
 #: The environment variable whose value (``float32``, ``bfloat16``, ...) replaces ``auto`` as the encoders' default dtype.
 DTYPE_ENV = "TASKRET_ENCODER_DTYPE"
 #: Queries in one search from which their encoding reports progress (an index's documents always do).
@@ -263,10 +268,11 @@ class DenseRetriever(Retriever):
     def dtype(self, value: str) -> None:
         self._dtype = dtype_name(value, self.device)
 
-    def _encoder(self, name: str):
-        key = f"{name}|{self.dtype}"  # self.dtype may be changed after a first encoder is loaded
+    def _encoder(self, name: str, dtype: str | None = None):
+        dtype = dtype or self.dtype
+        key = f"{name}|{dtype}"  # self.dtype may be changed after a first encoder is loaded
         if key not in self._encoders:
-            self._encoders[key] = load_encoder(name, self.device, self.dtype)
+            self._encoders[key] = load_encoder(name, self.device, dtype)
         return self._encoders[key]
 
     def encode(self, texts: Sequence[str], queries: bool = False, report: bool = False) -> np.ndarray:
@@ -278,7 +284,11 @@ class DenseRetriever(Retriever):
         ``show_progress_bar``) is on.
         """
         name = (self.query_encoder_name or self.encoder_name) if queries else self.encoder_name
-        return self._encode_with(self._encoder(name), texts, queries,
+        # Queries in float32 whatever the documents' dtype: in bfloat16 a query's vector depends on the queries
+        # padded beside it in a batch, enough to change top 10s (benchmarks/query_batching.py); in float32 by
+        # rounding only (no top 10 of 1,000 SciFact claims changed), and a query is short.
+        model = self._encoder(name, QUERY_DTYPE if queries else None)
+        return self._encode_with(model, texts, queries,
                                  f"encoding {len(texts)} {'queries' if queries else 'texts'} with {name} "
                                  f"({self.dtype})" if report else None)
 

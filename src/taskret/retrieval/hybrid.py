@@ -269,14 +269,14 @@ class HybridRetriever(Retriever):
 
     def _save_index(self, directory: Path) -> None:
         for position, component in self._distinct_components():
-            component.save(directory / f"component_{position}")
+            component.save(directory / f"component_{position}", with_ids=False)  # the hybrid's meta.json has them
 
     def _load_index(self, directory: Path) -> None:
         self.components = []
         for n, spec in enumerate(self.specs):
             folder = directory / f"component_{n}"
             if folder.is_dir():
-                self.components.append(Retriever.load(folder, mmap=self.mmap))
+                self.components.append(Retriever.load(folder, mmap=self.mmap, ids=self.ids))
             elif spec in self.specs[:n]:
                 self.components.append(self.components[self.specs.index(spec)])
             else:

@@ -8,10 +8,12 @@ renamed. ``DIR/manifest.json`` says what the shards hold::
 
     {"format": "taskret-shards/1", "corpus": FINGERPRINT, "n": N, "shard_size": S, "encoder": NAME, "dtype": "float32"}
 
-A run that finds shards whose manifest agrees loads them instead of encoding them again (the progress line
-counts them as done, so its rate and ETA are for what is left); a manifest that disagrees (another corpus,
-another encoder or dtype, another shard size) is refused with an error naming the file and the difference,
-so shards of two corpora or two encoders are never mixed. Vectors go into the FAISS index shard by shard, in
+A run that finds shards whose manifest agrees loads them instead of encoding them again, and says so in one line
+(``resuming: 3 of 44 shards (3,000 of 43,016 texts) encoded before, in DIR: reused``); the progress line counts them
+as done, so its rate and ETA are for what is left. A manifest that disagrees (another corpus, another encoder or
+dtype) is refused with an error naming the file and the difference, so shards of two corpora or two encoders are
+never mixed; shards cut at another size (an earlier version's 10,000, or another ``--shard-size``) are reused at
+their size. An interrupted run (Ctrl-C) says how many shards it leaves for the next one. Vectors go into the FAISS index shard by shard, in
 corpus order: nothing but the index and a few shards is held, whatever the corpus size.
 
 Shards are encoded here, or on Ray actors (:mod:`taskret.retrieval.distributed`) with ``ShardPlan.ray``.
@@ -29,7 +31,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from ..io import DataError, atomic_path, read_json, write_json
-from ..progress import report_resumed, stage
+from ..progress import note, report_resumed, stage
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +43,13 @@ __all__ = ["SHARDS_DIR", "SHARDS_FORMAT", "SHARD_SIZE", "MANIFEST", "ShardPlan",
 SHARDS_DIR = ".shards"
 SHARDS_FORMAT = "taskret-shards/1"
 MANIFEST = "manifest.json"
-#: Texts per shard: at ~120 documents/s (MiniLM, 2 cores) a shard is ~1.5 minutes of work, what a killed run loses
-#: at most; 1M documents make 100 shards, enough to keep a few dozen Ray workers busy.
-SHARD_SIZE = 10_000
+#: Texts per shard: what a killed run loses at most here (on Ray, up to two a worker), and how often Ray's progress
+#: moves. At ~70 documents/s (docs-fast's MiniLM, 2 cores) 1,000 are ~15 s of work, 10,000 (the size before) ~2.5
+#: minutes. The cost of more shards, measured (benchmarks/shard_size.py -> benchmarks/results/shard_size.json): a
+#: shard's write (fsync, rename) takes 6.3 ms at 1,000 texts and 33 ms at 10,000, so 43,016 documents cost 0.28 s of
+#: writes in 44 shards against 0.16 s in 5, and 128 bytes of header per file; 1,000 real documents took 121 s of CPU
+#: in 1 shard, 126 s in 5, 130 s in 10 (shards of 100 batch less well), on a shared machine. 1M documents: 1,000 files.
+SHARD_SIZE = 1_000
 
 #: ``runner(pending, advance)``: encodes each pending ``(shard number, texts)`` and yields ``(number, vectors)``, in
 #: any order, calling ``advance(n)`` as texts are done.
@@ -77,6 +83,32 @@ class ShardPlan:
 
 def shard_path(directory: Path, number: int) -> Path:
     return directory / f"{number:05d}.npy"
+
+
+def _size_on_disk(directory: Path, size: int) -> int:
+    """The shard size of the shards already in ``directory`` (their manifest's), else ``size``: shards cut at
+    another size are as good, and a resumed run goes on at theirs."""
+    path = directory / MANIFEST
+    try:
+        found = read_json(path) if path.is_file() else None
+    except DataError:
+        return size  # _check_manifest says what is wrong with it
+    on_disk = found.get("shard_size") if isinstance(found, dict) else None
+    if isinstance(on_disk, int) and on_disk >= 1 and on_disk != size:
+        logger.info("%s: the shards there are of %d texts; going on at that size, not %d", directory, on_disk, size)
+        return on_disk
+    return size
+
+
+def _shard_texts(n: int, size: int, numbers: Iterable[int]) -> int:
+    """How many of the ``n`` texts the shards ``numbers`` (of ``size`` texts, the last one shorter) hold."""
+    return sum(min(size, n - number * size) for number in numbers)
+
+
+def _whole_shards(directory: Path, n: int, size: int) -> list[int]:
+    """The numbers of the shard files in ``directory`` (each written whole: a temporary name, then renamed)."""
+    count = -(-n // size)
+    return [number for number in range(count) if shard_path(directory, number).exists()]
 
 
 def _check_manifest(directory: Path, manifest: dict) -> None:
@@ -143,11 +175,29 @@ def encode_in_shards(texts: Iterable[str], n: int, plan: ShardPlan, key: dict, r
     One progress stage (``description``, rate and ETA on stderr when ``enabled``, by default under
     :func:`~taskret.progress.reporting`)."""
     directory = plan.directory
-    size = plan.shard_size if directory is not None else max(n, 1)
+    size = _size_on_disk(directory, plan.shard_size) if directory is not None else max(n, 1)
     if directory is not None:
         _check_manifest(directory, {"format": SHARDS_FORMAT, "corpus": plan.corpus, "n": n, "shard_size": size,
                                     **key})
+        reused = _whole_shards(directory, n, size)
+        if reused:
+            note(f"resuming: {len(reused)} of {-(-n // size)} shards ({_shard_texts(n, size, reused):,} of {n:,} "
+                 f"texts) encoded before, in {directory}: reused", enabled)
     done: dict[int, np.ndarray] = {}  # shards ready but not yet yielded (another one comes before them)
+    try:
+        yield from _encode(texts, n, plan, size, runner, description, enabled, done)
+    except KeyboardInterrupt:
+        if directory is not None:
+            saved = _whole_shards(directory, n, size)
+            note(f"interrupted: {len(saved)} of {-(-n // size)} shards ({_shard_texts(n, size, saved):,} of {n:,} "
+                 f"texts) are saved in {directory}; the same command goes on from them", enabled)
+        raise
+
+
+def _encode(texts: Iterable[str], n: int, plan: ShardPlan, size: int, runner: Runner, description: str,
+            enabled: bool | None, done: dict[int, np.ndarray]) -> Iterator[np.ndarray]:
+    """:func:`encode_in_shards`'s work, once its shard folder is checked."""
+    directory = plan.directory
     with stage(n, description, unit="texts", enabled=enabled) as advance:
         def pending() -> Iterator[tuple[int, list[str]]]:
             for number, chunk in _numbered(texts, size):

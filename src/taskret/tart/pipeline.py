@@ -29,7 +29,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..io import read_json, write_json
-from ..pipeline import Stage, guard_config, read_config
+from ..pipeline import Stage, read_config, work_folder
 
 __all__ = ["TartRunConfig", "run_pipeline"]
 
@@ -178,15 +178,13 @@ def run_pipeline(config: TartRunConfig, console=None, progress: bool = True) -> 
 
     say = (lambda text: console.print(escape(text))) if console is not None else (lambda text: None)
     work = Path(config.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
     if config.eval_setting not in ("closed", "pooled", "both"):
         raise ValueError(f"unknown eval_setting '{config.eval_setting}'; expected closed, pooled or both")
     # Every training config is checked before anything runs.
     dual_config, full_config = config.dual_config(), config.full_config()
     distil_config = config.distil_config(work / "dual" / "model") if config.distil is not None else None
     _check_leakage(config)
-    guard_config(work / "pipeline_config.json", config, ignore=LOCATION_FIELDS)
-    with library_logs(work / LOG_FILE) as log:
+    with work_folder(work, config, ignore=LOCATION_FIELDS), library_logs(work / LOG_FILE) as log:
         return _run_stages(config, work, say, progress, log, dual_config, full_config, distil_config)
 
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 import warnings
 from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterator
 
-from ..progress import no_loading_bars
+from ..progress import ACTIVE_LIBRARY_LOG, library_log, no_loading_bars
 
 __all__ = ["TRAINER_LOGGER", "library_log", "library_logs", "no_library_bars", "trained"]
 
@@ -36,12 +35,7 @@ _LEVELS = {"transformers": logging.WARNING, "transformers.trainer": logging.INFO
 # Loggers whose records reach the file through a parent's handler: only their level is set.
 _CHILDREN = {"transformers.trainer"}
 
-_ACTIVE: ContextVar[Path | None] = ContextVar("taskret_library_log", default=None)
-
-
-def library_log() -> Path | None:
-    """The log file of the active :func:`library_logs` block, or None."""
-    return _ACTIVE.get()
+_ACTIVE = ACTIVE_LIBRARY_LOG  # library_log() reads it (taskret.progress: every layer may need the file)
 
 
 @contextmanager
