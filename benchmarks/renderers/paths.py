@@ -16,10 +16,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1]
 _GROUPS = {
     "epr": ("icl_baselines", "epr_table", "epr_analysis", "epr_lm_transfer", "epr_beyond", "llmr_agreement",
             "answer_room"),
-    "documents": ("setups", "tart_berri", "tart_zero_shot", "tart_trained"),
+    "documents": ("setups", "tart_berri", "tart_zero_shot", "tart_trained", "query_batching"),
     "speed": ("bm25_speed", "lm_throughput", "scoring_speed", "scoring_precision", "ray_scoring", "index_speed"),
     "serve": ("serve_load", "dense_latency"),
-    "scale": ("scale", "build_memory"),
+    "scale": ("scale", "build_memory", "shard_size"),
     "robustness": ("robustness",),
 }
 _STUDY = "benchmarks/studies/tart"

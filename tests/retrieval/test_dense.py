@@ -317,7 +317,7 @@ def test_a_memory_mapped_dense_index_gives_identical_results(flat_and_hnsw, pool
 
 def test_a_querys_vector_does_not_depend_on_the_queries_beside_it_in_bfloat16():
     # In bfloat16 a short query padded beside longer ones came out ~1e-3 apart, enough to reorder 15.5% of 200
-    # SciFact top 10s (benchmarks/query_batching.py): queries are encoded in float32, whatever the documents' dtype.
+    # SciFact top 10s (benchmarks/documents/query_batching.py): queries are encoded in float32, whatever the documents' dtype.
     retriever = DenseRetriever(encoder="minilm-l6", device="cpu", dtype="bfloat16")
     queries = ["aspirin", "does vitamin c shorten a cold in adults who take it every day for a month or more",
                "coffee and sleep", "what harms the lungs of people who have smoked for twenty years"]

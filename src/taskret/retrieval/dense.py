@@ -27,7 +27,7 @@ default, also for a hybrid's dense components. meta.json records the dtype chose
 before the option existed has none and loads as float32, what it was built with. Queries are encoded in float32
 whatever the documents' dtype (:data:`QUERY_DTYPE`): in bfloat16 a query's vector depends on the queries padded
 beside it in a batch (MiniLM: ~2e-3, reordering 15.5% of 200 SciFact claims' top 10s), in float32 by rounding only
-(1.4e-7, no top 10 of 1,000 changed; ``benchmarks/query_batching.py``). Engine encoders (``e5-small``) run in their own 4-bit precision and ignore it.
+(1.4e-7, no top 10 of 1,000 changed; ``benchmarks/documents/query_batching.py``). Engine encoders (``e5-small``) run in their own 4-bit precision and ignore it.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ class DenseRetriever(Retriever):
         """
         name = (self.query_encoder_name or self.encoder_name) if queries else self.encoder_name
         # Queries in float32 whatever the documents' dtype: in bfloat16 a query's vector depends on the queries
-        # padded beside it in a batch, enough to change top 10s (benchmarks/query_batching.py); in float32 by
+        # padded beside it in a batch, enough to change top 10s (benchmarks/documents/query_batching.py); in float32 by
         # rounding only (no top 10 of 1,000 SciFact claims changed), and a query is short.
         model = self._encoder(name, QUERY_DTYPE if queries else None)
         return self._encode_with(model, texts, queries,

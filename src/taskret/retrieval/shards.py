@@ -45,7 +45,7 @@ SHARDS_FORMAT = "taskret-shards/1"
 MANIFEST = "manifest.json"
 #: Texts per shard: what a killed run loses at most here (on Ray, up to two a worker), and how often Ray's progress
 #: moves. At ~70 documents/s (docs-fast's MiniLM, 2 cores) 1,000 are ~15 s of work, 10,000 (the size before) ~2.5
-#: minutes. The cost of more shards, measured (benchmarks/shard_size.py -> benchmarks/results/shard_size.json): a
+#: minutes. The cost of more shards, measured (benchmarks/scale/shard_size.py -> benchmarks/results/shard_size.json): a
 #: shard's write (fsync, rename) takes 6.3 ms at 1,000 texts and 33 ms at 10,000, so 43,016 documents cost 0.28 s of
 #: writes in 44 shards against 0.16 s in 5, and 128 bytes of header per file; 1,000 real documents took 121 s of CPU
 #: in 1 shard, 126 s in 5, 130 s in 10 (shards of 100 batch less well), on a shared machine. 1M documents: 1,000 files.

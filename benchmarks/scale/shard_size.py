@@ -8,18 +8,21 @@ Beside the full builds, the write and the read of one shard of each size are tim
 --repeats times), so the per-shard cost is known without the encoder's noise (the machine is shared: its load
 average is recorded before each build).
 
-    python benchmarks/shard_size.py --documents 1000 --sizes 1000,200,100
+    python benchmarks/scale/shard_size.py --documents 1000 --sizes 1000,200,100
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import command_line, machine, parser, write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+from _common import command_line, machine, parser, write_result  # noqa: E402
 
 from taskret.corpus import DocumentStream, iter_corpus
 from taskret.io import write_jsonl

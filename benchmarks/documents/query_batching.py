@@ -9,19 +9,22 @@ largest score difference, and the encoding rate (queries/s; note the machine's l
 
 The documents are encoded once (cached under runs/query_batching/, keyed by encoder and dtype) in float32:
 
-    python benchmarks/query_batching.py --queries 1000 --dtype float32
-    python benchmarks/query_batching.py --queries 200 --dtype bfloat16 --out benchmarks/results/query_batching_bfloat16.json
+    python benchmarks/documents/query_batching.py --queries 1000 --dtype float32
+    python benchmarks/documents/query_batching.py --queries 200 --dtype bfloat16 --out benchmarks/results/query_batching_bfloat16.json
 
 (bfloat16 on a CPU without AVX512-BF16 / AMX is emulated, and slow: hence fewer queries there.)
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import command_line, machine, parser, write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+from _common import command_line, machine, parser, write_result  # noqa: E402
 
 from taskret.corpus import doc_ids_and_texts, read_corpus, read_queries
 from taskret.retrieval.dense import DenseRetriever
