@@ -155,11 +155,7 @@ class Rankings:
         if path.exists():
             rows = read_jsonl(path)
             if [r["qid"] for r in rows] == self.qids:
-                width = max((len(r["ids"]) for r in rows), default=0)
-                scores = np.full((len(rows), width), np.nan, dtype=np.float32)
-                for i, r in enumerate(rows):
-                    scores[i, : len(r["scores"])] = r["scores"]
-                return RetrievalResult([r["ids"] for r in rows], scores)
+                return RetrievalResult.from_rows([r["ids"] for r in rows], [r["scores"] for r in rows])
         start = time.perf_counter()
         result = compute()
         seconds = time.perf_counter() - start

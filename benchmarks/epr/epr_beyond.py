@@ -220,11 +220,7 @@ def _lm_oracle(task, examples, lm, run_dir: Path):
             ids += done["ids"]
             scores += done["scores"]
             advance(len(chunk))
-    width = max(len(row) for row in ids)
-    matrix = np.full((len(ids), width), np.nan, dtype=np.float32)
-    for n, row in enumerate(scores):
-        matrix[n, : len(row)] = [np.nan if v is None else v for v in row]
-    return RetrievalResult(ids, matrix)
+    return RetrievalResult.from_rows(ids, scores)
 
 
 def _vs_epr(mine: dict[str, bool], epr: dict[str, bool]) -> dict:

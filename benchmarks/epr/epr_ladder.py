@@ -38,8 +38,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
 
@@ -98,11 +96,7 @@ def _ranking(source: str, test) -> RetrievalResult:
     missing = [e.id for e in test if e.id not in rows]
     if missing:
         raise SystemExit(f"{source}: no ranking for {len(missing)} test inputs, e.g. '{missing[0]}'")
-    ids = [list(rows[e.id][0]) for e in test]
-    scores = np.full((len(test), max(len(i) for i in ids)), np.nan, dtype=np.float32)
-    for n, e in enumerate(test):
-        scores[n, : len(rows[e.id][1])] = [np.nan if v is None else v for v in rows[e.id][1]]
-    return RetrievalResult(ids, scores)
+    return RetrievalResult.from_rows([rows[e.id][0] for e in test], [rows[e.id][1] for e in test])
 
 
 def _source(name: str, results: Path) -> str:
@@ -185,8 +179,10 @@ def assemble(results: Path, names: list[str]) -> dict:
     summaries = {n: read_json(results / n / "eval" / "summary.json") for n in correct}
     first = next(iter(summaries.values()), None)
     for n, summary in summaries.items():  # one machine for every number
-        if machine_differences(summary, first["machine"].get("dtype")) if first else {}:
-            raise SystemExit(f"{n}: evaluated on another machine than the others; evaluate it again here")
+        elsewhere = machine_differences(summary, against=first.get("machine"))
+        if elsewhere:
+            raise SystemExit(f"{n}: evaluated on another machine than {next(iter(summaries))} ({elsewhere}); "
+                             "evaluate both on one machine")
     previous = None
     for name in names:
         if name not in correct:
@@ -203,6 +199,11 @@ def assemble(results: Path, names: list[str]) -> dict:
         row.update(_cost(name, results))
         rows[name] = row
         previous = name
+    if rows:  # each rung against the best one: the recommended recipe is the cheapest not below it
+        best = max(rows, key=lambda r: rows[r]["em"])
+        for name, row in rows.items():
+            if name != best:
+                row["vs_best_p"] = paired_comparison(correct[name], correct[best])["p"]
     references = {n: round(summaries[n]["metrics"]["em"], 3) for n in REFERENCES if n in summaries}
     if {"bm25", "lm_oracle"} <= references.keys():
         gap = references["lm_oracle"] - references["bm25"]
@@ -246,12 +247,6 @@ def main() -> None:
     evaluations(task, test, results, [*names, *references], args)
     table = assemble(results, names)
     rungs = table["rungs"]
-    if rungs:
-        best = max(rungs, key=lambda r: rungs[r]["em"])
-        correct = {r: read_correct(results / r / "eval" / "predictions.jsonl") for r in rungs}
-        for r in rungs:
-            if r != best:
-                rungs[r]["vs_best_p"] = paired_comparison(correct[r], correct[best])["p"]
     result = {"benchmark": "epr_ladder", "command": command_line(args, options), "machine": table["machine"] or info,
               "load_average_at_start": info["load_average"],
               args.task: {"n": len(test), "bm25": table.get("bm25"), "lm_oracle": table.get("lm_oracle"),

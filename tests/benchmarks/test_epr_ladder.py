@@ -64,3 +64,18 @@ def test_evaluations_from_two_machines_are_not_paired(ladder, tmp_path):
             {"n": 1, "metrics": {"em": 100.0}, "machine": machine}))
     with pytest.raises(SystemExit, match="another machine"):
         ladder.assemble(tmp_path, ["a", "b"])
+
+
+def test_evaluations_from_one_other_machine_pair_and_each_rung_meets_the_best(ladder, tmp_path):
+    """Read side by side, evaluations need one machine among themselves, not this one (a committed set read
+    elsewhere); every rung but the best gets its p against the best, which the recommendation reads."""
+    elsewhere = {"cpu": "Another CPU", "cpu_flags": ["avx512_bf16"], "cores": 16, "dtype": "bfloat16"}
+    for name, correct in (("a", [True, False, False, False]), ("b", [True, True, True, False])):
+        _write(tmp_path / name / "eval" / "predictions.jsonl",
+               [{"id": f"t{n}", "correct": c} for n, c in enumerate(correct)])
+        (tmp_path / name / "eval" / "summary.json").write_text(json.dumps(
+            {"n": 4, "metrics": {"em": 100.0 * sum(correct) / 4}, "machine": elsewhere}))
+    table = ladder.assemble(tmp_path, ["a", "b"])
+    assert table["machine"] == elsewhere
+    assert "vs_best_p" in table["rungs"]["a"] and "vs_best_p" not in table["rungs"]["b"]
+    assert 0 < table["rungs"]["a"]["vs_best_p"] <= 1

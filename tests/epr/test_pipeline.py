@@ -112,7 +112,7 @@ def test_make_retriever_loads_the_saved_index(lm_run, data_files):
     # the training output alone gives the trained encoder, to be indexed by the caller
     unindexed = make_retriever(f"epr:{work / 'retriever'}")
     assert isinstance(unindexed, DenseRetriever) and unindexed.ids == []
-    assert unindexed.encoder_name == str(work / "retriever" / "model") and unindexed.field == "input"
+    assert unindexed.encoder_name == str(work / "retriever" / "model") and unindexed.field == "both"  # the default demonstration field
     with pytest.raises(FileNotFoundError, match="no EPR index"):
         make_retriever(f"epr:{work / 'scoring'}")
 

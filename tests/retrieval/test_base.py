@@ -62,6 +62,17 @@ def test_retrieval_result_head_keeps_the_first_k_of_every_query(pool_examples):
     np.testing.assert_array_equal(head.scores, result.scores[:, :2])
 
 
+def test_retrieval_result_from_rows_pads_short_rankings_and_missing_scores_with_nan():
+    result = RetrievalResult.from_rows([["a", "b", "c"], ["d"]], [[3.0, None, 1.0], []])
+    assert result.ids == [["a", "b", "c"], ["d"]] and result.scores.shape == (2, 3)
+    assert result.scores[0, 0] == 3.0 and result.scores[0, 2] == 1.0
+    assert np.isnan(result.scores[0, 1]) and np.isnan(result.scores[1]).all()
+    with pytest.raises(ValueError, match="2 rankings for 1 rows"):
+        RetrievalResult.from_rows([["a"], ["b"]], [[1.0]])
+    with pytest.raises(ValueError, match="ranking 0: 2 scores for 1 ids"):
+        RetrievalResult.from_rows([["a"]], [[1.0, 2.0]])
+
+
 def test_retrieve_needs_an_index_and_positive_k(pool_examples):
     with pytest.raises(RuntimeError, match="no index"):
         BM25Retriever().retrieve(["x"], k=1)

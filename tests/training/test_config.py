@@ -17,6 +17,7 @@ class ToyConfig(TrainerSettings):
     epochs: int = 2
     batch_size: int = 8
     scale: float = 20.0
+    mini_batch_size: int = 4
     kinds: tuple[str, ...] = ("a", "b")
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = ("steps", "final_loss")
@@ -51,10 +52,15 @@ def test_the_shared_defaults():
     ({"warmup_ratio": -0.1}, r"warmup_ratio must be in \[0, 1\)"),
     ({"weight_decay": -1.0}, "weight_decay must be non-negative"),
     ({"scale": 0.0}, "scale must be positive"),
+    ({"mini_batch_size": -1}, r"mini_batch_size must be 0 \(the whole batch at once\) or a positive integer, got -1"),
 ])
 def test_out_of_range_values_are_named(overrides, message):
     with pytest.raises(ValueError, match=message):
         ToyConfig(**overrides)
+
+
+def test_a_mini_batch_of_0_embeds_the_whole_batch_at_once():
+    assert ToyConfig(mini_batch_size=0).mini_batch_size == 0
 
 
 def test_only_the_named_fields_must_be_positive_integers():

@@ -1,4 +1,4 @@
-"""DPR's objective: the trainer loss takes a config's scale and mini-batch size, and ``dpr_loss`` is the
+"""DPR's objective: the trainer loss takes a config's scale and mini-batch size (0: no GradCache), and ``dpr_loss`` is the
 cross-entropy of each query's own positive against every positive and negative of its batch."""
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def test_the_training_loss_takes_the_configs_scale_and_mini_batch(model):
     loss = dpr_training_loss(model, SimpleNamespace(scale=7.0, mini_batch_size=3))
     assert type(loss).__name__ == "CachedMultipleNegativesRankingLoss"
     assert loss.scale == 7.0 and loss.mini_batch_size == 3 and loss.model is model
+    whole = dpr_training_loss(model, SimpleNamespace(scale=7.0, mini_batch_size=0))  # the batch at once
+    assert type(whole).__name__ == "MultipleNegativesRankingLoss" and whole.scale == 7.0
 
 
 def test_dpr_loss_written_out(model):

@@ -157,8 +157,11 @@ def train(
     config: ConfigFile = None,
     base_model: str = typer.Option("minilm-l6"),
     shared_encoder: bool = typer.Option(False, help="one encoder for inputs and examples"),
+    field: str = typer.Option("both", help="what the example encoder reads of a demonstration: input, output or "
+                              "both ('{input}\\t{output}', EPR's code's setup_type=qa)"),
     epochs: int = typer.Option(3, min=1), batch_size: int = typer.Option(120, min=1),
-    mini_batch_size: int = typer.Option(16, min=1),
+    mini_batch_size: int = typer.Option(16, min=0, help="sequences embedded at a time (GradCache; bounds memory); 0: "
+                                        "the whole batch at once"),
     learning_rate: float = typer.Option(2e-5), seed: int = typer.Option(0),
     out: Path = typer.Option(..., help="output folder: model/, training_log.jsonl, epr_config.json"),
 ):
@@ -167,7 +170,7 @@ def train(
     from ..training.logs import library_logs, trained
 
     loaded = _pool(task, train_file, input_field, output_field, id_field, fmt, data_dir, config)
-    settings = TrainingConfig(base_model=base_model, shared_encoder=shared_encoder, epochs=epochs,
+    settings = TrainingConfig(base_model=base_model, shared_encoder=shared_encoder, field=field, epochs=epochs,
                               batch_size=batch_size, mini_batch_size=mini_batch_size, learning_rate=learning_rate,
                               seed=seed)
     with library_logs(out / "logs" / "train.log") as log:
@@ -183,7 +186,8 @@ def multitask(
                                           "order, e.g. 'Parse the request into its intent and slots'"),
     base_model: str = typer.Option("minilm-l6"),
     epochs: int = typer.Option(5, min=1), batch_size: int = typer.Option(64, min=1),
-    mini_batch_size: int = typer.Option(16, min=1),
+    mini_batch_size: int = typer.Option(16, min=0, help="sequences embedded at a time (GradCache; bounds memory); 0: "
+                                        "the whole batch at once"),
     learning_rate: float = typer.Option(5e-5), seed: int = typer.Option(0),
     listwise: bool = typer.Option(False, help="UDR's objective: learn each run's LM order over sampled lists of 8 "
                                   "(its scoring/scores.jsonl) with UDR's settings; the options above but "

@@ -233,14 +233,16 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
 MACHINE_KEYS = ("cpu", "cpu_flags", "torch", "transformers", "dtype")
 
 
-def machine_differences(summary: dict, dtype: str | None = None) -> dict[str, tuple]:
+def machine_differences(summary: dict, dtype: str | None = None, against: dict | None = None) -> dict[str, tuple]:
     """How the machine an evaluation ``summary`` was made on differs from this one, ``{key: (then, here)}``
     (empty: the same). ``dtype``: the LM's precision here (:func:`taskret.models.dtype_name`), where known. A
-    summary written before machines were recorded differs by ``machine``: nothing says where it ran."""
+    summary written before machines were recorded differs by ``machine``: nothing says where it ran.
+    ``against``: another summary's ``machine`` to compare with instead of this one (evaluations meant to be read
+    side by side)."""
     recorded = summary.get("machine")
+    here = against if against is not None else {**machine_info(), **({"dtype": dtype} if dtype is not None else {})}
     if not isinstance(recorded, dict):
-        return {"machine": ("not recorded", machine_info()["cpu"])}
-    here = {**machine_info(), **({"dtype": dtype} if dtype is not None else {})}
+        return {"machine": ("not recorded", here.get("cpu"))}
     return {key: (recorded.get(key), here[key]) for key in MACHINE_KEYS
             if key in here and recorded.get(key) != here[key]}
 

@@ -24,6 +24,19 @@ class RetrievalResult(NamedTuple):
         """The first ``k`` results of every query."""
         return RetrievalResult([list(ids[:k]) for ids in self.ids], self.scores[:, :k])
 
+    @classmethod
+    def from_rows(cls, ids: Sequence[Sequence[str]], scores: Sequence[Sequence[float | None]]) -> "RetrievalResult":
+        """A result from rankings of any lengths, as JSON files keep them: each query's ids and its scores (a
+        shorter score row, or a ``None`` in it, reads as NaN: no score, as for the filled tail of a ranking)."""
+        if len(ids) != len(scores):
+            raise ValueError(f"{len(ids)} rankings for {len(scores)} rows of scores")
+        matrix = np.full((len(ids), max((len(row) for row in ids), default=0)), np.nan, dtype=np.float32)
+        for n, row in enumerate(scores):
+            if len(row) > len(ids[n]):
+                raise ValueError(f"ranking {n}: {len(row)} scores for {len(ids[n])} ids")
+            matrix[n, : len(row)] = [np.nan if v is None else v for v in row]
+        return cls([list(row) for row in ids], matrix)
+
 
 FIELDS = ("input", "output", "both")
 

@@ -96,7 +96,7 @@ class TartDualConfig(DPRSettings, TartSettings):
     encode_max_seq_length: Optional[int] = None
 
     RESULT_KEYS: ClassVar[tuple[str, ...]] = RESULT_KEYS  # from_dict reads a tart_dual_config.json, ignoring these
-    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "mini_batch_size", "max_seq_length",
+    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "max_seq_length",
                                                 "logging_steps")
 
     def __post_init__(self) -> None:

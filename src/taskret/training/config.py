@@ -52,7 +52,8 @@ class TrainerSettings(ConfigMixin):
 
 def check_training_values(config: Any,
                           positive_ints: Sequence[str] = ("epochs", "batch_size", "logging_steps")) -> None:
-    """Raise ``ValueError`` unless the named fields are positive integers, ``learning_rate`` is positive,
+    """Raise ``ValueError`` unless the named fields are positive integers, ``mini_batch_size`` (where the config
+    has one) 0 or positive, ``learning_rate`` is positive,
     ``warmup_ratio`` in [0, 1), ``weight_decay`` non-negative and (where the config has one) ``scale`` positive."""
     for name in positive_ints:
         value = getattr(config, name)
@@ -62,6 +63,9 @@ def check_training_values(config: Any,
         raise ValueError(f"learning_rate must be positive, got {config.learning_rate}")
     if not 0 <= config.warmup_ratio < 1:
         raise ValueError(f"warmup_ratio must be in [0, 1), got {config.warmup_ratio}")
+    mini = getattr(config, "mini_batch_size", 0)
+    if isinstance(mini, bool) or not isinstance(mini, int) or mini < 0:
+        raise ValueError(f"mini_batch_size must be 0 (the whole batch at once) or a positive integer, got {mini!r}")
     if hasattr(config, "scale") and not config.scale > 0:
         raise ValueError(f"scale must be positive, got {config.scale}")
     if config.weight_decay < 0:
@@ -72,7 +76,7 @@ def check_training_values(config: Any,
 class DPRSettings:
     """The contrastive (DPR) objective's settings, shared by EPR's dual encoder and TART-dual: ``batch_size``
     triplets are embedded ``mini_batch_size`` sequences at a time (GradCache, so memory is bounded by the
-    latter), similarities are cosines times ``scale``, and ``no_duplicates`` batches avoid in-batch false
+    latter; 0: all at once, without GradCache's second forward pass), similarities are cosines times ``scale``, and ``no_duplicates`` batches avoid in-batch false
     negatives."""
 
     mini_batch_size: int = 16

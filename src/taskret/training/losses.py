@@ -13,12 +13,17 @@ __all__ = ["dpr_training_loss", "dpr_loss"]
 
 
 def dpr_training_loss(model: "SentenceTransformer", config) -> "torch.nn.Module":
-    """The DPR objective as a trainer loss: the GradCache multiple-negatives loss with ``config.scale``
-    and ``config.mini_batch_size`` (any config with those fields; TART-dual's too)."""
+    """The DPR objective as a trainer loss, with ``config.scale`` (any config with ``scale`` and
+    ``mini_batch_size``; TART-dual's too): GradCache's multiple-negatives loss embedding ``mini_batch_size``
+    sequences at a time (memory bounded by it), or, with ``mini_batch_size`` 0, the same loss over the whole batch
+    at once (no second forward pass: less work, memory grows with the batch)."""
     from sentence_transformers.sentence_transformer.losses import (
         CachedMultipleNegativesRankingLoss,
+        MultipleNegativesRankingLoss,
     )
 
+    if config.mini_batch_size == 0:
+        return MultipleNegativesRankingLoss(model, scale=config.scale)
     return CachedMultipleNegativesRankingLoss(model, scale=config.scale, mini_batch_size=config.mini_batch_size,
                                               show_progress_bar=False)
 
