@@ -37,7 +37,9 @@ def timed_training(examples, labels: Path, mini_batch_size: int, profile: bool) 
     config = TrainingConfig(epochs=1, batch_size=120, mini_batch_size=mini_batch_size, field="both",
                             learning_rate=5e-5)
     with tempfile.TemporaryDirectory() as out:
-        if profile:
+        if not profile:
+            train_dual_encoder(examples, labels, out, config, progress=False)
+        else:
             import torch.profiler
 
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
