@@ -24,6 +24,7 @@ from taskret.icl.prompt import Prompt
 from taskret.retrieval import BM25Retriever
 
 from ..conftest import read_jsonl_rows
+from .test_break_lf import needs_lexicon
 
 # --- metrics --------------------------------------------------------------------------------------
 
@@ -70,16 +71,18 @@ def test_score_predictions_exact_match():
     assert score_predictions(task, []) == {"em": 0.0}
 
 
+@needs_lexicon
 def test_score_predictions_break_has_both_metrics():
     task = Task("break", train=[], test=[], output_format=BREAK_FORMAT)
     gold = "return flights ;return #1 from  washington"
     examples = [Example("a", "q", gold), Example("b", "q", gold)]
     predictions = [_prediction(examples[0], "return flights ;return #1 from washington"),
                    _prediction(examples[1], "return the flights ;return #1 from Washington")]
-    assert score_predictions(task, predictions) == {"em": 50.0, "normalized_match": 100.0}
+    assert score_predictions(task, predictions) == {"em": 50.0, "lf_em": 100.0, "normalized_match": 100.0}
     assert set(metrics_for(Task("mtop", [], []))) == {"em"}
 
 
+@needs_lexicon
 def test_prediction_rows():
     task = Task("break", train=[], test=[], output_format=BREAK_FORMAT)
     example = Example("b1", "flights from DC?", "return flights ;return #1 from  DC")
@@ -88,7 +91,8 @@ def test_prediction_rows():
         "id": "b1", "input": "flights from DC?", "retrieved_ids": ["r1", "r2"], "retrieved_scores": [2.0, 1.0],
         "prompt_ids": ["r1"], "prompt_tokens": 7, "prompt": "demo\tx\nflights from DC?\t",
         "generation": "return flights ;return #1 from dc", "prediction": "return flights ;return #1 from dc",
-        "gold": "return flights ;return #1 from  DC", "correct": False, "normalized_match": True,
+        "gold": "return flights ;return #1 from  DC", "correct": False, "lf_em": True,
+        "normalized_match": True,
     }]
 
 

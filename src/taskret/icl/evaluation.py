@@ -7,6 +7,11 @@ the berri-lite generation tasks (:data:`TASK_GRADED`) and asked for anywhere wit
 (``taskret evaluate --metric chrf``). The summary holds the *corpus* chrF, as sacrebleu's ``corpus_chrf``
 computes it (n-gram statistics summed over the examples, not a mean of sentence scores); each prediction row
 holds its own sentence chrF. sacrebleu is an optional dependency: ``pip install 'taskret[metrics]'``.
+
+Break reports two match metrics beside exact match: ``lf_em``, the paper's logical-form exact match as Break's
+evaluator computes it (:mod:`taskret.icl.lf_em`; the headline, :data:`TASK_HEADLINE`), and ``normalized_match``,
+a stricter string-level stand-in kept for comparison with earlier runs. LF-EM reads the question too, and needs
+the ``break`` extra (spaCy, its English model, inflect) and WordNet: ``pip install 'taskret[break]'``.
 """
 
 from __future__ import annotations
@@ -45,23 +50,54 @@ def _normalize_step(step: str) -> str:
 def break_normalized_match(prediction: str, gold: str) -> bool:
     """Break decompositions equal step by step after lower-casing, dropping punctuation and articles.
 
-    This is a string-level approximation of the paper's LF-EM, which parses each step into a logical
-    form (operator and arguments) and compares the resulting graphs; LF-EM also forgives different
-    step orders and paraphrased operator phrasing, which this does not, so it is stricter than LF-EM.
+    A string-level stand-in for the paper's LF-EM (:func:`break_lf_em`), which parses each step into a logical
+    form (operator and arguments) and compares the resulting graphs; LF-EM also forgives different step orders
+    and paraphrased operator phrasing, which this does not.
     """
     steps_p = [_normalize_step(s) for s in prediction.split(";") if s.strip()]
     steps_g = [_normalize_step(s) for s in gold.split(";") if s.strip()]
     return steps_p == steps_g
 
 
+def break_lf_em(prediction: str, gold: str, question: str | None = None) -> bool:
+    """Break's logical-form exact match of two ``return ... ;return #1 ...`` decompositions of ``question``
+    (:func:`taskret.icl.lf_em.lf_em`): equal logical-form graphs, whatever the order of their steps."""
+    from .lf_em import lf_em
+
+    return lf_em(prediction, gold, question)
+
+
 METRICS: dict[str, Callable[[str, str], bool]] = {"em": exact_match}
 TASK_METRICS: dict[str, dict[str, Callable[[str, str], bool]]] = {
-    "break": {"em": exact_match, "normalized_match": break_normalized_match},
+    "break": {"em": exact_match, "lf_em": break_lf_em, "normalized_match": break_normalized_match},
 }
+#: Match metrics that read the example's input too: called as ``fn(prediction, gold, input)``.
+INPUT_METRICS = frozenset({"lf_em"})
+#: The metric a task's results are quoted by, where it is not exact match.
+TASK_HEADLINE: dict[str, str] = {"break": "lf_em"}
 
 
 def metrics_for(task: Task) -> dict[str, Callable[[str, str], bool]]:
     return TASK_METRICS.get(task.name, METRICS)
+
+
+def headline_metric(task: Task) -> str:
+    """The metric ``task``'s results are quoted by: Break's LF-EM, else exact match."""
+    return TASK_HEADLINE.get(task.name, "em")
+
+
+def match(name: str, fn: Callable[..., bool], prediction: str, gold: str, input_text: str) -> bool:
+    """One match metric of one example; those of :data:`INPUT_METRICS` are given the input as well."""
+    return bool(fn(prediction, gold, input_text) if name in INPUT_METRICS else fn(prediction, gold))
+
+
+def check_match_metrics(task: Task) -> None:
+    """Fail before the LM runs when a task's match metric lacks what it needs (LF-EM: the ``break`` extra and
+    WordNet), with the command that installs it."""
+    if "lf_em" in metrics_for(task):
+        from .lf_em import load_resources
+
+        load_resources()
 
 
 # -- graded metrics ------------------------------------------------------------------------------------------
@@ -122,7 +158,8 @@ def score_predictions(task: Task, predictions: Sequence[Prediction], graded: Seq
     """Match metrics in % of examples, then the ``graded`` metrics over the whole set (:data:`GRADED_METRICS`)."""
     metrics = metrics_for(task)
     n = max(len(predictions), 1)
-    scores = {name: 100.0 * sum(fn(p.prediction, p.example.output) for p in predictions) / n
+    scores = {name: 100.0 * sum(match(name, fn, p.prediction, p.example.output, p.example.input)
+                                for p in predictions) / n
               for name, fn in metrics.items()}
     for name in graded:
         scores[name] = GRADED_METRICS[name].corpus([p.prediction for p in predictions],
@@ -173,7 +210,8 @@ def prediction_rows(task: Task, predictions: Sequence[Prediction], graded: Seque
         "prediction": p.prediction,
         "gold": p.example.output,
         "correct": metrics["em"](p.prediction, p.example.output),
-        **{name: fn(p.prediction, p.example.output) for name, fn in metrics.items() if name != "em"},
+        **{name: match(name, fn, p.prediction, p.example.output, p.example.input)
+           for name, fn in metrics.items() if name != "em"},
         **{name: round(GRADED_METRICS[name].sentence(p.prediction, p.example.output), 4) for name in graded},
     } for p in predictions]
 
@@ -192,6 +230,7 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
     out_dir = Path(out_dir)
     budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)  # refuses no room early
     graded = graded_metrics_for(task, metrics)
+    check_match_metrics(task)
     start = time.perf_counter()
     selected = None
     if selection is not None:
@@ -206,6 +245,7 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
         "lm": lm.name,
         "n": len(predictions),
         "metrics": score_predictions(task, predictions, graded),
+        **({"headline_metric": headline_metric(task)} if task.name in TASK_HEADLINE else {}),
         "context_window": budget + max_new_tokens,  # capped by the LM's context
         "max_new_tokens": max_new_tokens,
         "token_budget": budget,
@@ -260,6 +300,7 @@ def choose_selection_weight(task: Task, retriever: Retriever, lm: LMBackend, sel
         raise ValueError("give at least one weight to choose from")
     graded = [metric] if metric in GRADED_METRICS else []
     graded_metrics_for(task, [metric])  # refuses an unknown metric before the LM runs
+    check_match_metrics(task)
     held_out = sample(task.train, n, seed=seed)
     budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)
     builder = PromptBuilder(lm.count_tokens, budget=budget, max_demos=max_demos)
