@@ -71,12 +71,19 @@ def real_documents(folders: list[Path]):
             yield {"_id": f"{folder.name}/{doc.id}", "title": doc.title, "text": doc.text}
 
 
-def real_queries(folders: list[Path], n: int, seed: int) -> list[str]:
+def real_query_items(folders: list[Path], n: int, seed: int) -> list[tuple[str, str]]:
+    """A seeded sample of ``n`` of every pooled task's queries: (``task/id``, text) pairs, the ids as the qrels of
+    :func:`real_documents`' ids name them."""
     from taskret.corpus import read_queries
 
-    queries = [text for folder in folders if (folder / "queries.jsonl").is_file()
-               for text in read_queries(folder / "queries.jsonl").values()]
+    queries = [(f"{folder.name}/{qid}", text) for folder in folders if (folder / "queries.jsonl").is_file()
+               for qid, text in read_queries(folder / "queries.jsonl").items()]
     return random.Random(seed).sample(queries, min(n, len(queries)))
+
+
+def real_queries(folders: list[Path], n: int, seed: int) -> list[str]:
+    """The texts of :func:`real_query_items` (the same sample: it depends on the pool's size only)."""
+    return [text for _, text in real_query_items(folders, n, seed)]
 
 
 def write_corpus(path: Path, folders: list[Path], n: int, seed: int) -> dict:
@@ -137,9 +144,10 @@ def build(corpus: Path, setup: str, index: Path) -> dict:
             "build_recall_at_10": dense[0].recall_at_10 if dense and dense[0].index_type == "hnsw" else None}
 
 
-def in_child(args: list[str]) -> tuple[dict, float]:
-    """Run this script with ``args`` in a child process: its JSON answer and its peak RSS in GiB."""
-    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE)
+def in_child(args: list[str], script: str = __file__) -> tuple[dict, float]:
+    """Run ``script`` (this one by default) with ``args`` in a child process: its JSON answer (its last line on
+    stdout) and its peak RSS in GiB."""
+    proc = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0:
