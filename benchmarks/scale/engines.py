@@ -141,9 +141,13 @@ def matched(ids: Sequence[str], scores: Sequence[float]) -> list[int]:
 
 
 def index_pisa(corpus: Path, folder: Path, k1: float, b: float, threads: int) -> dict:
-    from pyterrier_pisa import PisaIndex, log_level
+    from pyterrier_pisa import PisaIndex, _pisathon
 
-    log_level(False)  # a progress line per percent of each stage
+    # Quiet PISA's progress lines (one per percent of each stage) where the binding can: pyterrier-pisa 0.4.9's
+    # log_level() calls a _pisathon.log_level its compiled extension lacks (AttributeError), so it is called only
+    # where the extension has it; elsewhere the lines go to this child's stderr.
+    if hasattr(_pisathon, "log_level"):
+        _pisathon.log_level(0)
     start = time.perf_counter()
     index = PisaIndex(str(folder), stemmer="porter2", stops="lucene", threads=threads, text_field="text")
     index.index({"docno": str(i), "text": text} for i, text in enumerate(corpus_texts(corpus)))

@@ -85,16 +85,29 @@ def test_each_engine_ranks_the_tiny_corpus_as_bm25s_does(tmp_path):
     assert size["dense"]["vectors"]["n"] == N_DOCS
 
 
-def test_overlap_counts_only_the_documents_either_side_returned():
+def import_engines():
     saved = list(sys.path)  # engines.py puts benchmarks/ and scale/ on the path as it is imported
     sys.path.insert(0, str(SCRIPT.parent))
     try:
-        from engines import overlap_at_10, recall_at_10
+        import engines
     finally:
         sys.path[:] = saved
+    return engines
+
+
+def test_overlap_counts_only_the_documents_either_side_returned():
+    engines = import_engines()
+    overlap_at_10, recall_at_10 = engines.overlap_at_10, engines.recall_at_10
     import numpy as np
 
     assert overlap_at_10([list(range(10))], [list(range(5, 15))]) == 0.5
     assert overlap_at_10([[1, 2]], [[2, 1]]) == 1.0  # fewer than 10 matches, the same ones
     assert overlap_at_10([[]], [[]]) == 1.0  # no document matches: both engines agree
     assert recall_at_10(np.arange(10)[None], np.arange(5, 15)[None]) == 0.5
+
+
+def test_a_failed_child_says_why():
+    """The error recorded for an engine whose child fails ends with the child's stderr (its traceback), not only
+    its exit status."""
+    answer, rss, error = import_engines().child(["--child-nonsense"])
+    assert answer is None and "exit code 1" in error and "unknown child --child-nonsense" in error, error
