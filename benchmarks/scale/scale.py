@@ -36,7 +36,9 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +51,8 @@ EXTRAPOLATE = (10_000_000, 100_000_000)
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 TITLES = {"build": "index build, seconds per stage", "query": "top-10 single query p50, ms",
           "memory": "peak RSS and disk, GiB"}
+#: How much of a failed child's stderr its error keeps (the last lines, then the last characters of those).
+STDERR_TAIL_LINES, STDERR_TAIL_CHARS = 40, 3000
 
 
 # -- the corpus -----------------------------------------------------------------------------------------------------
@@ -71,12 +75,19 @@ def real_documents(folders: list[Path]):
             yield {"_id": f"{folder.name}/{doc.id}", "title": doc.title, "text": doc.text}
 
 
-def real_queries(folders: list[Path], n: int, seed: int) -> list[str]:
+def real_query_items(folders: list[Path], n: int, seed: int) -> list[tuple[str, str]]:
+    """A seeded sample of ``n`` of every pooled task's queries: (``task/id``, text) pairs, the ids as the qrels of
+    :func:`real_documents`' ids name them."""
     from taskret.corpus import read_queries
 
-    queries = [text for folder in folders if (folder / "queries.jsonl").is_file()
-               for text in read_queries(folder / "queries.jsonl").values()]
+    queries = [(f"{folder.name}/{qid}", text) for folder in folders if (folder / "queries.jsonl").is_file()
+               for qid, text in read_queries(folder / "queries.jsonl").items()]
     return random.Random(seed).sample(queries, min(n, len(queries)))
+
+
+def real_queries(folders: list[Path], n: int, seed: int) -> list[str]:
+    """The texts of :func:`real_query_items` (the same sample: it depends on the pool's size only)."""
+    return [text for _, text in real_query_items(folders, n, seed)]
 
 
 def write_corpus(path: Path, folders: list[Path], n: int, seed: int) -> dict:
@@ -137,13 +148,30 @@ def build(corpus: Path, setup: str, index: Path) -> dict:
             "build_recall_at_10": dense[0].recall_at_10 if dense and dense[0].index_type == "hnsw" else None}
 
 
-def in_child(args: list[str]) -> tuple[dict, float]:
-    """Run this script with ``args`` in a child process: its JSON answer and its peak RSS in GiB."""
-    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE)
+def in_child(args: list[str], script: str = __file__) -> tuple[dict, float]:
+    """Run ``script`` (this one by default) with ``args`` in a child process: its JSON answer (its last line on
+    stdout) and its peak RSS in GiB. The child's stderr is passed on as it comes and its tail kept: a failure's
+    message ends with it (the traceback that says why)."""
+    proc = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+
+    def pass_on() -> None:
+        for line in iter(proc.stderr.readline, b""):
+            text = line.decode(errors="replace")
+            sys.stderr.write(text)
+            tail.append(text)
+
+    reader = threading.Thread(target=pass_on, daemon=True)
+    reader.start()
     out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, usage = os.wait4(proc.pid, 0)  # not proc.wait(): wait4 gives the child's rusage (its peak RSS)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    reader.join(timeout=10)  # a process the child left behind could hold its stderr open
+    proc.stdout.close()
     if status != 0:
-        raise SystemExit(f"child {' '.join(args)} failed with status {status}")
+        said = "".join(tail).strip()[-STDERR_TAIL_CHARS:]
+        raise SystemExit(f"child {' '.join(args)} failed with exit code {proc.returncode}"
+                         + (f"; its stderr ends:\n{said}" if said else " (nothing on stderr)"))
     return json.loads(out.decode().strip().splitlines()[-1]), usage.ru_maxrss / 2**20
 
 
