@@ -71,6 +71,13 @@ bench: setup
 		--variant llm-r=epr:runs/bench/epr_full/mtop/llm-r --reuse mtop:llm-r=runs/bench/epr_full/mtop/llm-r/eval \
 		--variant udr=epr:runs/bench/epr_full/mtop/udr --reuse mtop:udr=runs/bench/epr_full/mtop/udr/eval \
 		--variant ceil=epr:runs/bench/epr_full/mtop/ceil --reuse mtop:ceil=runs/bench/epr_full/mtop/ceil/eval --work runs/bench/epr_full/beyond
+	# README / benchmark page: which of UDR's changes makes it beat plain EPR: each ladder rung adds one lever (b-e are
+	# trained from the committed scores, ~1 h each on 2 cores), then every rung and reference is evaluated on this machine
+	for r in b c d e; do w=runs/bench/epr_ladder/$$r; mkdir -p $$w; \
+		cp -rn $(addprefix benchmarks/results/epr_mtop_full/,candidates.jsonl labels.jsonl scoring) $$w/; \
+		[ $$r != e ] || { cp -rn benchmarks/results/epr_full/mtop/udr/round2 $$w/ && rm -rf $$w/round2/retriever; }; \
+		TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret epr run benchmarks/epr/configs/epr_ladder/$$r.json --stop-after index || exit 1; done
+	$(BIN)/python benchmarks/epr/epr_ladder.py --data-dir $(DATA_DIR)
 	# README: the named document setups (docs-fast, docs-rerank) as a user runs them, against BM25
 	$(BIN)/python benchmarks/documents/setups.py --data-dir $(DATA_DIR) \
 		--tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs
