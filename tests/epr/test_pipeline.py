@@ -270,8 +270,9 @@ def test_a_second_round_mines_with_the_trained_retriever_and_scores_only_new_pai
     mined = read_jsonl_rows(round2 / "candidates.jsonl")
     assert [r["id"] for r in mined] == [f"ex{i}" for i in range(16)]
     assert all(len(r["candidates"]) == 4 and r["id"] not in r["candidates"] for r in mined)
-    # The candidates are round 1's retriever's top 4 for the example's input, not BM25's.
-    round1 = DenseRetriever(encoder=str(work / "retriever" / "model")).index(
+    # The candidates are round 1's retriever's top 4 for the example's input, not BM25's (its demonstrations
+    # encoded as it was trained to: input and output, the default field).
+    round1 = DenseRetriever(encoder=str(work / "retriever" / "model"), field="both").index(
         [e for e in _examples(data_files[0])])
     expected = round1.retrieve([_row(i)["q"] for i in range(16)], k=4, exclude=[f"ex{i}" for i in range(16)])
     assert [r["candidates"] for r in mined] == expected.ids
