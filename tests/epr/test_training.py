@@ -117,7 +117,7 @@ def test_best_positive_is_always_the_lms_best_while_the_negative_still_varies():
     negatives = []
     for epoch in range(5):
         pairs = build_training_pairs(examples, rows, config, epoch)
-        assert pairs["positive"] == [by_id[row["positives"][0]].input for row in rows]
+        assert pairs["positive"] == [example_text(by_id[row["positives"][0]], config.field) for row in rows]
         negatives.append(pairs["negative"])
     assert any(len({epoch[i] for epoch in negatives}) > 1 for i in range(N))  # negatives are drawn anew each epoch
 
@@ -131,7 +131,7 @@ def test_pairs_are_deterministic_per_epoch_and_vary_across_epochs():
     assert build_training_pairs(examples, rows, TrainingConfig(seed=4), 0).to_dict() != first
     # every positive gets drawn at some point
     drawn = {p for epoch in range(20) for p in build_training_pairs(examples, rows, config, epoch)["positive"]}
-    assert drawn == {e.input for e in examples}
+    assert drawn == {example_text(e, config.field) for e in examples}  # each demonstration as input and output
 
 
 def test_unknown_ids_raise_naming_the_row_and_id():
