@@ -38,6 +38,7 @@ SECTIONS = (
     ("epr", (epr.icl_table, epr.epr_scale_table, epr.epr_table, epr.lm_transfer_table, epr.analysis_table)),
     ("epr-v2", (epr_beyond.epr_beyond_table, lambda: speed.scoring_speed_table("scoring_speed_amx.json"),
                 lambda: speed.scoring_precision_table("scoring_precision_amx.json"))),
+    ("epr-ladder", (epr_beyond.epr_ladder_table,)),
     ("scifact", (scifact.tart_berri_table,)),
     ("tart-dual", (tart.tart_distil_sweep_table, tart.tart_table, tart.tart_trained_table)),
     ("confidence", (scifact.tart_confidence_table, scifact.tart_confidence_held_out_table)),

@@ -97,3 +97,42 @@ def epr_beyond_table() -> list[str]:
         means = {m: sum(rows[m]["chrf"] for rows in held.values()) / len(held) for m in next(iter(held.values()))}
         out += ["", "Mean chrF over the held-out tasks: " + ", ".join(f"{m} {v:.1f}" for m, v in means.items()) + "."]
     return out
+
+
+def _p3(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+
+
+def epr_ladder_table() -> list[str]:
+    """The ladder (benchmarks/epr/epr_ladder.py): each rung one lever on the one before, all on one machine;
+    the final epr_ladder.json, else the rungs measured so far (epr_ladder_partial.json)."""
+    d = load("epr_ladder.json") or load("epr_ladder_partial.json")
+    if not d:
+        return []
+    mtop = d["mtop"]
+
+    def paired(row: dict, key: str) -> str:
+        if key not in row:
+            return ""
+        v = row[key]
+        other = v.get("only_prev", v.get("only_epr"))
+        low, high = v["diff_ci95"]
+        return f"{v['only_method']} / {other}, {_p3(v['p'])}, [{low:+.1f}, {high:+.1f}]"
+
+    def cost(row: dict) -> str:
+        if row.get("cpu_hours_to_index") is not None:
+            return f"{row['cpu_hours_to_index']:.1f}"
+        return f"not on 2 cores: its training ran {row.get('gpu_minutes', '?')} min on a GPU"
+
+    lines = [f"`{d['command']}` ({describe_machine(d['machine'])}; {mtop['n']} MTOP test inputs; "
+             f"recommended so far: rung {mtop['recommended']}):", "",
+             *header("rung", "adds", "EM", "against the rung before: only it / only before, p, 95% CI",
+                     "against the best: p", "LM scorings of training pairs", "hours on 2 cores, BM25 candidates to index")]
+    for name, row in mtop["rungs"].items():
+        best = "" if "vs_best_p" not in row else _p3(row["vs_best_p"])
+        em = f"**{row['em']:.1f}**" if name == mtop["recommended"] else f"{row['em']:.1f}"
+        lines.append(f"| {name} | {row['adds']} | {em} | {paired(row, 'vs_prev')} | {best} | {row['lm_calls']:,} | "
+                     f"{cost(row)} |")
+    if mtop.get("bm25") is not None and mtop.get("lm_oracle") is not None:
+        lines += ["", f"References on the same machine: BM25 {mtop['bm25']:.1f}, LM-Oracle {mtop['lm_oracle']:.1f} EM."]
+    return lines
