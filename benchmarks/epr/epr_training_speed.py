@@ -18,10 +18,13 @@ operators taking most of its time are written out with their shares.
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 import tempfile
 from pathlib import Path
+
+import torch.profiler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
@@ -36,25 +39,21 @@ VARIANTS = {"gradcache_16": 16, "whole_batch": 0}
 def timed_training(examples, labels: Path, mini_batch_size: int, profile: bool) -> dict:
     config = TrainingConfig(epochs=1, batch_size=120, mini_batch_size=mini_batch_size, field="both",
                             learning_rate=5e-5)
+    profiler = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile
+                else contextlib.nullcontext())
     with tempfile.TemporaryDirectory() as out:
-        if not profile:
+        with profiler:
             train_dual_encoder(examples, labels, out, config, progress=False)
-        else:
-            import torch.profiler
-
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                train_dual_encoder(examples, labels, out, config, progress=False)
-            ops = prof.key_averages()
-            total = sum(op.self_cpu_time_total for op in ops)
-            top = sorted(ops, key=lambda op: -op.self_cpu_time_total)[:12]
-            shares = [{"op": op.key, "share": round(op.self_cpu_time_total / total, 3), "calls": op.count}
-                      for op in top]
         done = read_json(Path(out) / "epr_config.json")
     seconds = sum(done["epoch_times_s"])
     result = {"steps": done["steps"], "triplets": done["n_pairs"], "seconds": round(seconds, 1),
               "triplets_per_s": round(done["n_pairs"] / seconds, 3)}
     if profile:
-        result["profile_top_ops"] = shares
+        ops = profiler.key_averages()
+        total = sum(op.self_cpu_time_total for op in ops)
+        result["profile_top_ops"] = [
+            {"op": op.key, "share": round(op.self_cpu_time_total / total, 3), "calls": op.count}
+            for op in sorted(ops, key=lambda op: -op.self_cpu_time_total)[:12]]
     return result
 
 

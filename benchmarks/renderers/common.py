@@ -27,8 +27,8 @@ def correct(path: Path) -> dict[str, bool] | None:
     return read_correct(path) if path.exists() else None
 
 
-def p_text(p: float) -> str:
-    return "p<0.001" if p < 0.001 else f"p={p:.2f}"
+def p_text(p: float, digits: int = 2) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.{digits}f}"
 
 
 MTOP_TEST_INPUTS = 859  # MTOP's test file here: the successors' comparison runs on all of it

@@ -99,10 +99,6 @@ def epr_beyond_table() -> list[str]:
     return out
 
 
-def _p3(p: float) -> str:
-    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
-
-
 def epr_ladder_table() -> list[str]:
     """The ladder (benchmarks/epr/epr_ladder.py): each rung one lever on the one before, all on one machine;
     the final epr_ladder.json, else the rungs measured so far (epr_ladder_partial.json)."""
@@ -117,7 +113,7 @@ def epr_ladder_table() -> list[str]:
         v = row[key]
         other = v.get("only_prev", v.get("only_epr"))
         low, high = v["diff_ci95"]
-        return f"{v['only_method']} / {other}, {_p3(v['p'])}, [{low:+.1f}, {high:+.1f}]"
+        return f"{v['only_method']} / {other}, {p_text(v['p'], 3)}, [{low:+.1f}, {high:+.1f}]"
 
     def cost(row: dict) -> str:
         if row.get("cpu_hours_to_index") is not None:
@@ -127,9 +123,10 @@ def epr_ladder_table() -> list[str]:
     lines = [f"`{d['command']}` ({describe_machine(d['machine'])}; {mtop['n']} MTOP test inputs; "
              f"recommended so far: rung {mtop['recommended']}):", "",
              *header("rung", "adds", "EM", "against the rung before: only it / only before, p, 95% CI",
-                     "against the best: p", "LM scorings of training pairs", "hours on 2 cores, BM25 candidates to index")]
+                     "against the best: p", "LM scorings of training pairs",
+                     "hours on 2 cores, BM25 candidates to index")]
     for name, row in mtop["rungs"].items():
-        best = "" if "vs_best_p" not in row else _p3(row["vs_best_p"])
+        best = "" if "vs_best_p" not in row else p_text(row["vs_best_p"], 3)
         em = f"**{row['em']:.1f}**" if name == mtop["recommended"] else f"{row['em']:.1f}"
         lines.append(f"| {name} | {row['adds']} | {em} | {paired(row, 'vs_prev')} | {best} | {row['lm_calls']:,} | "
                      f"{cost(row)} |")

@@ -135,6 +135,8 @@ DataDir = Annotated[Optional[Path], typer.Option(
     "--data-dir", help="folder of the built-in tasks' data (default: $TASKRET_DATA_DIR, else ../shared/data if it "
     "exists, else where `taskret data download` puts it)")]
 
+MINI_BATCH_HELP = "sequences embedded at a time (GradCache; bounds memory); 0: the whole batch at once"
+
 LM_SPECS = ("a registered name or local folder (transformers, in process), openai:URL#MODEL (an OpenAI-compatible "
             "completions server), or vllm:NAME_OR_FOLDER (GPU)")
 LMSpec = Annotated[str, typer.Option("--lm", help=f"the LM: {LM_SPECS}")]

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from .common import (
+    MINI_BATCH_HELP,
     App,
     DataDir,
     Device,
@@ -160,8 +161,7 @@ def train(
     field: str = typer.Option("both", help="what the example encoder reads of a demonstration: input, output or "
                               "both ('{input}\\t{output}', EPR's code's setup_type=qa)"),
     epochs: int = typer.Option(3, min=1), batch_size: int = typer.Option(120, min=1),
-    mini_batch_size: int = typer.Option(16, min=0, help="sequences embedded at a time (GradCache; bounds memory); 0: "
-                                        "the whole batch at once"),
+    mini_batch_size: int = typer.Option(16, min=0, help=MINI_BATCH_HELP),
     learning_rate: float = typer.Option(2e-5), seed: int = typer.Option(0),
     out: Path = typer.Option(..., help="output folder: model/, training_log.jsonl, epr_config.json"),
 ):
@@ -186,8 +186,7 @@ def multitask(
                                           "order, e.g. 'Parse the request into its intent and slots'"),
     base_model: str = typer.Option("minilm-l6"),
     epochs: int = typer.Option(5, min=1), batch_size: int = typer.Option(64, min=1),
-    mini_batch_size: int = typer.Option(16, min=0, help="sequences embedded at a time (GradCache; bounds memory); 0: "
-                                        "the whole batch at once"),
+    mini_batch_size: int = typer.Option(16, min=0, help=MINI_BATCH_HELP),
     learning_rate: float = typer.Option(5e-5), seed: int = typer.Option(0),
     listwise: bool = typer.Option(False, help="UDR's objective: learn each run's LM order over sampled lists of 8 "
                                   "(its scoring/scores.jsonl) with UDR's settings; the options above but "

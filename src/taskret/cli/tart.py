@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from .common import (
+    MINI_BATCH_HELP,
     App,
     DataDir,
     RayAddress,
@@ -601,8 +602,7 @@ def train_dual(
     base_model: str = typer.Option("minilm-l6", help="sentence-transformers base model (name or folder)"),
     epochs: int = EPOCHS_OPT,
     batch_size: int = typer.Option(64, help="triplets per optimiser step (in-batch negatives)"),
-    mini_batch_size: int = typer.Option(16, help="sequences embedded at a time (GradCache; bounds memory); 0: the "
-                                        "whole batch at once"),
+    mini_batch_size: int = typer.Option(16, help=MINI_BATCH_HELP),
     learning_rate: float = LR_OPT,
     negatives: str = NEGATIVES_OPT,
     seed: int = SEED_OPT,

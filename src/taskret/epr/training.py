@@ -112,9 +112,10 @@ class TrainingConfig(DPRSettings, TrainerSettings):
     ``field`` is the text of a candidate example that the example encoder sees (and the index holds);
     queries are always the example's input. ``both`` (``"{input}\t{output}"``) is EPR's code's
     ``setup_type=qa`` and measured better than ``input`` on MTOP (42.4 against 39.3 EM on all 859 test inputs,
-    p = 0.010: ``benchmarks/epr/epr_ladder.py``, rungs a and b). ``positive``: each epoch's positive of a labelled example, ``sample`` (one of its
-    top-k, uniformly) or ``best`` (always the LM's best, as EPR's code trains: DPR takes a sample's first
-    positive unless told to shuffle them); either way the hard negative is one of the bottom-k, uniformly.
+    p = 0.010: ``benchmarks/epr/epr_ladder.py``, rungs a and b). ``positive``: each epoch's positive of a
+    labelled example, ``sample`` (one of its top-k, uniformly) or ``best`` (always the LM's best, as EPR's code
+    trains: DPR takes a sample's first positive unless told to shuffle them); either way the hard negative is one
+    of the bottom-k, uniformly.
     """
 
     shared_encoder: bool = False

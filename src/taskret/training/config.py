@@ -76,8 +76,8 @@ def check_training_values(config: Any,
 class DPRSettings:
     """The contrastive (DPR) objective's settings, shared by EPR's dual encoder and TART-dual: ``batch_size``
     triplets are embedded ``mini_batch_size`` sequences at a time (GradCache, so memory is bounded by the
-    latter; 0: all at once, without GradCache's second forward pass), similarities are cosines times ``scale``, and ``no_duplicates`` batches avoid in-batch false
-    negatives."""
+    latter; 0: all at once, without GradCache's second forward pass), similarities are cosines times ``scale``,
+    and ``no_duplicates`` batches avoid in-batch false negatives."""
 
     mini_batch_size: int = 16
     max_seq_length: int = 128
