@@ -79,3 +79,23 @@ def test_evaluations_from_one_other_machine_pair_and_each_rung_meets_the_best(la
     assert table["machine"] == elsewhere
     assert "vs_best_p" in table["rungs"]["a"] and "vs_best_p" not in table["rungs"]["b"]
     assert 0 < table["rungs"]["a"]["vs_best_p"] <= 1
+
+
+def test_a_rung_that_skipped_a_stage_another_rung_ran_counts_that_rungs_time(ladder, tmp_path, monkeypatch):
+    """Rung e trains only UDR's second round (its first is d's, to the setting): its hours count d's training, and
+    its round-2 mining as two of its index stages; its LM calls are every distinct pair of its score files."""
+    scores = [tmp_path / "round1.jsonl", tmp_path / "round2.jsonl"]
+    _write(scores[0], [{"id": "q1", "candidates": [{"id": "c1"}, {"id": "c2"}]}])
+    _write(scores[1], [{"id": "q1", "candidates": [{"id": "c2"}, {"id": "c3"}]}])  # c2 scored again, counted once
+    monkeypatch.setitem(ladder.RUNGS, "d", ("d", "index:d", scores[:1], tmp_path / "work_d"))
+    monkeypatch.setitem(ladder.RUNGS, "e", ("e", "index:e", scores, tmp_path / "work_e"))
+    _write(tmp_path / "d" / "stage_times.jsonl", [{"stage": "training", "wall_s": 2000.0},
+                                                  {"stage": "index", "wall_s": 10.0}])
+    _write(tmp_path / "e" / "stage_times.jsonl", [{"stage": "round 2 training", "wall_s": 1000.0},
+                                                  {"stage": "index", "wall_s": 12.0}])
+    cost = ladder._cost("e", tmp_path)
+    assert cost["lm_calls"] == 3
+    assert cost["stages_wall_s"] == {"round 2 training": 1000.0, "index": 12.0, "training": 2000.0,
+                                     "round 2 candidates": 24.0}
+    assert cost["cpu_hours_to_index"] == round((3 / ladder.SCORING_PAIRS_PER_S + 3036.0) / 3600, 2)
+    assert ladder._cost("d", tmp_path)["stages_wall_s"] == {"training": 2000.0, "index": 10.0}
