@@ -102,10 +102,12 @@ def epr_beyond_table() -> list[str]:
 def epr_ladder_table() -> list[str]:
     """The ladder (benchmarks/epr/epr_ladder.py): each rung one lever on the one before, all on one machine;
     the final epr_ladder.json, else the rungs measured so far (epr_ladder_partial.json)."""
-    d = load("epr_ladder.json") or load("epr_ladder_partial.json")
+    final = load("epr_ladder.json")
+    d = final or load("epr_ladder_partial.json")
     if not d:
         return []
     mtop = d["mtop"]
+    shares = all("share_of_gap" in row for row in mtop["rungs"].values())
 
     def paired(row: dict, key: str) -> str:
         if key not in row:
@@ -121,15 +123,16 @@ def epr_ladder_table() -> list[str]:
         return f"not on 2 cores: its training ran {row.get('gpu_minutes', '?')} min on a GPU"
 
     lines = [f"`{d['command']}` ({describe_machine(d['machine'])}; {mtop['n']} MTOP test inputs; "
-             f"recommended so far: rung {mtop['recommended']}):", "",
-             *header("rung", "adds", "EM", "against the rung before: only it / only before, p, 95% CI",
-                     "against the best: p", "LM scorings of training pairs",
-                     "hours on 2 cores, BM25 candidates to index")]
+             f"recommended{'' if final else ' so far'}: rung {mtop['recommended']}, in bold):", "",
+             *header("rung", "adds", "EM", *(["share of the BM25 -> LM-Oracle gap"] if shares else []),
+                     "against the rung measured before: only it / only before, p, 95% CI", "against the best: p",
+                     "LM scorings of training pairs", "hours on 2 cores, BM25 candidates to index")]
     for name, row in mtop["rungs"].items():
         best = "" if "vs_best_p" not in row else p_text(row["vs_best_p"], 3)
         em = f"**{row['em']:.1f}**" if name == mtop["recommended"] else f"{row['em']:.1f}"
-        lines.append(f"| {name} | {row['adds']} | {em} | {paired(row, 'vs_prev')} | {best} | {row['lm_calls']:,} | "
-                     f"{cost(row)} |")
+        share = [f"{100 * row['share_of_gap']:.0f}%"] if shares else []
+        lines.append("| " + " | ".join([name, row["adds"], em, *share, paired(row, "vs_prev"), best,
+                                         f"{row['lm_calls']:,}", cost(row)]) + " |")
     if mtop.get("bm25") is not None and mtop.get("lm_oracle") is not None:
         lines += ["", f"References on the same machine: BM25 {mtop['bm25']:.1f}, LM-Oracle {mtop['lm_oracle']:.1f} EM."]
     return lines
