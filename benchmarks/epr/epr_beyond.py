@@ -55,6 +55,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import HERE, command_line, describe_machine, machine, parser, round_metrics, write_result  # noqa: E402
+from epr_runs import INSTRUCTIONS, lm_oracle  # noqa: E402
 
 from taskret.backends.base import load_lm
 from taskret.data import load_task, sample
@@ -67,16 +68,7 @@ from taskret.progress import progress_bar
 from taskret.retrieval import make_retriever
 
 METHODS = {"epr": None, "epr+dpp": "dpp", "epr+mmr": "mmr", "epr+reward": "reward", "lm-oracle": "oracle"}
-ORACLE_CHUNK = 25  # test inputs the LM-Oracle ranks at a time, each chunk kept (a stopped ranking resumes)
 HELD_OUT_METHODS = ("bm25", "sbert", "multitask", "epr")
-#: The task instruction in front of every query of the multi-task retriever: what the task asks of the LM.
-INSTRUCTIONS = {
-    "mtop": "Parse the request to a task-oriented assistant into its intent and slots",
-    "break": "Decompose the question into a sequence of simpler steps",
-    "berri-lite/nl2bash": "Write the Bash command that does what the description says",
-    "berri-lite/conala": "Write the Python code that implements the intent",
-    "berri-lite/asset_simplification": "Rewrite the sentence in simpler English",
-}
 COST_FILE = "cost.json"  # beside a method's summary.json: its CPU time and weight tuning, for a resumed run
 
 
@@ -193,34 +185,6 @@ def _reused(folder: Path, examples, args, run_dir: Path) -> tuple[dict, dict] | 
     cost = {"cpu_s": None, "wall_s": summary.get("wall_time_s"), "reused": str(folder)}
     (run_dir / COST_FILE).write_text(json.dumps(cost, indent=1) + "\n")
     return summary, cost
-
-
-def _lm_oracle(task, examples, lm, run_dir: Path):
-    """LM-Oracle's rankings (taskret.epr.methods.lm_oracle: BM25-Oracle's top 50 reranked by the LM's
-    ``log P(gold | e, x)``, filled to 100 with BM25-Oracle's order), ORACLE_CHUNK test inputs at a time, each
-    chunk written to ``run_dir/oracle/`` as it is done: a stopped ranking resumes at the first missing chunk."""
-    import numpy as np
-
-    from taskret.epr.methods import rank_test_examples
-    from taskret.io import read_json, write_json
-    from taskret.retrieval import RetrievalResult
-
-    folder = run_dir / "oracle"
-    folder.mkdir(parents=True, exist_ok=True)
-    ids, scores = [], []
-    with progress_bar(len(examples), f"{task.name}/lm-oracle: ranking", unit="inputs") as advance:
-        for number, start in enumerate(range(0, len(examples), ORACLE_CHUNK)):
-            chunk, path = examples[start: start + ORACLE_CHUNK], folder / f"{number:05d}.json"
-            done = read_json(path) if path.exists() else None
-            if done is None or done["inputs"] != [e.id for e in chunk]:
-                ranked = rank_test_examples("lm-oracle", task, chunk, lm, n_candidates=50, fill_to=100)
-                done = {"inputs": [e.id for e in chunk], "ids": ranked.ids,
-                        "scores": [[None if np.isnan(v) else float(v) for v in row] for row in ranked.scores]}
-                write_json(path, done)
-            ids += done["ids"]
-            scores += done["scores"]
-            advance(len(chunk))
-    return RetrievalResult.from_rows(ids, scores)
 
 
 def _vs_epr(mine: dict[str, bool], epr: dict[str, bool]) -> dict:
@@ -442,7 +406,7 @@ def main() -> None:
                         method_retriever.index(task.train)
                 if kind == "oracle":
                     cpu, wall = time.process_time(), time.perf_counter()
-                    retrieved = _lm_oracle(task, examples, lm, run_dir)
+                    retrieved = lm_oracle(task, examples, lm, run_dir / "oracle")
                     cost["ranking"] = {"lm_pairs": 50 * len(examples), "cpu_s": round(time.process_time() - cpu, 1),
                                        "wall_s": round(time.perf_counter() - wall, 1)}
                 elif kind == "reward":

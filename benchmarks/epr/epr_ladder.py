@@ -41,15 +41,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
+from epr_runs import distinct_pairs, ranking, stage_times, write_rankings  # noqa: E402
 
 from taskret.backends.base import load_lm  # noqa: E402
 from taskret.data import load_task
 from taskret.icl.compare import paired_comparison
 from taskret.icl.evaluation import evaluate, machine_differences, read_correct
-from taskret.io import read_json, read_jsonl, write_jsonl
+from taskret.io import read_json
 from taskret.models import dtype_name
 from taskret.progress import progress_bar
-from taskret.retrieval import RetrievalResult, Retriever
 
 COMMITTED = Path("benchmarks/results/epr_full/mtop")
 EPR_SCORES = Path("benchmarks/results/epr_mtop_full/scoring/scores.jsonl")
@@ -83,28 +83,6 @@ STAGES_RUN_BY: dict[str, dict[str, str]] = {"e": {"training": "d"}}
 MINED_LIKE_INDEX: dict[str, str] = {"e": "round 2 candidates"}
 
 
-def _ranking(source: str, test) -> RetrievalResult:
-    """A rung's top 100 for each test input, in ``test``'s order, from its ``source`` (``KIND:PATH``)."""
-    kind, _, where = source.partition(":")
-    if kind == "index":
-        return Retriever.load(Path(where) / "index").retrieve([e.input for e in test], k=100)
-    if kind == "file":  # what step 1 wrote
-        rows = {r["id"]: (r["ids"], r["scores"]) for r in read_jsonl(Path(where))}
-    elif kind == "committed":  # an evaluation's predictions.jsonl records each input's ranking
-        rows = {r["id"]: (r["retrieved_ids"], r["retrieved_scores"]) for r in read_jsonl(Path(where) / "predictions.jsonl")}
-    elif kind == "oracle":  # the LM-Oracle's ranked chunks (benchmarks/epr_beyond.py)
-        rows = {}
-        for chunk in sorted(Path(where).glob("*.json")):
-            done = read_json(chunk)
-            rows.update(zip(done["inputs"], zip(done["ids"], done["scores"])))
-    else:
-        raise ValueError(f"unknown ranking source '{source}'")
-    missing = [e.id for e in test if e.id not in rows]
-    if missing:
-        raise SystemExit(f"{source}: no ranking for {len(missing)} test inputs, e.g. '{missing[0]}'")
-    return RetrievalResult.from_rows([rows[e.id][0] for e in test], [rows[e.id][1] for e in test])
-
-
 def _source(name: str, results: Path) -> str:
     """Where a rung's (or reference's) ranking is read for its evaluation: a trained rung's from step 1's file."""
     source = RUNGS[name][1] if name in RUNGS else REFERENCES[name]
@@ -123,9 +101,7 @@ def rankings(test, results: Path, names: list[str]) -> None:
             print(f"{name}: no index yet (taskret epr run benchmarks/epr/configs/epr_ladder/{name}.json --stop-after "
                   "index), skipped", flush=True)
         else:
-            ranked = _ranking(source, test)
-            write_jsonl(path, [{"id": e.id, "ids": ids, "scores": [round(float(v), 5) for v in row[: len(ids)]]}
-                               for e, ids, row in zip(test, ranked.ids, ranked.scores)])
+            write_rankings(path, test, ranking(source, test))
             # What the training cost and how it was set, kept beside the rankings (the work folder is not kept).
             work = Path(source[6:])
             shutil.copyfile(work / "stage_times.jsonl", results / name / "stage_times.jsonl")
@@ -152,11 +128,7 @@ def evaluations(task, test, results: Path, names: list[str], args) -> None:
         lm = lm or load_lm(args.lm)
         with progress_bar(len(test), f"{name}: evaluating") as advance:
             evaluate(task, None, lm, test, out, retriever_name=f"ladder:{name}", context_window=args.context_window,
-                     max_new_tokens=args.max_new_tokens, progress=advance, retrieved=_ranking(source, test))
-
-
-def _distinct_pairs(score_files: list[Path]) -> int:
-    return len({(row["id"], c["id"]) for path in score_files for row in read_jsonl(path) for c in row["candidates"]})
+                     max_new_tokens=args.max_new_tokens, progress=advance, retrieved=ranking(source, test))
 
 
 def _stage_times(name: str, results: Path) -> tuple[dict[str, dict], set[str]]:
@@ -164,14 +136,12 @@ def _stage_times(name: str, results: Path) -> tuple[dict[str, dict], set[str]]:
     work = RUNGS[name][3]
     if (results / name / "stage_times.jsonl").exists():  # a trained rung's, kept by step 1
         work = results / name
-    times = {r["stage"]: r for r in read_jsonl(work / "stage_times.jsonl")} if (work / "stage_times.jsonl").exists() else {}
-    gpu = {r["stage"] for r in read_jsonl(work / "stage_times_gpu.jsonl")} if (work / "stage_times_gpu.jsonl").exists() else set()
-    return times, gpu
+    return stage_times(work)
 
 
 def _cost(name: str, results: Path) -> dict:
     """LM scorings and hours from BM25 candidates to a built index on 2 cores (module docstring)."""
-    pairs = _distinct_pairs(RUNGS[name][2])
+    pairs = distinct_pairs(RUNGS[name][2])
     times, gpu = _stage_times(name, results)
     stages = {s: times[s]["wall_s"] for s in TRAINING_STAGES if s in times}
     for stage, other in STAGES_RUN_BY.get(name, {}).items():

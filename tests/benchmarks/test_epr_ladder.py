@@ -1,10 +1,10 @@
-"""The EPR ladder's bookkeeping (benchmarks/epr/epr_ladder.py): rankings read back in the test inputs' order, the
-recommended rung, and the refusal to pair evaluations made on different machines."""
+"""The EPR ladder's bookkeeping (benchmarks/epr/epr_ladder.py): rankings read back in the test inputs' order (the
+EPR benchmarks' shared epr_runs.py), the recommended rung, and the refusal to pair evaluations made on different
+machines."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,17 +12,17 @@ import pytest
 
 from taskret.data import Example
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import import_script
 
 
 @pytest.fixture(scope="module")
 def ladder():
-    sys.path.insert(0, str(ROOT / "benchmarks" / "epr"))
-    try:
-        import epr_ladder
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks" / "epr"))
-    return epr_ladder
+    return import_script("benchmarks/epr", "epr_ladder")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return import_script("benchmarks/epr", "epr_runs")
 
 
 def _write(path: Path, rows) -> None:
@@ -30,18 +30,18 @@ def _write(path: Path, rows) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def test_rankings_come_back_in_the_test_inputs_order_whatever_their_source(ladder, tmp_path):
+def test_rankings_come_back_in_the_test_inputs_order_whatever_their_source(runs, tmp_path):
     test = [Example("t1", "x1", "y1"), Example("t2", "x2", "y2")]
     _write(tmp_path / "b" / "rankings.jsonl", [{"id": "t2", "ids": ["e3"], "scores": [0.5]},
                                                {"id": "t1", "ids": ["e1", "e2"], "scores": [0.9, 0.1]}])
-    ranked = ladder._ranking(f"file:{tmp_path / 'b' / 'rankings.jsonl'}", test)
+    ranked = runs.ranking(f"file:{tmp_path / 'b' / 'rankings.jsonl'}", test)
     assert ranked.ids == [["e1", "e2"], ["e3"]]
     assert ranked.scores[0].tolist() == pytest.approx([0.9, 0.1]) and np.isnan(ranked.scores[1][1])
     _write(tmp_path / "a" / "predictions.jsonl", [{"id": "t1", "retrieved_ids": ["e2"], "retrieved_scores": [1.0]},
                                                   {"id": "t2", "retrieved_ids": ["e1"], "retrieved_scores": [2.0]}])
-    assert ladder._ranking(f"committed:{tmp_path / 'a'}", test).ids == [["e2"], ["e1"]]
+    assert runs.ranking(f"committed:{tmp_path / 'a'}", test).ids == [["e2"], ["e1"]]
     with pytest.raises(SystemExit, match="no ranking for 1 test inputs"):
-        ladder._ranking(f"committed:{tmp_path / 'a'}", [*test, Example("t3", "x3", "y3")])
+        runs.ranking(f"committed:{tmp_path / 'a'}", [*test, Example("t3", "x3", "y3")])
 
 
 def test_the_recommended_rung_is_the_cheapest_not_significantly_below_the_best(ladder):

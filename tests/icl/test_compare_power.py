@@ -1,11 +1,16 @@
 """The paired bootstrap interval and McNemar's detectable difference (taskret.icl.compare), which every comparison
-of EPR's successors reports beside its p-value."""
+of EPR's successors reports beside its p-value, and their graded twins (a sentence chrF per input)."""
 
 from __future__ import annotations
 
 import pytest
 
-from taskret.icl.compare import bootstrap_interval, min_detectable_difference
+from taskret.icl.compare import (
+    bootstrap_interval,
+    min_detectable_difference,
+    min_detectable_mean_difference,
+    paired_graded_comparison,
+)
 
 
 def test_the_bootstrap_interval_holds_the_observed_difference_and_narrows_with_n():
@@ -31,3 +36,19 @@ def test_the_detectable_difference_shrinks_with_n_and_grows_with_discordance():
     assert min_detectable_difference(859, 200) > at_859
     assert min_detectable_difference(300, 46, power=0.5) < at_300
     assert min_detectable_difference(300, 0) is None
+
+
+def test_a_graded_comparison_pairs_scores_in_points_and_its_detectable_difference_shrinks_with_n():
+    base = {str(i): 30.0 + i % 9 for i in range(200)}
+    better = {i: v + (4.0 if int(i) % 5 else -6.0) for i, v in base.items()}  # +2.0 on average
+    paired = paired_graded_comparison(better, base)
+    assert (paired["higher_a"], paired["higher_b"]) == (160, 40) and paired["p"] < 0.001
+    low, high = paired["diff_ci95"]
+    assert 1.0 < low < 2.0 < high < 3.0  # points, as the scores are: not multiplied by 100
+    detectable = paired["min_detectable_diff"]
+    assert 0 < detectable < 2.0
+    assert min_detectable_mean_difference([d for d in (4.0, -6.0, 4.0, 4.0, 4.0) * 10]) > detectable
+    assert min_detectable_mean_difference([1.0, 1.0]) is None and min_detectable_mean_difference([1.0]) is None
+    assert bootstrap_interval(better, base, n_resamples=500, scale=1.0)[0] > 1.0
+    with pytest.raises(ValueError, match="same examples"):
+        paired_graded_comparison(better, {"0": 1.0})

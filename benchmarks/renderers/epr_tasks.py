@@ -1,0 +1,71 @@
+"""The recipe beyond MTOP (epr_tasks.json, benchmarks/epr/epr_tasks.py): Break and nl2bash at MTOP's label budget, all
+test inputs, and the multitask retriever on held-out tasks."""
+
+from __future__ import annotations
+
+from _common import describe_machine
+
+from .common import header, load, p_text
+
+METHOD_NAMES = {"bm25": "BM25", "epr": "plain EPR", "recipe": "the recipe", "lm_oracle": "LM-Oracle"}
+METRIC_NAMES = {"lf_em": "LF-EM", "chrf": "chrF", "em": "EM"}
+
+
+def _paired(row: dict, key: str) -> str:
+    """``only it / only the other, p, [CI]`` (a verdict) or ``higher for it / for the other, p, [CI]`` (a score)."""
+    if key not in row:
+        return ""
+    v = row[key]
+    mine, other = (v["only_method"], v["only_other"]) if "only_method" in v else (v["higher_method"], v["higher_other"])
+    low, high = v["diff_ci95"]
+    return f"{mine} / {other}, {p_text(v['p'], 3)}, [{low:+.1f}, {high:+.1f}]"
+
+
+def _cost(cost: dict) -> str:
+    calls = cost.get("lm_calls")
+    parts = [f"{calls:,} LM calls" if calls is not None else "LM calls not kept"]
+    if cost.get("gpu_minutes") is not None:
+        parts.append(f"{cost['gpu_minutes']:.1f} GPU min")
+    if cost.get("cpu_hours"):
+        parts.append(f"{cost['cpu_hours']:.1f} h CPU")
+    return ", ".join(parts)
+
+
+def epr_tasks_table() -> list[str]:
+    """Each task's methods on all its test inputs, paired with BM25 and plain EPR; then the held-out tasks."""
+    d = load("epr_tasks.json")
+    if d is None:
+        return []
+    out = [f"`{d['command']}` ({describe_machine(d['machine'])}; SmolLM2-135M, every method on the same test inputs; "
+           "paired: inputs only it / only the other gets right (McNemar) or on which it / the other scores higher "
+           "(Wilcoxon), p, the paired bootstrap's 95% interval of the difference):", "",
+           *header("task", "method", "N", "score", "share of the BM25 -> LM-Oracle gap", "against BM25",
+                   "against plain EPR", "cost of its retriever")]
+    for task in ("break", "nl2bash"):
+        if task not in d:
+            continue
+        section = d[task]
+        metric = METRIC_NAMES.get(section["metric"], section["metric"])
+        for method, row in section["methods"].items():
+            share = f"{row['gap_share']:.2f}" if row.get("gap_share") is not None else ""
+            out.append(f"| {task} | {METHOD_NAMES.get(method, method)} | {row['n']} | {row['score']:.1f} {metric} | "
+                       f"{share} | {_paired(row, 'vs_bm25')} | {_paired(row, 'vs_epr')} | {_cost(row['cost'])} |")
+    labels = [f"{task} {_cost(d[task]['labelling_cost'])} for {d[task]['labelling_cost'].get('labelled_inputs') or '?'} "
+              "labelled inputs" for task in ("break", "nl2bash") if task in d]
+    if labels:
+        out += ["", "Labels (LM scorings of training pairs, shared by plain EPR and the recipe): " + "; ".join(labels)
+                + "."]
+    held = d.get("held_out")
+    if held:
+        out += ["", "Held out: one retriever trained on the other tasks' labels (the recipe's loss), each query "
+                "written `{instruction} [SEP] {input}`, against BM25 and the task's own single-task retriever:", "",
+                *header("held-out task", "metric", "N", "multitask", "BM25", "single-task", "against BM25",
+                        "against single-task")]
+        for task, row in held.items():
+            out.append(f"| {task} | {METRIC_NAMES.get(row['metric'], row['metric'])} | {row['n']} | "
+                       f"{row['multitask']:.1f} | {row['bm25']:.1f} | {row['single_task']:.1f} | "
+                       f"{_paired(row, 'vs_bm25')} | {_paired(row, 'vs_single_task')} |")
+        mean = d["held_out_mean"]
+        out += ["", f"Mean over the held-out tasks: multitask {mean['multitask']:.1f}, BM25 {mean['bm25']:.1f}, "
+                f"single-task {mean['single_task']:.1f}."]
+    return out
