@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..training.checkpoints import LoopCheckpoints
 
 __all__ = ["fit_epochs", "held_out_ids", "linear_warmup", "query_route", "document_route", "embed", "embed_distinct",
            "save_model"]
@@ -34,19 +37,42 @@ def linear_warmup(optimizer, n_items: int, batch_size: int, epochs: int, warmup_
 
 def fit_epochs(n_items: int, batch_size: int, epochs: int, seed: int, optimizer, batch_loss: Callable[..., object],
                progress: Callable[[int], None] | None = None, scheduler=None,
-               with_epoch: bool = False, after_epoch: Callable[[int], bool] | None = None
-               ) -> tuple[list[float], int]:
+               with_epoch: bool = False, after_epoch: Callable[[int], bool] | None = None,
+               checkpoints: "LoopCheckpoints | None" = None) -> tuple[list[float], int]:
     """``epochs`` passes over ``n_items`` in a seeded shuffled order, ``batch_size`` at a time: one optimiser step
     on ``batch_loss(indices)`` (``batch_loss(indices, epoch)`` when ``with_epoch``: a loss that draws its groups
     anew each epoch) each, then a ``scheduler`` step if given. ``after_epoch(epoch)`` returning True stops early
     (a held-out loss that stopped improving). Returns the mean loss of each epoch (5 decimals)
-    and the number of steps; ``progress`` hears how many items each step took."""
+    and the number of steps; ``progress`` hears how many items each step took.
+
+    ``checkpoints`` (:class:`~taskret.training.checkpoints.LoopCheckpoints`, over the same optimiser and scheduler):
+    the loop goes on from the run's last checkpoint, skipping the steps it had done (the order of every epoch is the
+    seed's, so the same steps), and saves one when its interval has passed. What ``batch_loss`` draws at random
+    must be restored through the checkpoints' ``extra``; ``after_epoch``'s state is not, so the two do not mix."""
+    if checkpoints is not None and after_epoch is not None:
+        raise ValueError("fit_epochs checkpoints a loop without after_epoch (its state is not saved)")
     rng = np.random.default_rng(seed)
-    epoch_losses, steps = [], 0
+    per_epoch = -(-n_items // batch_size)
+    total = epochs * per_epoch
+    resumed = checkpoints.resume() if checkpoints is not None else None
+    done = resumed["step"] if resumed else 0
+    epoch_losses: list[float] = list(resumed["epoch_losses"]) if resumed else []
+    if progress is not None and done:
+        from ..progress import report_resumed
+
+        # Items of the steps done before: counted, not in the rate.
+        report_resumed(progress, (done // per_epoch) * n_items + min(done % per_epoch * batch_size, n_items))
+    steps = 0
     for epoch in range(epochs):
-        order = rng.permutation(n_items)
-        losses = []
+        order = rng.permutation(n_items)  # drawn for skipped epochs too: the generator goes on as it did
+        if steps + per_epoch <= done:
+            steps += per_epoch
+            continue
+        losses = list(resumed["losses"]) if resumed and steps < done else []
         for start in range(0, n_items, batch_size):
+            if steps < done:
+                steps += 1
+                continue
             batch = [int(i) for i in order[start: start + batch_size]]
             loss = batch_loss(batch, epoch) if with_epoch else batch_loss(batch)
             optimizer.zero_grad()
@@ -58,6 +84,10 @@ def fit_epochs(n_items: int, batch_size: int, epochs: int, seed: int, optimizer,
             steps += 1
             if progress is not None:
                 progress(len(batch))
+            if checkpoints is not None and checkpoints.due(steps, total):
+                end = start + batch_size >= n_items
+                epoch_done = epoch_losses + [round(float(np.mean(losses)), 5)] if end else epoch_losses
+                checkpoints.save(steps, total, {"epoch_losses": epoch_done, "losses": [] if end else losses})
         epoch_losses.append(round(float(np.mean(losses)), 5))
         if after_epoch is not None and after_epoch(epoch):
             break

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..data import Example
 from ..io import write_json
+from ..training.config import check_checkpoint_minutes
 from .finetune import embed, embed_distinct, fit_epochs, linear_warmup, save_model
 from .labels import mean_logprob
 
@@ -48,7 +49,11 @@ class ListwiseConfig:
     end in a normalisation, UDR's raw dot product has none). ``from_top``: UDR takes 2 for MTOP, Break and
     SMCalFlow, 1 for the other tasks. ``encode_chunk``: candidates are encoded once each, in chunks of this many
     texts of similar length (:func:`~taskret.epr.finetune.embed_distinct`: the same loss, a fraction of the work);
-    0 pads the batch's 256 candidate texts to its longest and encodes them together, as UDR's code does."""
+    0 pads the batch's 256 candidate texts to its longest and encodes them together, as UDR's code does.
+    ``checkpoint_minutes``: every this many minutes of training a checkpoint goes to ``OUT/checkpoints/`` (weights,
+    optimiser, schedule, RNG states), and a run started again with the same settings and scores goes on from it to
+    the weights an uninterrupted run would have (:mod:`taskret.training.checkpoints`); 0: none. They are removed
+    once the model is saved."""
 
     base_model: str = "minilm-l6"
     list_size: int = 8
@@ -63,8 +68,10 @@ class ListwiseConfig:
     max_seq_length: int = 128
     seed: int = 0
     encode_chunk: int = 32
+    checkpoint_minutes: float = 10.0
 
     def __post_init__(self) -> None:
+        check_checkpoint_minutes(self.checkpoint_minutes)
         if self.encode_chunk < 0:
             raise ValueError(f"encode_chunk must be 0 (one padded batch) or a positive chunk size, got {self.encode_chunk}")
         if self.list_size < self.from_top + 2:
@@ -107,11 +114,13 @@ def train_listwise(examples: Sequence[Example], score_rows: Sequence[dict], out_
                    query_text: Callable[[Example], str] | None = None) -> Path:
     """Train a dual encoder with UDR's objective on ``score_rows`` (``scores.jsonl`` rows, every round's merged);
     write ``out_dir/model`` and ``out_dir/epr_config.json`` (the settings, ``field``, loss by epoch). Returns
-    ``out_dir / "model"``."""
+    ``out_dir / "model"``. A run stopped after a checkpoint (``config.checkpoint_minutes``) goes on from it when
+    started again with the same settings and rows (``resumed_from_step`` in the summary)."""
     import torch
 
     from ..models import pick_device
     from ..retrieval.base import example_text
+    from ..training.checkpoints import CHECKPOINTS, LoopCheckpoints, fingerprint
     from ..training.encoders import build_bi_encoder
     from .finetune import document_route, query_route
 
@@ -150,12 +159,28 @@ def train_listwise(examples: Sequence[Example], score_rows: Sequence[dict], out_
         in_batch = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch), device=device) * config.list_size)
         return config.rank_loss_weight * rank + in_batch
 
+    def restore_rngs(states: dict) -> None:
+        for epoch, state in states.items():
+            rngs[int(epoch)] = np.random.default_rng()
+            rngs[int(epoch)].bit_generator.state = state
+
+    # The run's identity: its settings, the lists and every text they show (the queries', the candidates').
+    queries = [(i, pool[i].input if query_text is None else query_text(pool[i])) for i in sorted({q for q, _ in lists})]
+    candidates = [(i, example_text(pool[i], LISTWISE_FIELD)) for i in sorted({c for _, ranked in lists for c in ranked})]
+    checkpoints = LoopCheckpoints(out_dir / CHECKPOINTS, fingerprint(asdict(config), [lists, queries, candidates]),
+                                  config.checkpoint_minutes, model, optimizer, scheduler,
+                                  extra=lambda: {"rngs": {str(e): r.bit_generator.state for e, r in rngs.items()}},
+                                  restore_extra=lambda extra: restore_rngs(extra["rngs"]),
+                                  shown=hasattr(progress, "resume"))  # a taskret bar, not a disabled one
     model.train()
     epoch_losses, steps = fit_epochs(len(lists), config.batch_inputs, config.epochs, config.seed, optimizer,
-                                     batch_loss, progress, scheduler=scheduler, with_epoch=True)
+                                     batch_loss, progress, scheduler=scheduler, with_epoch=True,
+                                     checkpoints=checkpoints)
     model.eval()
     final = save_model(model, out_dir)
+    checkpoints.discard()
     write_json(out_dir / "epr_config.json", {**asdict(config), "method": "udr listwise", "field": LISTWISE_FIELD,
-                                             "n_inputs": len(lists), "steps": steps, "epoch_losses": epoch_losses, "device": device,
+                                             "n_inputs": len(lists), "steps": steps, "epoch_losses": epoch_losses,
+                                             "device": device, "resumed_from_step": checkpoints.resumed_from,
                                              "wall_time_s": round(time.perf_counter() - started, 1)})
     return final

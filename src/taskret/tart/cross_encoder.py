@@ -69,7 +69,8 @@ class TartFullConfig(TartSettings):
     ``instruction_dropout`` rows read the bare query with UPR's instruction-free prompt; with
     ``unfollowing_needs_instruction`` those rows never get an instruction-unfollowing negative (as in TART-dual:
     without the instruction nothing says such a document is wrong). Off by default, as the recipes measured
-    before it were trained."""
+    before it were trained. ``checkpoint_minutes`` (resume) applies to ``"relevance"`` only: the query-likelihood
+    loop saves no checkpoints."""
 
     batch_size: int = 32
     n_negatives: int = 4

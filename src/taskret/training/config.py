@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
-__all__ = ["ConfigMixin", "TrainerSettings", "DPRSettings", "check_training_values"]
+__all__ = ["ConfigMixin", "TrainerSettings", "DPRSettings", "check_training_values", "check_checkpoint_minutes"]
 
 
 class ConfigMixin:
@@ -40,7 +40,13 @@ class ConfigMixin:
 
 @dataclass
 class TrainerSettings(ConfigMixin):
-    """The hyperparameters every taskret training run has (each model's config adds its own after these)."""
+    """The hyperparameters every taskret training run has (each model's config adds its own after these).
+
+    ``checkpoint_minutes``: every this many minutes of training the run saves a checkpoint in
+    ``OUT/checkpoints/`` (weights, optimiser, schedule, RNG states; one kept), and a run stopped or killed and
+    started again with the same settings and data goes on from it, ending with the weights an uninterrupted run
+    would have (:mod:`taskret.training.checkpoints`). 0: no checkpoints. They are removed once the model is saved.
+    """
 
     base_model: str = "minilm-l6"
     learning_rate: float = 2e-5
@@ -48,13 +54,22 @@ class TrainerSettings(ConfigMixin):
     weight_decay: float = 0.0
     seed: int = 0
     logging_steps: int = 1
+    checkpoint_minutes: float = 10.0
+
+
+def check_checkpoint_minutes(value: Any) -> None:
+    """Raise ``ValueError`` unless ``value`` (a config's ``checkpoint_minutes``) is a non-negative number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"checkpoint_minutes must be 0 (no checkpoints) or a positive number of minutes, "
+                         f"got {value!r}")
 
 
 def check_training_values(config: Any,
                           positive_ints: Sequence[str] = ("epochs", "batch_size", "logging_steps")) -> None:
     """Raise ``ValueError`` unless the named fields are positive integers, ``mini_batch_size`` (where the config
     has one) 0 or positive, ``learning_rate`` is positive,
-    ``warmup_ratio`` in [0, 1), ``weight_decay`` non-negative and (where the config has one) ``scale`` positive."""
+    ``warmup_ratio`` in [0, 1), ``weight_decay`` non-negative, (where the config has them) ``scale`` positive and
+    ``checkpoint_minutes`` non-negative."""
     for name in positive_ints:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -70,6 +85,8 @@ def check_training_values(config: Any,
         raise ValueError(f"scale must be positive, got {config.scale}")
     if config.weight_decay < 0:
         raise ValueError(f"weight_decay must be non-negative, got {config.weight_decay}")
+    if hasattr(config, "checkpoint_minutes"):
+        check_checkpoint_minutes(config.checkpoint_minutes)
 
 
 @dataclass
