@@ -69,20 +69,51 @@ def setups_table(detail: bool = False) -> list[str]:
                     f"MTOP exact match {small['metrics']['em']:.1f} (BM25 {bm25:.1f}) | LM scoring of {scored['n_pairs']:,} "
                     f"pairs" + (f" (~{scored['n_pairs'] / _scoring_rate(speed_lm) / 60:.0f} min)" if speed_lm else "")
                     + f" + training {trained['wall_time_s'] / 60:.1f} min |")
-    mtop = (load("epr_beyond.json") or {}).get("mtop", {})
-    udr = mtop.get("udr", {})
-    if udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > mtop["epr"]["em"]:
-        # issue 52: a successor that beats plain EPR (p < 0.05) is the recommended recipe
-        plain = mtop["epr"]["em"]
-        cost = udr["training_cost"]
-        pairs = cost.get("lm_pairs_later_rounds", 0)
-        gpu = [s for s in cost.get("gpu_stages", ()) if s in cost["stages"]]
-        where = (f"; its rounds took {sum(cost['stages'][s]['wall_s'] for s in gpu) / 60:.1f} min on one H200"
-                 if gpu else "")
-        rows.append(f"| `examples-epr:DIR`, the recommended recipe: UDR | in-context examples, trained | the same, "
-                    "trained with UDR's listwise loss over 3 mining rounds (`benchmarks/epr/configs/epr_full/mtop_udr.json`)"
-                    f" | MTOP exact match {udr['em']:.1f} on all {udr['n']} inputs (plain EPR's full recipe "
-                    f"{plain:.1f}, {p_text(udr['vs_epr']['p'])}) | EPR's scoring + {pairs:,} LM-scored pairs and 3 "
-                    f"trainings (hours on 2 cores){where} |")
+    rows.extend(_recipe_row())
     return [*rows, "", f"Documents: NDCG@10 over each task's judged queries, its instruction given (`{SETUPS_COMMAND}`); "
             f"examples: SmolLM2-135M's exact match over 300 MTOP test inputs. {describe_machine(d['machine'])}."]
+
+
+#: what each rung of the EPR ladder (benchmarks/epr/epr_ladder.py) trains, and the config a user runs for it
+LADDER_RECIPES = {
+    "a": ("plain EPR, demonstrations encoded as their inputs", "benchmarks/epr/configs/epr_full/mtop.json"),
+    "b": ("EPR, demonstrations encoded as input and output", "benchmarks/epr/configs/epr_ladder/b.json"),
+    "c": ("EPR with its code's training settings", "benchmarks/epr/configs/epr_ladder/c.json"),
+    "d": ("UDR's listwise loss, one round", "benchmarks/epr/configs/epr_ladder/d.json"),
+    "e": ("UDR's listwise loss over 2 mining rounds", "benchmarks/epr/configs/epr_ladder/e.json"),
+    "f": ("UDR's listwise loss over 3 mining rounds", "benchmarks/epr/configs/epr_full/mtop_udr.json"),
+}
+
+
+def _recipe_row() -> list[str]:
+    """The recommended recipe's row: the ladder's pick (the cheapest rung not significantly below its best, all 859
+    MTOP inputs on one machine) once ``epr_ladder.json`` is final; before it, UDR where it beats plain EPR."""
+    ladder = (load("epr_ladder.json") or {}).get("mtop", {})
+    pick = ladder.get("recommended")
+    if pick in LADDER_RECIPES:
+        rung, rungs = ladder["rungs"][pick], ladder["rungs"]
+        what, config = LADDER_RECIPES[pick]
+        best = max(rungs, key=lambda r: rungs[r]["em"])
+        against = [f"plain EPR {rungs['a']['em']:.1f}, {p_text(rung['vs_epr']['p'])}"] if pick != "a" else []
+        if best != pick:
+            against.append(f"the best rung, {LADDER_RECIPES[best][0]}, {rungs[best]['em']:.1f}, "
+                           f"{p_text(rung['vs_best_p'])}")
+        return [f"| `examples-epr:DIR`, the recommended recipe | in-context examples, trained | the same, {what} "
+                f"(`{config}`) | MTOP exact match {rung['em']:.1f} on all {rung['n']} inputs ({'; '.join(against)}) | "
+                f"{rung['lm_calls']:,} LM-scored pairs, {rung['cpu_hours_to_index']:.1f} h on 2 cores |"]
+    mtop = (load("epr_beyond.json") or {}).get("mtop", {})
+    udr = mtop.get("udr", {})
+    if not (udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > mtop["epr"]["em"]):
+        return []
+    # issue 52: a successor that beats plain EPR (p < 0.05) is the recommended recipe
+    plain = mtop["epr"]["em"]
+    cost = udr["training_cost"]
+    pairs = cost.get("lm_pairs_later_rounds", 0)
+    gpu = [s for s in cost.get("gpu_stages", ()) if s in cost["stages"]]
+    where = (f"; its rounds took {sum(cost['stages'][s]['wall_s'] for s in gpu) / 60:.1f} min on one H200"
+             if gpu else "")
+    return [f"| `examples-epr:DIR`, the recommended recipe: UDR | in-context examples, trained | the same, "
+            "trained with UDR's listwise loss over 3 mining rounds (`benchmarks/epr/configs/epr_full/mtop_udr.json`)"
+            f" | MTOP exact match {udr['em']:.1f} on all {udr['n']} inputs (plain EPR's full recipe "
+            f"{plain:.1f}, {p_text(udr['vs_epr']['p'])}) | EPR's scoring + {pairs:,} LM-scored pairs and 3 "
+            f"trainings (hours on 2 cores){where} |"]
