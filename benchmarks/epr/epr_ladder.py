@@ -81,6 +81,9 @@ TRAINING_STAGES = ("training", "round 2 training", "round 3 training", "index", 
 #: is counted as two index stages: it encodes the same pool and the 1,237 queries with the same encoder.)
 STAGES_RUN_BY: dict[str, dict[str, str]] = {"e": {"training": "d"}}
 MINED_LIKE_INDEX: dict[str, str] = {"e": "round 2 candidates"}
+#: The rung a rung adds its lever to, where that is not the rung listed before it: c is a branch off b (EPR's code's
+#: training settings), and d adds UDR's listwise loss to b's settings, not to c's.
+BUILDS_ON: dict[str, str] = {"d": "b"}
 
 
 def _source(name: str, results: Path) -> str:
@@ -176,7 +179,7 @@ def assemble(results: Path, names: list[str]) -> dict:
             previous = None
             continue
         row = {"adds": RUNGS[name][0], "em": round(summaries[name]["metrics"]["em"], 3), "n": summaries[name]["n"]}
-        for key, other in (("vs_prev", previous), ("vs_epr", "a" if name != "a" else None)):
+        for key, other in (("vs_prev", BUILDS_ON.get(name, previous)), ("vs_epr", "a" if name != "a" else None)):
             if other in correct:
                 paired = paired_comparison(correct[name], correct[other])
                 row[key] = {"only_method": paired["only_a"], "only_" + ("prev" if key == "vs_prev" else "epr"):

@@ -10,8 +10,8 @@ test input (Break 1,552, nl2bash 200; ``--limit``: a seeded sample, for smoke ru
     bm25       BM25 over the training inputs (no training)
     epr        plain EPR: benchmarks/epr/configs/epr_tasks/TASK.json (taskret's defaults: demonstrations encoded as
                input and output, 10 epochs, batch 120)
-    recipe     the recommended recipe: --recipe (default TASK_recipe.json: full UDR, its listwise loss, 3 rounds;
-               swap the file, or the option, when the recommendation changes)
+    recipe     the recommended recipe: --recipe (default TASK_recipe.json: the EPR ladder's pick, rung e: UDR's
+               listwise loss over 2 mining rounds; swap the file, or the option, when the recommendation changes)
     lm_oracle  BM25-Oracle's top 50 ranked by the LM with the gold output in view (50 LM calls per input): the ceiling
 
 each paired with BM25 and with plain EPR. Break (``lf_em``, the headline of Break's summaries): McNemar on the per-input

@@ -125,7 +125,7 @@ def epr_ladder_table() -> list[str]:
     lines = [f"`{d['command']}` ({describe_machine(d['machine'])}; {mtop['n']} MTOP test inputs; "
              f"recommended{'' if final else ' so far'}: rung {mtop['recommended']}, in bold):", "",
              *header("rung", "adds", "EM", *(["share of the BM25 -> LM-Oracle gap"] if shares else []),
-                     "against the rung measured before: only it / only before, p, 95% CI", "against the best: p",
+                     "against the rung it adds to: only it / only that one, p, 95% CI", "against the best: p",
                      "LM scorings of training pairs", "hours on 2 cores, BM25 candidates to index")]
     for name, row in mtop["rungs"].items():
         best = "" if "vs_best_p" not in row else p_text(row["vs_best_p"], 3)

@@ -122,3 +122,17 @@ def test_the_readme_names_the_ladders_pick_as_the_recipe_and_udr_before_it(monke
     assert "87,901 LM-scored pairs, 4.4 h" in row
     for rung, (_what, config) in setups.LADDER_RECIPES.items():  # every rung the ladder may pick has a config to run
         assert (Path(__file__).resolve().parents[2] / config).exists(), (rung, config)
+
+
+def test_a_rung_is_paired_with_the_rung_it_adds_its_lever_to(ladder, tmp_path):
+    """c branches off b; d adds the listwise loss to b, so d is paired with b, not with c listed before it."""
+    verdicts = {"a": [True, False, False, False, False, False], "b": [True, True, False, False, False, False],
+                "c": [False, False, False, False, False, False], "d": [True, True, True, True, False, False]}
+    for name, correct in verdicts.items():
+        _write(tmp_path / name / "eval" / "predictions.jsonl",
+               [{"id": f"t{n}", "correct": c} for n, c in enumerate(correct)])
+        (tmp_path / name / "eval" / "summary.json").write_text(json.dumps(
+            {"n": 6, "metrics": {"em": 100.0 * sum(correct) / 6}, "machine": {"cpu": "Some CPU"}}))
+    rungs = ladder.assemble(tmp_path, list(verdicts))["rungs"]
+    assert (rungs["d"]["vs_prev"]["only_method"], rungs["d"]["vs_prev"]["only_prev"]) == (2, 0)  # against b
+    assert (rungs["c"]["vs_prev"]["only_method"], rungs["c"]["vs_prev"]["only_prev"]) == (0, 2)  # against b
