@@ -88,7 +88,8 @@ LADDER_RECIPES = {
 def _recipe_row() -> list[str]:
     """The recommended recipe's row: the ladder's pick (the cheapest rung not significantly below its best, all 859
     MTOP inputs on one machine) once ``epr_ladder.json`` is final; before it, UDR where it beats plain EPR."""
-    ladder = (load("epr_ladder.json") or {}).get("mtop", {})
+    final = load("epr_ladder.json") or {}
+    ladder = final.get("mtop", {})
     pick = ladder.get("recommended")
     if pick in LADDER_RECIPES:
         rung, rungs = ladder["rungs"][pick], ladder["rungs"]
@@ -100,7 +101,8 @@ def _recipe_row() -> list[str]:
                            f"{p_text(rung['vs_best_p'])}")
         return [f"| `examples-epr:DIR`, the recommended recipe | in-context examples, trained | the same, {what} "
                 f"(`{config}`) | MTOP exact match {rung['em']:.1f} on all {rung['n']} inputs ({'; '.join(against)}) | "
-                f"{rung['lm_calls']:,} LM-scored pairs, {rung['cpu_hours_to_index']:.1f} h on 2 cores |"]
+                f"{rung['lm_calls']:,} LM-scored pairs, {rung['cpu_hours_to_index']:.1f} h on 2 cores "
+                f"({final['machine']['cpu']}) |"]
     mtop = (load("epr_beyond.json") or {}).get("mtop", {})
     udr = mtop.get("udr", {})
     if not (udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > mtop["epr"]["em"]):

@@ -110,7 +110,7 @@ def test_the_readme_names_the_ladders_pick_as_the_recipe_and_udr_before_it(monke
     setups = import_script("benchmarks", "renderers.setups")
     beyond = {"mtop": {"epr": {"em": 39.3}, "udr": {"n": 859, "em": 46.4, "vs_epr": {"p": 0.0001},
                                                     "training_cost": {"stages": {}, "lm_pairs_later_rounds": 33451}}}}
-    ladder = {"mtop": {"recommended": "e", "rungs": {
+    ladder = {"machine": {"cpu": "Some CPU"}, "mtop": {"recommended": "e", "rungs": {
         "a": _rung(39.3, 61850, vs_best_p=0.0001), "e": _rung(46.1, 87901, vs_best_p=0.71), "f": _rung(46.6, 95301)}}}
     files = {"epr_beyond.json": beyond}
     monkeypatch.setattr(setups, "load", files.get)
@@ -119,7 +119,7 @@ def test_the_readme_names_the_ladders_pick_as_the_recipe_and_udr_before_it(monke
     row = setups._recipe_row()[0]
     assert "over 2 mining rounds (`benchmarks/epr/configs/epr_ladder/e.json`)" in row
     assert "46.1 on all 859 inputs (plain EPR 39.3, p<0.001; the best rung" in row and "46.6, p=0.71" in row
-    assert "87,901 LM-scored pairs, 4.4 h" in row
+    assert "87,901 LM-scored pairs, 4.4 h on 2 cores (Some CPU)" in row  # the ladder's machine, not the block's
     for rung, (_what, config) in setups.LADDER_RECIPES.items():  # every rung the ladder may pick has a config to run
         assert (Path(__file__).resolve().parents[2] / config).exists(), (rung, config)
 
