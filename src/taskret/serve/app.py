@@ -52,6 +52,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, StringConstraints
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._version import __version__
@@ -435,17 +436,25 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     # As `tart search`: an instruction that neither the first stage nor a reranker reads is not searched with.
     reads_instruction = index.retriever.reads_instruction or reranker is not None
 
+    def reranked(texts: list[str], first: RetrievalResult, k: int) -> RetrievalResult:
+        with model_lock:
+            return rerank_first_stage(index, texts, first, reranker, depth, weight).head(k)
+
+    # A coroutine, not a def: its first stage is searched on the event loop's own thread, with every request the
+    # loop read in the same turn (BatchedSearch.async_call). A def endpoint ran each request on a thread of
+    # FastAPI's pool that handed it to the batcher's thread and waited: under wrk, those hand-overs (threading's
+    # Condition, anyio's thread dispatch) took more of a worker's time than the search (benchmarks/serve/
+    # request_path.py). A reranker's model runs on the pool, off the loop.
     @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_none=True)
-    def retrieve(request: RetrieveRequest) -> Response:
+    async def retrieve(request: RetrieveRequest) -> Response:
         unread = request.instruction is not None and not reads_instruction
         texts = [request.query if unread else format_query(request.instruction, request.query)]
-        first = app.state.first_stage(texts, max(request.k, depth) if reranker else request.k)
+        first = await app.state.first_stage.async_call(texts, max(request.k, depth) if reranker else request.k)
         first_ranks = first_scores = None
         if reranker is None:
             result = first.head(request.k)
         else:
-            with model_lock:
-                result = rerank_first_stage(index, texts, first, reranker, depth, weight).head(request.k)
+            result = await run_in_threadpool(reranked, texts, first, request.k)
             first_ranks, first_scores = _first_stage_positions(first, result.ids[0])
         ids = result.ids[0]
         records = [index.records[i] for i in ids]

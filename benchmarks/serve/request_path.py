@@ -1,0 +1,181 @@
+"""Where a served ``/retrieve`` spends its time, and what each change to the request path buys (issue 62 item 3).
+
+One run serves a BM25 index with ``taskret serve --workers 2`` and drives it with wrk as serve_load.py does (each
+request the next real query, k=10):
+
+1. ``GET /health`` for ``--duration`` seconds: the floor of this run (HTTP, routing, a small JSON answer);
+2. ``POST /retrieve`` for ``--duration`` seconds: requests/s, p50 / p99, and its share of the floor;
+3. ``POST /retrieve`` again under py-spy (``record --subprocesses --gil``: in every worker, ``--rate`` times a
+   second, the thread that holds the GIL, so a thread waiting for a lock or a socket is not counted), its
+   samples sorted into the parts of a request: the first stage (the retriever: tokenising the query, scoring,
+   the top k), the answer (looking the records up, building and serialising the response), the request's
+   parsing and validation, the batcher, and the rest (uvicorn, the HTTP parser, starlette's routing, the loop).
+   The profiled run's requests/s are not reported: py-spy slows what it samples.
+
+Indexes: Break's 6,208 training examples (``taskret index --task break --retriever bm25``, built once into
+``--index-dir``; Break's test questions as queries), and with ``--index`` any other BM25 index folder (scale.py's
+``runs/scale/1000000/bm25``, with ``--queries runs/scale/queries.json``).
+
+Each change to the request path is measured once: the run is labelled (``--label``) and added to ``--out`` beside
+the runs before it, so the file holds the baseline and each change in the order they were made; ``--src`` serves
+another checkout's ``src/`` (the code before a change) with the same script.
+
+    python benchmarks/serve/request_path.py --data-dir ../shared/data --label baseline
+    python benchmarks/serve/request_path.py --label baseline-1m --index runs/scale/1000000/bm25 \\
+        --queries runs/scale/queries.json
+
+Needs wrk (``apt-get install -y wrk``) and py-spy (``pip install py-spy``; without it the profile is left out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_load.py: the server and wrk
+from _common import command_line, http_stack, machine, parser, write_result  # noqa: E402
+
+#: The parts of a request, each a test on a sample's frames (``function (file:line)``, root first). A sample
+#: belongs to the first part whose test holds for any of its frames, in this order: a search the batcher runs is
+#: the first stage's, the endpoint's own frames (the records, the response) are the answer's.
+PARTS = (
+    ("first stage", re.compile(r"\((?:taskret/retrieval/(?!index\.py)|bm25s/|numba/|faiss/)")),
+    ("batcher", re.compile(r"\(taskret/serve/batching\.py")),
+    ("answer", re.compile(r"^\S*\.(?:retrieve|_finite) \(taskret/serve/app\.py|\(taskret/retrieval/index\.py")),
+    ("request parsing and validation", re.compile(r"^\S*(?:solve_dependencies|request_body_to_args|validate\w*|"
+                                                  r"_validate\w*|body|json|loads|decode|raw_decode) \((?:fastapi|"
+                                                  r"starlette|pydantic\w*|json)/")),
+)
+OTHER = "HTTP, routing, event loop"
+TOP_FUNCTIONS = 12  # the functions with most samples of their own, reported with their shares
+
+
+def build_break_index(data_dir: str, folder: Path) -> Path:
+    index = folder / "break-bm25"
+    if not (index / "meta.json").is_file():
+        subprocess.run([sys.executable, "-m", "taskret.cli", "index", "--task", "break", "--retriever", "bm25",
+                        "--data-dir", data_dir, "--out", str(index)], check=True, stdout=subprocess.DEVNULL)
+    return index
+
+
+def write_bodies(queries: list[str], path: Path) -> Path:
+    path.write_text("".join(json.dumps({"query": q, "k": 10}) + "\n" for q in queries), encoding="utf-8")
+    return path
+
+
+def classify(stack: list[str]) -> str:
+    for part, test in PARTS:
+        if any(test.search(frame) for frame in stack):
+            return part
+    return OTHER
+
+
+def profile(pid: int, url: str, bodies: Path, connections: int, duration: float, rate: int) -> dict | None:
+    """py-spy over the server's processes while wrk loads ``/retrieve``: the share of samples in each part."""
+    import serve_load
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).is_file():
+        print("py-spy not found (pip install py-spy): the profile is left out", flush=True)
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "stacks.txt"
+        spy_process = subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", str(rate),
+                                        "--duration", str(int(duration) + 2), "--format", "raw", "--gil",
+                                        "--output", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # py-spy attaches to every worker before the load starts
+        serve_load.wrk(url, bodies, connections, duration)
+        _, errors = spy_process.communicate(timeout=120)
+        if os.environ.get("REQUEST_PATH_STACKS"):  # to read the samples themselves
+            shutil.copy(raw, os.environ["REQUEST_PATH_STACKS"])
+        if not raw.is_file():
+            raise RuntimeError(f"py-spy wrote no profile: {errors.decode()[-2000:]}")
+        parts: Counter = Counter()
+        own: Counter = Counter()
+        for line in raw.read_text(encoding="utf-8").splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = [f for f in stack.split(";") if "(" in f]  # py-spy's process and thread entries have none
+            if not frames or not count.isdigit():
+                continue
+            parts[classify(frames)] += int(count)
+            own[re.sub(r":\d+\)$", ")", frames[-1])] += int(count)
+    total = sum(parts.values()) or 1
+    return {"samples": total, "rate_hz": rate,
+            "parts": {part: round(parts[part] / total, 3) for part in [p for p, _ in PARTS] + [OTHER]},
+            "top_functions": [{"function": f, "share": round(n / total, 3)} for f, n in own.most_common(TOP_FUNCTIONS)]}
+
+
+def measure(index: Path, bodies: Path, workers: int, connections: int, duration: float, rate: int) -> dict:
+    import serve_load
+
+    def summary(run: dict) -> dict:
+        return {"req_per_s": run["requests_per_s"], "p50_ms": run["latency_ms"]["p50"],
+                "p99_ms": run["latency_ms"]["p99"], "errors": run["errors"]}
+
+    server = serve_load.Server(index, workers)
+    try:
+        load_before = [round(x, 2) for x in os.getloadavg()]
+        serve_load.wrk(server.url + "/health", None, connections, 3)  # warm-up
+        floor = summary(serve_load.wrk(server.url + "/health", None, connections, duration))
+        serve_load.wrk(server.url + "/retrieve", bodies, connections, 3)
+        retrieve = summary(serve_load.wrk(server.url + "/retrieve", bodies, connections, duration))
+        spied = profile(server.process.pid, server.url + "/retrieve", bodies, connections, duration, rate)
+    finally:
+        server.close()
+    return {"index": str(index), "workers": workers, "connections": connections, "duration_s": duration,
+            "load_average_before": load_before, "floor": floor, "retrieve": retrieve,
+            "share_of_floor": round(retrieve["req_per_s"] / floor["req_per_s"], 3),
+            "p99_over_floor": round(retrieve["p99_ms"] / floor["p99_ms"], 2), "profile": spied}
+
+
+def main() -> None:
+    options = parser(__doc__, out="benchmarks/results/request_path.json")
+    options.add_argument("--label", required=True, help="the name of this run in --out (the change it measures)")
+    options.add_argument("--change", default="", help="what the served code changed, in words (kept in --out)")
+    options.add_argument("--index", default=None, help="a BM25 index folder (default: Break's, built once)")
+    options.add_argument("--queries", default=None, help="a JSON list of query texts (default: Break's test "
+                         "questions)")
+    options.add_argument("--index-dir", default="runs/serve_load", help="where Break's index is built, once")
+    options.add_argument("--src", default=None, help="serve this checkout's src/ instead of the installed taskret")
+    options.add_argument("--workers", type=int, default=2)
+    options.add_argument("--connections", type=int, default=32)
+    options.add_argument("--duration", type=float, default=30.0, help="seconds of each wrk run")
+    options.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    args = options.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("this benchmark needs wrk: apt-get install -y wrk")
+    if args.src:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(args.src).resolve()),
+                                                                 os.environ.get("PYTHONPATH")]))
+    folder = Path(args.index_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    if args.queries:
+        queries = json.loads(Path(args.queries).read_text(encoding="utf-8"))
+    else:
+        from taskret.data import load_task
+
+        queries = [e.input for e in load_task("break", data_dir=args.data_dir).test]
+    index = Path(args.index) if args.index else build_break_index(args.data_dir, folder)
+    bodies = write_bodies(queries, folder / f"request_path_{index.parent.name}_{index.name}.jsonl")
+    run = {"change": args.change, "src": args.src, "queries": len(queries),
+           **measure(index, bodies, args.workers, args.connections, args.duration, args.rate)}
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if out.is_file() else {"benchmark": "request_path", "runs": {}}
+    result["runs"][args.label] = {**run, "machine": machine(http_stack=http_stack()),
+                                  "command": command_line(args, options)}
+    write_result(out, result)
+    print(json.dumps({args.label: {k: run[k] for k in ("floor", "retrieve", "share_of_floor", "profile")}},
+                     indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
