@@ -1,27 +1,28 @@
 """Where a served ``/retrieve`` spends its time, and what each change to the request path buys (issue 62 item 3).
 
-One run serves a BM25 index with ``taskret serve --workers 2`` and drives it with wrk as serve_load.py does (each
-request the next real query, k=10):
+One run serves a BM25 index with ``taskret serve --workers 2``: the code with a change to the request path and,
+with ``--before``, the code before it (another checkout's ``src/``), side by side; and drives them with wrk as
+serve_load.py does (each request the next real query, k=10), in rounds: each round loads each server's
+``GET /health`` (the floor: HTTP, routing, a small JSON answer) and then its ``POST /retrieve`` for ``--duration``
+seconds, the servers in ABBA order round by round, so that the machine's drift reaches both alike. The change is
+the ratio of the rounds' requests/s, after / before, with its 95% interval over the rounds (a paired t on the log
+ratios).
 
-1. ``GET /health`` for ``--duration`` seconds: the floor of this run (HTTP, routing, a small JSON answer);
-2. ``POST /retrieve`` for ``--duration`` seconds: requests/s, p50 / p99, and its share of the floor;
-3. ``POST /retrieve`` again under py-spy (``record --subprocesses --gil``: in every worker, ``--rate`` times a
-   second, the thread that holds the GIL, so a thread waiting for a lock or a socket is not counted), its
-   samples sorted into the parts of a request: the first stage (the retriever: tokenising the query, scoring,
-   the top k), the answer (looking the records up, building and serialising the response), the request's
-   parsing and validation, the batcher, and the rest (uvicorn, the HTTP parser, starlette's routing, the loop).
-   The profiled run's requests/s are not reported: py-spy slows what it samples.
+Then py-spy profiles the changed code's ``/retrieve`` (``record --subprocesses --gil``: in every worker, ``--rate``
+times a second, the thread that holds the GIL, so a thread waiting for a lock or a socket is not counted), its
+samples sorted into the parts of a request: the first stage (the retriever: tokenising the query, scoring, the top
+k), the batcher, the answer (looking the records up, building and serialising the response), the request's parsing
+and validation, and the rest (uvicorn, the HTTP parser, starlette's routing, the loop). The profiled run's
+requests/s are not reported: py-spy slows what it samples.
 
 Indexes: Break's 6,208 training examples (``taskret index --task break --retriever bm25``, built once into
 ``--index-dir``; Break's test questions as queries), and with ``--index`` any other BM25 index folder (scale.py's
-``runs/scale/1000000/bm25``, with ``--queries runs/scale/queries.json``).
+``runs/scale/1000000/bm25``, with ``--queries runs/scale/queries.json``). Each change is measured once, its run
+labelled (``--label``) and added to ``--out`` beside the others::
 
-Each change to the request path is measured once: the run is labelled (``--label``) and added to ``--out`` beside
-the runs before it, so the file holds the baseline and each change in the order they were made; ``--src`` serves
-another checkout's ``src/`` (the code before a change) with the same script.
-
-    python benchmarks/serve/request_path.py --data-dir ../shared/data --label baseline
-    python benchmarks/serve/request_path.py --label baseline-1m --index runs/scale/1000000/bm25 \\
+    git worktree add /tmp/before HEAD~1
+    python benchmarks/serve/request_path.py --data-dir ../shared/data --label async-endpoint --before /tmp/before/src
+    python benchmarks/serve/request_path.py --label now-1m --index runs/scale/1000000/bm25 \\
         --queries runs/scale/queries.json
 
 Needs wrk (``apt-get install -y wrk``) and py-spy (``pip install py-spy``; without it the profile is left out).
@@ -39,6 +40,8 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_load.py: the server and wrk
@@ -114,48 +117,107 @@ def profile(pid: int, url: str, bodies: Path, connections: int, duration: float,
             "top_functions": [{"function": f, "share": round(n / total, 3)} for f, n in own.most_common(TOP_FUNCTIONS)]}
 
 
-def measure(index: Path, bodies: Path, workers: int, connections: int, duration: float, rate: int) -> dict:
+def summary(run: dict) -> dict:
+    return {"req_per_s": run["requests_per_s"], "p50_ms": run["latency_ms"]["p50"], "p99_ms": run["latency_ms"]["p99"],
+            "errors": run["errors"]}
+
+
+def mean_rows(rows: list[dict]) -> dict:
+    return {key: round(float(np.mean([r[key] for r in rows])), 2) if key != "errors" else sum(r[key] for r in rows)
+            for key in rows[0]}
+
+
+def paired_ratio(after: list[float], before: list[float]) -> dict:
+    """after / before over the rounds: the geometric mean of the rounds' ratios and its 95% t interval."""
+    from scipy import stats
+
+    logs = np.log(np.asarray(after) / np.asarray(before))
+    half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs)) if len(logs) > 1 else np.nan
+    return {"ratio": round(float(np.exp(logs.mean())), 3),
+            "ci95": [round(float(np.exp(logs.mean() - half)), 3), round(float(np.exp(logs.mean() + half)), 3)],
+            "rounds": [round(float(x), 3) for x in np.exp(logs)]}
+
+
+def start_server(index: Path, workers: int, src: str | None):
+    """`taskret serve` of ``src`` (a checkout's src/; None: the installed taskret)."""
     import serve_load
 
-    def summary(run: dict) -> dict:
-        return {"req_per_s": run["requests_per_s"], "p50_ms": run["latency_ms"]["p50"],
-                "p99_ms": run["latency_ms"]["p99"], "errors": run["errors"]}
+    saved = os.environ.get("PYTHONPATH")
+    if src:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(src).resolve()), saved]))
+    try:
+        return serve_load.Server(index, workers)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
-    server = serve_load.Server(index, workers)
+
+def measure(index: Path, bodies: Path, workers: int, connections: int, duration: float, rounds: int, rate: int,
+            before_src: str | None, after_src: str | None = None) -> dict:
+    """Each round loads ``/health`` then ``/retrieve`` for ``duration`` seconds on each server (this code's and,
+    with ``before_src``, the code before the change, in ABBA order round by round), so that a machine's drift
+    reaches both alike; then py-spy profiles this code's ``/retrieve``."""
+    import serve_load
+
+    servers = {"after": start_server(index, workers, after_src)}
+    if before_src:
+        servers["before"] = start_server(index, workers, before_src)
+    runs: dict[str, dict[str, list[dict]]] = {name: {"floor": [], "retrieve": []} for name in servers}
     try:
         load_before = [round(x, 2) for x in os.getloadavg()]
-        serve_load.wrk(server.url + "/health", None, connections, 3)  # warm-up
-        floor = summary(serve_load.wrk(server.url + "/health", None, connections, duration))
-        serve_load.wrk(server.url + "/retrieve", bodies, connections, 3)
-        retrieve = summary(serve_load.wrk(server.url + "/retrieve", bodies, connections, duration))
-        spied = profile(server.process.pid, server.url + "/retrieve", bodies, connections, duration, rate)
+        for server in servers.values():  # warm-up
+            serve_load.wrk(server.url + "/health", None, connections, 3)
+            serve_load.wrk(server.url + "/retrieve", bodies, connections, 3)
+        for r in range(rounds):
+            order = list(servers) if r % 2 == 0 else list(reversed(servers))
+            for name in order:
+                url = servers[name].url
+                runs[name]["floor"].append(summary(serve_load.wrk(url + "/health", None, connections, duration)))
+                runs[name]["retrieve"].append(summary(serve_load.wrk(url + "/retrieve", bodies, connections,
+                                                                     duration)))
+        load_after = [round(x, 2) for x in os.getloadavg()]
+        spied = profile(servers["after"].process.pid, servers["after"].url + "/retrieve", bodies, connections,
+                        max(duration, 20.0), rate)
     finally:
-        server.close()
-    return {"index": str(index), "workers": workers, "connections": connections, "duration_s": duration,
-            "load_average_before": load_before, "floor": floor, "retrieve": retrieve,
-            "share_of_floor": round(retrieve["req_per_s"] / floor["req_per_s"], 3),
-            "p99_over_floor": round(retrieve["p99_ms"] / floor["p99_ms"], 2), "profile": spied}
+        for server in servers.values():
+            server.close()
+    out: dict = {"index": str(index), "workers": workers, "connections": connections, "duration_s": duration,
+                 "rounds": rounds, "load_average_before": load_before, "load_average_after": load_after}
+    for name, measured in runs.items():
+        floor, retrieve = mean_rows(measured["floor"]), mean_rows(measured["retrieve"])
+        out[name] = {"floor": floor, "retrieve": retrieve,
+                     "share_of_floor": round(retrieve["req_per_s"] / floor["req_per_s"], 3),
+                     "p99_over_floor": round(retrieve["p99_ms"] / floor["p99_ms"], 2),
+                     "rounds": {part: [row["req_per_s"] for row in rows] for part, rows in measured.items()}}
+    if before_src:
+        out["change"] = {part: paired_ratio(out["after"]["rounds"][part], out["before"]["rounds"][part])
+                         for part in ("floor", "retrieve")}
+    out["profile"] = spied
+    return out
 
 
 def main() -> None:
     options = parser(__doc__, out="benchmarks/results/request_path.json")
     options.add_argument("--label", required=True, help="the name of this run in --out (the change it measures)")
-    options.add_argument("--change", default="", help="what the served code changed, in words (kept in --out)")
+    options.add_argument("--change", default="", help="what the change does, in words (kept in --out)")
+    options.add_argument("--before", default=None, help="a checkout's src/ with the code before the change: "
+                         "served beside this code, round by round")
+    options.add_argument("--after", default=None, help="a checkout's src/ with the change (default: the installed "
+                         "taskret)")
     options.add_argument("--index", default=None, help="a BM25 index folder (default: Break's, built once)")
     options.add_argument("--queries", default=None, help="a JSON list of query texts (default: Break's test "
                          "questions)")
     options.add_argument("--index-dir", default="runs/serve_load", help="where Break's index is built, once")
-    options.add_argument("--src", default=None, help="serve this checkout's src/ instead of the installed taskret")
     options.add_argument("--workers", type=int, default=2)
     options.add_argument("--connections", type=int, default=32)
-    options.add_argument("--duration", type=float, default=30.0, help="seconds of each wrk run")
+    options.add_argument("--duration", type=float, default=10.0, help="seconds of each wrk run")
+    options.add_argument("--rounds", type=int, default=6, help="rounds of /health and /retrieve on each server")
     options.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     args = options.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("this benchmark needs wrk: apt-get install -y wrk")
-    if args.src:
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(args.src).resolve()),
-                                                                 os.environ.get("PYTHONPATH")]))
     folder = Path(args.index_dir)
     folder.mkdir(parents=True, exist_ok=True)
     if args.queries:
@@ -166,15 +228,15 @@ def main() -> None:
         queries = [e.input for e in load_task("break", data_dir=args.data_dir).test]
     index = Path(args.index) if args.index else build_break_index(args.data_dir, folder)
     bodies = write_bodies(queries, folder / f"request_path_{index.parent.name}_{index.name}.jsonl")
-    run = {"change": args.change, "src": args.src, "queries": len(queries),
-           **measure(index, bodies, args.workers, args.connections, args.duration, args.rate)}
+    run = {"change": args.change, "before": args.before, "after": args.after, "queries": len(queries),
+           **measure(index, bodies, args.workers, args.connections, args.duration, args.rounds, args.rate,
+                     args.before, args.after)}
     out = Path(args.out)
     result = json.loads(out.read_text()) if out.is_file() else {"benchmark": "request_path", "runs": {}}
     result["runs"][args.label] = {**run, "machine": machine(http_stack=http_stack()),
                                   "command": command_line(args, options)}
     write_result(out, result)
-    print(json.dumps({args.label: {k: run[k] for k in ("floor", "retrieve", "share_of_floor", "profile")}},
-                     indent=1), flush=True)
+    print(json.dumps({args.label: {k: run.get(k) for k in ("after", "before", "change")}}, indent=1), flush=True)
 
 
 if __name__ == "__main__":

@@ -393,3 +393,19 @@ def test_a_memory_mapped_index_answers_as_one_read_whole(shared_bm25_index, tmp_
     read, mapped = TestClient(create_app(shared_bm25_index)), TestClient(create_app(shared_bm25_index, mmap=True))
     answer = mapped.post("/prompt", json=body).json()
     assert answer == read.post("/prompt", json=body).json() and len(answer["ids"]) == 3
+
+
+@pytest.mark.parametrize("telemetry", [False, True])
+def test_fastapis_telemetry_is_asked_for_providers_only_when_kept(shared_bm25_index, telemetry):
+    # FastAPI >= 0.165 looks the global OpenTelemetry providers up on every request; taskret turns that off unless
+    # telemetry=True (`taskret serve --telemetry`).
+    pytest.importorskip("fastapi.telemetry")
+    from unittest import mock
+
+    from opentelemetry import trace
+
+    with mock.patch.object(trace, "get_tracer_provider", wraps=trace.get_tracer_provider) as lookup:
+        client = TestClient(create_app(shared_bm25_index, telemetry=telemetry))
+        lookup.reset_mock()
+        assert client.post("/retrieve", json={"query": "alarm", "k": 1}).status_code == 200
+    assert lookup.called is telemetry

@@ -355,6 +355,8 @@ def serve(
                                          "index records (an EPR run trained with set_training: its DPP), else none"),
     select_weight: SelectWeight = None,
     select_candidates: SelectCandidates = 50,
+    telemetry: bool = typer.Option(False, "--telemetry/--no-telemetry", help="keep FastAPI's native OpenTelemetry "
+                                   "instrumentation (FastAPI >= 0.165): off by default, as it costs every request"),
 ):
     """Serve an index over HTTP: POST /retrieve, POST /prompt, POST /generate (with --generate), GET /health, a page
     to try them at / and the API docs at /docs (OpenAPI schema at /openapi.json)."""
@@ -380,7 +382,7 @@ def serve(
     settings = dict(lm=lm, token_budget=token_budget, context_window=context_window, max_new_tokens=max_new_tokens,
                     query_encoder=query_encoder, rerank=None if no_rerank else (rerank or RECORDED),
                     rerank_depth=rerank_depth, rerank_weight=rerank_weight, generate=generate,
-                    generate_timeout_s=generate_timeout, select=chosen)
+                    generate_timeout_s=generate_timeout, select=chosen, telemetry=telemetry)
     workers = workers or default_workers()
     urls = (f"serving {index_dir} on http://{host}:{port} (the page: http://{host}:{port}/, docs: "
             f"http://{host}:{port}/docs)")

@@ -36,6 +36,7 @@ unexpected gets a JSON 500 and the service keeps serving. Every error answer car
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -293,12 +294,19 @@ def _finite(score) -> Optional[float]:
     return float(score) if math.isfinite(score) else None
 
 
+def _telemetry_option(telemetry: bool) -> dict:
+    """FastAPI's keyword argument that turns its native telemetry off, where this FastAPI has one."""
+    if telemetry or "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+
+
 def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = None, token_budget: int | None = None,
                context_window: int | None = None, max_new_tokens: int | None = None, warmup: bool = True,
                query_encoder: str | None = None, rerank: str | None = RECORDED,
                rerank_depth: int | None = None, rerank_weight: float | None = None, generate: bool = False,
                generate_timeout_s: float = DEFAULT_GENERATE_TIMEOUT_S, mmap: bool = False,
-               select=SELECT_RECORDED) -> FastAPI:
+               select=SELECT_RECORDED, telemetry: bool = False) -> FastAPI:
     """A FastAPI app serving one index folder, of any layout a taskret ``index`` command writes (checked
     first: a partial or mismatched one raises :class:`~taskret.retrieval.index.InvalidIndex`). ``lm``
     overrides the LM whose tokenizer counts prompt tokens; the default prompt budget is ``token_budget``,
@@ -320,6 +328,9 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     ``select``: how ``/prompt`` chooses its demonstrations (:func:`~taskret.icl.selection.resolve_selection`): by
     default the selection the index records (:attr:`LoadedIndex.selection`), None or ``"none"`` the ranking's
     top, or a :class:`~taskret.icl.selection.Selection` (or its record, JSON for the workers).
+    ``telemetry``: keep FastAPI's native OpenTelemetry instrumentation (FastAPI >= 0.165; ``taskret serve
+    --telemetry``), off by default: it asks for the global tracer, meter and logger providers on every request,
+    ~10% of a served BM25 query in the profile, to find them unconfigured.
 
     These keyword arguments are the only way configuration enters (a multi-worker server passes the same to
     each worker); the first stage of ``/retrieve`` and ``/prompt`` is the one function
@@ -382,7 +393,7 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     started_at = time.monotonic()
 
     app = FastAPI(title="taskret retrieval service", version=__version__, docs_url=None, redoc_url=None,
-                  description="Task-aware retrieval (EPR prompt retrieval, TART instruction retrieval) over one "
+                  **_telemetry_option(telemetry), description="Task-aware retrieval (EPR prompt retrieval, TART instruction retrieval) over one "
                   f"index ({index.kind}, {index.retriever.name}, {len(index.retriever.ids)} items).")
     app.state.index = index
     app.state.generator = generator
