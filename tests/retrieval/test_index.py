@@ -268,6 +268,23 @@ def test_a_memory_mapped_index_reads_its_texts_only_when_asked(tmp_path):
         records["e300"]
     with pytest.raises(IndexError):
         records.at(300)
+    ranking = ["e299", "e7", "e42", "e7"]  # one search for them all, in their order, repeats kept
+    assert records.take(ranking) == [read.records[i] for i in ranking] == mapped.records_of(ranking)
+    assert read.records_of(ranking) == records.take(ranking) and records.take([]) == []
+    with pytest.raises(KeyError):
+        records.take(["e7", "e300"])
+
+
+def test_records_taken_at_once_tell_ids_whose_hashes_collide(tmp_path, monkeypatch):
+    pool = big_pool(30)
+    folder = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool, retriever_spec="bm25")
+    records = load_index(folder, mmap=True).records
+    records._sorted_hashes[:] = 7  # as if every id hashed alike: each found by the ids, not the hash
+    records._by_hash[:] = np.arange(30)[::-1]
+    monkeypatch.setattr("taskret.retrieval.index.hash", lambda _: 7, raising=False)
+    assert [r.id for r in records.take(["e3", "e29", "e0"])] == ["e3", "e29", "e0"]
+    with pytest.raises(KeyError):
+        records.take(["e30"])
 
 
 def _replace_line(path, number, text):

@@ -135,6 +135,13 @@ class LoadedIndex:
         """The output as a demonstration shows it (Break's ``1#) step 2#) step``, others unchanged)."""
         return OUTPUT_FORMATS[self.output_format](record.output or "")
 
+    def records_of(self, record_ids: Sequence[str]) -> list[IndexRecord]:
+        """The records of ``record_ids`` (a ranking's), in their order: a memory-mapped index finds them all in one
+        search (:meth:`LazyRecords.take`)."""
+        if isinstance(self.records, LazyRecords):
+            return self.records.take(record_ids)
+        return [self.records[i] for i in record_ids]
+
     def examples(self) -> list[Example]:
         return [Example(r.id, r.text, r.output or "") for r in (self.records[i] for i in self.retriever.ids)]
 
@@ -460,6 +467,12 @@ def _read_records(path: Path, kind: str) -> dict[str, IndexRecord]:
     return records
 
 
+try:  # a record is parsed per result a service returns: orjson (the serve extra) parses one ~4x faster
+    from orjson import loads as _loads  # its JSONDecodeError is json's
+except ImportError:  # pragma: no cover - the standard library's
+    _loads = json.loads
+
+
 class LazyRecords(Mapping[str, IndexRecord]):
     """An index's records by id, as :attr:`LoadedIndex.records`, each parsed from the memory-mapped texts file only
     when it is asked for: the workers of ``taskret serve`` share the texts in the page cache instead of each
@@ -506,6 +519,21 @@ class LazyRecords(Mapping[str, IndexRecord]):
             found += 1
         return None
 
+    def take(self, record_ids: Sequence[str]) -> list[IndexRecord]:
+        """The records of ``record_ids`` in their order (KeyError for an id the index lacks): their positions found
+        in one search over the hashes, not one each."""
+        wanted = np.fromiter(map(hash, record_ids), dtype=np.int64, count=len(record_ids))
+        found = np.searchsorted(self._sorted_hashes, wanted).tolist()
+        n, positions = len(self.ids), []
+        for record_id, first in zip(record_ids, found):
+            position = int(self._by_hash[first]) if first < n else None
+            if position is None or self.ids[position] != record_id:  # not there, or ids whose hashes collide
+                position = self.position(record_id)
+                if position is None:
+                    raise KeyError(record_id)
+            positions.append(position)
+        return [self.at(position) for position in positions]
+
     def at(self, position: int) -> IndexRecord:
         """The record at ``position`` in index order, parsed and checked now."""
         if not 0 <= position < len(self.ids):
@@ -515,7 +543,7 @@ class LazyRecords(Mapping[str, IndexRecord]):
         raw = self._texts[start:end if newline < 0 else newline]
         line = position + 1 if self._lines is None else int(self._lines[position])
         try:
-            row = json.loads(raw.decode("utf-8"))
+            row = _loads(raw.decode("utf-8"))
         except UnicodeDecodeError as err:
             raise InvalidIndex(f"{self.path}, line {line}: not valid UTF-8 ({err.reason} at byte "
                                f"{start + err.start})") from None

@@ -468,7 +468,7 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
             result = await run_in_threadpool(reranked, texts, first, request.k)
             first_ranks, first_scores = _first_stage_positions(first, result.ids[0])
         ids = result.ids[0]
-        records = [index.records[i] for i in ids]
+        records = index.records_of(ids)
         answer = RetrieveResponse(query=texts[0], ids=ids, scores=[_finite(s) for s in result.scores[0][: len(ids)]],
                                   texts=[r.text for r in records],
                                   outputs=[r.output or "" for r in records] if examples else None,
