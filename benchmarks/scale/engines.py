@@ -644,11 +644,13 @@ def main() -> None:
                              help="scale.py's work folder: its corpora and docs-fast indexes are used as they are")
     args_parser.add_argument("--queries", type=int, default=1000, help="real queries timed per engine")
     args_parser.add_argument("--threads", type=int, default=2, help="threads of a build and of a batched search")
-    args_parser.add_argument("--bm25", default=",".join(BM25_ENGINES), help="BM25 engines compared")
-    args_parser.add_argument("--dense", default=",".join(DENSE_LIBS), help="HNSW libraries compared")
+    args_parser.add_argument("--bm25", default=",".join(BM25_ENGINES),
+                             help="BM25 engines compared ('': none, the BM25 numbers in --out kept)")
+    args_parser.add_argument("--dense", default=",".join(DENSE_LIBS),
+                             help="HNSW libraries compared ('': none, the dense numbers in --out kept)")
     args_parser.add_argument("--ef", default=",".join(map(str, EF_SEARCH)), help="ef_search values of the curve")
     args = args_parser.parse_args()
-    engines, libs = args.bm25.split(","), args.dense.split(",") if args.dense else []
+    engines, libs = args.bm25.split(",") if args.bm25 else [], args.dense.split(",") if args.dense else []
     unknown = [e for e in engines if e not in BM25_ENGINES] + [lib for lib in libs if lib not in DENSE]
     if unknown:
         raise SystemExit(f"unknown engines {unknown}: BM25 {list(BM25_ENGINES)}, dense {list(DENSE)}")
@@ -666,6 +668,11 @@ def main() -> None:
                        "`threads` threads; peak_rss_gib: the build's child, search_rss_gib: the search's; dense "
                        "p50/p99: the index alone, queries encoded beforehand; rss_gib: build and search, the float32 "
                        "vectors the child reads included"}
+    # A run of one part (--bm25 '' or --dense '') keeps the other part's numbers from --out, each part with the
+    # machine and the command it was measured with.
+    out = Path(args.out)
+    earlier = json.loads(out.read_text()) if out.is_file() and not (engines and libs) else {}
+    run = {"machine": result["machine"], "command": command_line(args, args_parser)}
     for n in [int(s) for s in args.sizes.split(",")]:
         folder = work / str(n)
         folder.mkdir(parents=True, exist_ok=True)
@@ -673,16 +680,22 @@ def main() -> None:
         if not corpus.is_file():
             (folder / "corpus.json").write_text(json.dumps(write_corpus(corpus, folders, n, args.seed)))
         (folder / "engines").mkdir(exist_ok=True)
-        entry = {"corpus": json.loads((folder / "corpus.json").read_text()),
-                 "bm25": compare_bm25(folder, corpus, queries, qrels, engines, args.threads)}
-        print(json.dumps({n: {"bm25": entry["bm25"]}}), flush=True)
+        entry = {key: value for key, value in earlier.get("sizes", {}).get(str(n), {}).items()}
+        entry["corpus"] = json.loads((folder / "corpus.json").read_text())
+        if engines:
+            entry["bm25"] = compare_bm25(folder, corpus, queries, qrels, engines, args.threads)
+            entry["bm25_run"] = run
+            print(json.dumps({n: {"bm25": entry["bm25"]}}), flush=True)
         if libs:
             entry["dense"] = compare_dense(folder, corpus, [text for _, text in queries], libs, args.threads,
                                            [int(ef) for ef in args.ef.split(",")])
+            entry["dense_run"] = run
             print(json.dumps({n: {"dense": entry["dense"]}}), flush=True)
         result["sizes"][str(n)] = entry
-    result["command"] = command_line(args, args_parser)
-    write_result(args.out, result)
+    for key in set(earlier.get("sizes", {})) - set(result["sizes"]):
+        result["sizes"][key] = earlier["sizes"][key]
+    result["command"] = run["command"]
+    write_result(out, result)
 
 
 def run_child(argv: list[str]) -> dict:
