@@ -48,8 +48,9 @@ SECTIONS = (
     ("tart-full", (tart.tart_full_lm_table, tart.tart_in_domain_table)),
     ("speed", (speed.bm25_table, speed.index_speed_table, speed.throughput_table, speed.scoring_speed_table,
                speed.scoring_precision_table, speed.ray_table)),
-    ("serving", (serve.serve_table, serve.dense_latency_table)),
+    ("serving", (serve.serve_table, serve.request_path_table, serve.dense_latency_table)),
     ("scale", (scale.scale_table,)),
+    ("engines", (scale.engines_table,)),
     ("build-memory", (scale.build_memory_table,)),
     ("robustness", (robustness.robustness_table,)),
 )

@@ -124,3 +124,85 @@ def build_memory_table() -> list[str]:
         out += ["", "The Python allocation sites that grew most after the first shard (tracemalloc): " + "; ".join(
             f"`{where(site)}` {site['kib']:,} KiB in {site['count']:,} blocks" for site in sites) + "."]
     return out
+
+
+#: The gain that makes another engine taskret's default, at NDCG@10 within ADOPT_NDCG points of bm25s's (issue 62).
+ADOPT_SPEED, ADOPT_NDCG = 2.0, 0.5
+#: How close taskret's BM25 must stay to the fastest engine's single-query p50.
+WITHIN_FASTEST = 1.25
+
+
+def _load_text(run: dict | None) -> str:
+    load_average = (run or {}).get("machine", {}).get("load_average")
+    return f"load average {load_average[0]} at the start" if load_average else "load not recorded"
+
+
+def engines_verdict(size: dict, default: str, target: bool = True) -> str | None:
+    """Whether another BM25 engine wins by the issue's rule, and how close taskret's default stays to the fastest."""
+    rows = {name: r for name, r in size.get("bm25", {}).items() if "error" not in r}
+    if default not in rows:
+        return None
+    ours = rows[default]
+    fastest = min(rows, key=lambda name: rows[name]["p50_ms"])
+    winners = [name for name, r in rows.items() if ours["p50_ms"] / r["p50_ms"] >= ADOPT_SPEED
+               and abs(r["ndcg10"] - ours["ndcg10"]) <= ADOPT_NDCG]
+    within = ours["p50_ms"] / rows[fastest]["p50_ms"]
+    met = f" (target at 1M <= {WITHIN_FASTEST}x: {'met' if within <= WITHIN_FASTEST else 'missed'})" if target else ""
+    text = (f"Fastest single query: {fastest} ({rows[fastest]['p50_ms']:.2f} ms p50); taskret's {default} "
+            f"{ours['p50_ms']:.2f} ms, **{within:.2f}x** the fastest{met}. ")
+    if winners:
+        return text + f"{', '.join(winners)} is >= {ADOPT_SPEED:g}x faster at NDCG@10 within {ADOPT_NDCG} points."
+    return text + (f"No engine is >= {ADOPT_SPEED:g}x faster than {default} at NDCG@10 within {ADOPT_NDCG} points "
+                   "of it: none is adopted.")
+
+
+def engines_table() -> list[str]:
+    """`benchmarks/scale/engines.py`: taskret's BM25 and HNSW against the engines users would pick instead."""
+    d = load("engines.json")
+    if not d:
+        return []
+    out: list[str] = []
+    for n, size in d["sizes"].items():
+        if "bm25" in size:
+            run = size.get("bm25_run", d)
+            out += ["" if out else None,
+                    f"BM25 engines at {int(n):,} documents (`{run['command']}`; {describe_machine(run['machine'])}, "
+                    f"{_load_text(run)}; {d['queries']:,} real queries, {d['queries_with_qrels']:,} of them with "
+                    "qrels). Each index built in a child process and searched in another; p50 / p99: one query at a "
+                    f"time on one thread; batched: all queries at once on {d['settings']['threads']} threads; "
+                    "NDCG@10 (%) on the queries with qrels; overlap: the share of bm25s-numpy's top 10 (k1 1.5, b "
+                    "0.75) an engine's top 10 holds (tantivy's in brackets: against bm25s at tantivy's own k1 1.2):",
+                    "", *header("engine", "k1 / b", "index s", "disk GiB", "build / search RSS GiB", "p50 / p99 ms",
+                                "batched q/s", "NDCG@10", "top-10 overlap", "analyser")]
+            for name, r in size["bm25"].items():
+                if "error" in r:
+                    out.append(f"| {name} | not measured: {r['error'][:160]} | | | | | | | | |")
+                    continue
+                same = r.get("overlap10_vs_bm25s_same_k1_b")
+                analyser = r["analyser"]
+                out.append(f"| {name} | {r['k1']:g} / {r['b']:g} | {r['index_s']:,.1f} | {r['disk_gib']:.3f} | "
+                           f"{r['peak_rss_gib']:.2f} / {r['search_rss_gib']:.2f} | {r['p50_ms']:.2f} / "
+                           f"{r['p99_ms']:.2f} | {r['batched_qps']:,.0f} | {r['ndcg10']:.2f} | "
+                           f"{r['overlap10_vs_bm25s']:.3f}{f' ({same:.3f})' if same is not None else ''} | "
+                           f"{analyser['tokenizer']}; {analyser['stopwords']}; {analyser['stemmer']} |")
+            verdict = engines_verdict(size, d["default"]["bm25"], target=int(n) == 1_000_000)
+            if verdict:
+                out += ["", verdict]
+        if "dense" in size and "error" not in size["dense"]:
+            run = size.get("dense_run", d)
+            out += ["", f"HNSW libraries at {int(n):,} vectors (`{run['command']}`; {describe_machine(run['machine'])}"
+                    f", {_load_text(run)}): the same vectors, the same graph (M {d['settings']['hnsw_m']}, "
+                    f"ef_construction {d['settings']['ef_construction']}); recall@10 against exact search / the "
+                    "index's own single-query p50 ms at each ef_search:", ""]
+            libs = {name: r for name, r in size["dense"].items() if name != "vectors"}
+            efs = sorted({p["ef"] for r in libs.values() if "curve" in r for p in r["curve"]})
+            out += header("library", "build s", "RSS GiB", *(f"ef {ef}" for ef in efs))
+            for name, r in libs.items():
+                if "error" in r:
+                    out.append(f"| {name} | not measured: {r['error'][:160]} |" + " |" * (len(efs) + 1))
+                    continue
+                curve = {p["ef"]: p for p in r["curve"]}
+                out.append(f"| {name} | {r['build_s']:,.1f} | {r['rss_gib']:.2f} | " + " | ".join(
+                    f"{curve[ef]['recall_at_10']:.3f} / {curve[ef]['p50_ms']:.2f}" if ef in curve else "-"
+                    for ef in efs) + " |")
+    return [line for line in out if line is not None]

@@ -81,3 +81,50 @@ def dense_latency_table() -> list[str]:
                     f"recall@{k} {r[f'recall@{k}']:.3f}" for r in defaults["by_n"])
                 + f". `index_type=auto` builds HNSW from {d['auto_hnsw_from']:,} vectors on, flat below."]
     return out
+
+
+def request_path_table() -> list[str]:
+    """request_path.json: each change to /retrieve's path served beside the code before it, and the profile of the
+    last one."""
+    d = load("request_path.json")
+    if not d or not d.get("runs"):
+        return []
+    runs = list(d["runs"].items())
+    first = runs[0][1]
+    out = [f"Changes to `/retrieve`'s request path, each measured once against the code before it "
+           f"(`python benchmarks/serve/request_path.py --label NAME --before SRC`; "
+           f"{describe_machine(first['machine'])}; `taskret serve --workers {first['workers']}`, real queries in "
+           "turn (Break's test questions; at 1M, scale.py's 1,000), k=10, both servers up, {first['rounds']} rounds of "
+           f"{first['duration_s']:g} s of `/health` then `/retrieve` on each, in ABBA order; wrk, "
+           f"{first['connections']} connections, on the same machine). Requests/s are the rounds' means; the change "
+           "is the geometric mean of the rounds' after / before ratios with its 95% t interval:", "",
+           *header("change", "index", "/retrieve req/s before -> after", "after / before [95% CI]", "/health after / before",
+                   "share of the floor before -> after", "p99 ms before -> after", "load average before")]
+    for label, r in runs:
+        if "change" not in r or not isinstance(r["change"], dict):
+            continue
+        b, a, c = r["before"], r["after"], r["change"]
+        within = c["retrieve"]["ci95"][0] <= 1 <= c["retrieve"]["ci95"][1]
+        out.append(f"| {label} | `{r['index']}` | {b['retrieve']['req_per_s']:,.0f} -> "
+                   f"{a['retrieve']['req_per_s']:,.0f} | "
+                   f"{c['retrieve']['ratio']:.2f}x [{c['retrieve']['ci95'][0]:.2f}, {c['retrieve']['ci95'][1]:.2f}]"
+                   f"{' (within noise)' if within else ''} | {c['floor']['ratio']:.2f}x | "
+                   f"{b['share_of_floor']:.0%} -> {a['share_of_floor']:.0%} | {b['retrieve']['p99_ms']:.0f} -> "
+                   f"{a['retrieve']['p99_ms']:.0f} | {r['load_average_before'][0]} |")
+    current = [(label, r) for label, r in runs if r.get("before") is None]
+    if current:
+        parts = list(current[-1][1]["profile"]["parts"]) if current[-1][1].get("profile") else []
+        out += ["", "The request path as it is now, served alone (the same rounds), and where a request's time goes: "
+                "py-spy's samples of each worker's threads, sorted into the parts of a request (`request_path.py`'s "
+                "docstring), as shares of the samples:", "",
+                *header("run", "index", "/health req/s", "/retrieve req/s", "share of the floor", "p99 ms (floor)",
+                        "load average before", *parts)]
+        for label, r in current:
+            a, profile = r["after"], r.get("profile") or {}
+            shares = [f"{profile['parts'][part]:.0%}" if part in profile.get("parts", {}) else "-" for part in parts]
+            out.append(f"| {label} | `{r['index']}` | {a['floor']['req_per_s']:,.0f} | {a['retrieve']['req_per_s']:,.0f}"
+                       f" | **{a['share_of_floor']:.0%}** | {a['retrieve']['p99_ms']:.0f} ({a['floor']['p99_ms']:.0f}) | "
+                       f"{r['load_average_before'][0]} | " + " | ".join(shares) + " |")
+        modes = sorted({r["profile"]["mode"] for _, r in current if r.get("profile")})
+        out += ["", f"Profiled: {' and '.join(modes)}."]
+    return out

@@ -8,9 +8,9 @@ seconds, the servers in ABBA order round by round, so that the machine's drift r
 the ratio of the rounds' requests/s, after / before, with its 95% interval over the rounds (a paired t on the log
 ratios).
 
-Then py-spy profiles the changed code's ``/retrieve`` (``record --subprocesses --gil``: in every worker, ``--rate``
-times a second, the thread that holds the GIL, so a thread waiting for a lock or a socket is not counted), its
-samples sorted into the parts of a request: the first stage (the retriever: tokenising the query, scoring, the top
+Then py-spy profiles the changed code's ``/retrieve`` (``record --subprocesses``: in every worker, ``--rate`` times a
+second, each thread that is not waiting for a lock or a socket, so that native code that released the GIL, such as
+numba's BM25 scoring, is counted; ``--profile-mode gil`` samples only the thread holding the GIL), its samples sorted into the parts of a request: the first stage (the retriever: tokenising the query, scoring, the top
 k), the batcher, the answer (looking the records up, building and serialising the response), the request's parsing
 and validation, and the rest (uvicorn, the HTTP parser, starlette's routing, the loop). The profiled run's
 requests/s are not reported: py-spy slows what it samples.
@@ -59,6 +59,13 @@ PARTS = (
                                                   r"starlette|pydantic\w*|json)/")),
 )
 OTHER = "HTTP, routing, event loop"
+#: A sample whose innermost frame is one of these is a thread waiting (a thread pool's idle worker, uvicorn's pipe to
+#: its parent), left out: py-spy counts some waits as running.
+WAITING = re.compile(r"^\S*(?:wait|_recv|_recv_bytes|get|select|acquire) \((?:threading|multiprocessing/connection|"
+                     r"queue|selectors|concurrent/futures/thread)\.py")
+#: What a profile samples: every thread that is not waiting (py-spy's default: native code that released the GIL,
+#: numba's BM25 scoring, is counted), or only the thread holding the GIL (``--gil``: the Python-level cost alone).
+PROFILE_MODES = {"active": "the threads not waiting", "gil": "the thread holding the GIL"}
 TOP_FUNCTIONS = 12  # the functions with most samples of their own, reported with their shares
 
 
@@ -82,7 +89,8 @@ def classify(stack: list[str]) -> str:
     return OTHER
 
 
-def profile(pid: int, url: str, bodies: Path, connections: int, duration: float, rate: int) -> dict | None:
+def profile(pid: int, url: str, bodies: Path, connections: int, duration: float, rate: int,
+            mode: str = "active") -> dict | None:
     """py-spy over the server's processes while wrk loads ``/retrieve``: the share of samples in each part."""
     import serve_load
 
@@ -93,8 +101,9 @@ def profile(pid: int, url: str, bodies: Path, connections: int, duration: float,
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "stacks.txt"
         spy_process = subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", str(rate),
-                                        "--duration", str(int(duration) + 2), "--format", "raw", "--gil",
-                                        "--output", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                        "--duration", str(int(duration) + 2), "--format", "raw",
+                                        *(["--gil"] if mode == "gil" else []), "--output", str(raw)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # py-spy attaches to every worker before the load starts
         serve_load.wrk(url, bodies, connections, duration)
         _, errors = spy_process.communicate(timeout=120)
@@ -104,15 +113,19 @@ def profile(pid: int, url: str, bodies: Path, connections: int, duration: float,
             raise RuntimeError(f"py-spy wrote no profile: {errors.decode()[-2000:]}")
         parts: Counter = Counter()
         own: Counter = Counter()
+        waiting = 0
         for line in raw.read_text(encoding="utf-8").splitlines():
             stack, _, count = line.rpartition(" ")
             frames = [f for f in stack.split(";") if "(" in f]  # py-spy's process and thread entries have none
             if not frames or not count.isdigit():
                 continue
+            if WAITING.search(frames[-1]):  # an idle thread py-spy did not tell from a busy one
+                waiting += int(count)
+                continue
             parts[classify(frames)] += int(count)
             own[re.sub(r":\d+\)$", ")", frames[-1])] += int(count)
     total = sum(parts.values()) or 1
-    return {"samples": total, "rate_hz": rate,
+    return {"samples": total, "rate_hz": rate, "mode": PROFILE_MODES[mode], "waiting_samples_left_out": waiting,
             "parts": {part: round(parts[part] / total, 3) for part in [p for p, _ in PARTS] + [OTHER]},
             "top_functions": [{"function": f, "share": round(n / total, 3)} for f, n in own.most_common(TOP_FUNCTIONS)]}
 
@@ -155,7 +168,7 @@ def start_server(index: Path, workers: int, src: str | None):
 
 
 def measure(index: Path, bodies: Path, workers: int, connections: int, duration: float, rounds: int, rate: int,
-            before_src: str | None, after_src: str | None = None) -> dict:
+            before_src: str | None, after_src: str | None = None, mode: str = "active") -> dict:
     """Each round loads ``/health`` then ``/retrieve`` for ``duration`` seconds on each server (this code's and,
     with ``before_src``, the code before the change, in ABBA order round by round), so that a machine's drift
     reaches both alike; then py-spy profiles this code's ``/retrieve``."""
@@ -179,7 +192,7 @@ def measure(index: Path, bodies: Path, workers: int, connections: int, duration:
                                                                      duration)))
         load_after = [round(x, 2) for x in os.getloadavg()]
         spied = profile(servers["after"].process.pid, servers["after"].url + "/retrieve", bodies, connections,
-                        max(duration, 20.0), rate)
+                        max(duration, 20.0), rate, mode)
     finally:
         for server in servers.values():
             server.close()
@@ -215,6 +228,8 @@ def main() -> None:
     options.add_argument("--duration", type=float, default=10.0, help="seconds of each wrk run")
     options.add_argument("--rounds", type=int, default=6, help="rounds of /health and /retrieve on each server")
     options.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    options.add_argument("--profile-mode", choices=sorted(PROFILE_MODES), default="active",
+                         help="active: every thread not waiting (native scoring included); gil: the GIL's holder")
     args = options.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("this benchmark needs wrk: apt-get install -y wrk")
@@ -228,9 +243,9 @@ def main() -> None:
         queries = [e.input for e in load_task("break", data_dir=args.data_dir).test]
     index = Path(args.index) if args.index else build_break_index(args.data_dir, folder)
     bodies = write_bodies(queries, folder / f"request_path_{index.parent.name}_{index.name}.jsonl")
-    run = {"change": args.change, "before": args.before, "after": args.after, "queries": len(queries),
+    run = {"description": args.change, "before": args.before, "after": args.after, "queries": len(queries),
            **measure(index, bodies, args.workers, args.connections, args.duration, args.rounds, args.rate,
-                     args.before, args.after)}
+                     args.before, args.after, args.profile_mode)}
     out = Path(args.out)
     result = json.loads(out.read_text()) if out.is_file() else {"benchmark": "request_path", "runs": {}}
     result["runs"][args.label] = {**run, "machine": machine(http_stack=http_stack()),
