@@ -393,8 +393,9 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     started_at = time.monotonic()
 
     app = FastAPI(title="taskret retrieval service", version=__version__, docs_url=None, redoc_url=None,
-                  **_telemetry_option(telemetry), description="Task-aware retrieval (EPR prompt retrieval, TART instruction retrieval) over one "
-                  f"index ({index.kind}, {index.retriever.name}, {len(index.retriever.ids)} items).")
+                  description="Task-aware retrieval (EPR prompt retrieval, TART instruction retrieval) over one "
+                  f"index ({index.kind}, {index.retriever.name}, {len(index.retriever.ids)} items).",
+                  **_telemetry_option(telemetry))
     app.state.index = index
     app.state.generator = generator
     app.add_middleware(_GuardMiddleware)
