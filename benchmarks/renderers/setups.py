@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _common import describe_machine
 
-from .common import MTOP_TEST_INPUTS, header, load, p_text
+from .common import header, load, p_text
 
 SETUPS_COMMAND = "python benchmarks/documents/setups.py --tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs"
 
@@ -87,7 +87,7 @@ LADDER_RECIPES = {
 
 def _recipe_row() -> list[str]:
     """The recommended recipe's row: the ladder's pick (the cheapest rung not significantly below its best, all 859
-    MTOP inputs on one machine) once ``epr_ladder.json`` is final; before it, UDR where it beats plain EPR."""
+    MTOP inputs on one machine); none without ``epr_ladder.json``."""
     final = load("epr_ladder.json") or {}
     ladder = final.get("mtop", {})
     pick = ladder.get("recommended")
@@ -103,19 +103,4 @@ def _recipe_row() -> list[str]:
                 f"(`{config}`) | MTOP exact match {rung['em']:.1f} on all {rung['n']} inputs ({'; '.join(against)}) | "
                 f"{rung['lm_calls']:,} LM-scored pairs, {rung['cpu_hours_to_index']:.1f} h on 2 cores "
                 f"({final['machine']['cpu']}) |"]
-    mtop = (load("epr_beyond.json") or {}).get("mtop", {})
-    udr = mtop.get("udr", {})
-    if not (udr.get("n") == MTOP_TEST_INPUTS and udr["vs_epr"]["p"] < 0.05 and udr["em"] > mtop["epr"]["em"]):
-        return []
-    # issue 52: a successor that beats plain EPR (p < 0.05) is the recommended recipe
-    plain = mtop["epr"]["em"]
-    cost = udr["training_cost"]
-    pairs = cost.get("lm_pairs_later_rounds", 0)
-    gpu = [s for s in cost.get("gpu_stages", ()) if s in cost["stages"]]
-    where = (f"; its rounds took {sum(cost['stages'][s]['wall_s'] for s in gpu) / 60:.1f} min on one H200"
-             if gpu else "")
-    return [f"| `examples-epr:DIR`, the recommended recipe: UDR | in-context examples, trained | the same, "
-            "trained with UDR's listwise loss over 3 mining rounds (`benchmarks/epr/configs/epr_full/mtop_udr.json`)"
-            f" | MTOP exact match {udr['em']:.1f} on all {udr['n']} inputs (plain EPR's full recipe "
-            f"{plain:.1f}, {p_text(udr['vs_epr']['p'])}) | EPR's scoring + {pairs:,} LM-scored pairs and 3 "
-            f"trainings (hours on 2 cores){where} |"]
+    return []

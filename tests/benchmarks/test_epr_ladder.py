@@ -106,15 +106,13 @@ def _rung(em: float, calls: int, **extra) -> dict:
             "vs_epr": {"p": 0.0004}, **extra}
 
 
-def test_the_readme_names_the_ladders_pick_as_the_recipe_and_udr_before_it(monkeypatch):
+def test_the_readme_names_the_ladders_pick_as_the_recipe(monkeypatch):
     setups = import_script("benchmarks", "renderers.setups")
-    beyond = {"mtop": {"epr": {"em": 39.3}, "udr": {"n": 859, "em": 46.4, "vs_epr": {"p": 0.0001},
-                                                    "training_cost": {"stages": {}, "lm_pairs_later_rounds": 33451}}}}
     ladder = {"machine": {"cpu": "Some CPU"}, "mtop": {"recommended": "e", "rungs": {
         "a": _rung(39.3, 61850, vs_best_p=0.0001), "e": _rung(46.1, 87901, vs_best_p=0.71), "f": _rung(46.6, 95301)}}}
-    files = {"epr_beyond.json": beyond}
+    files: dict = {}
     monkeypatch.setattr(setups, "load", files.get)
-    assert "UDR's listwise loss over 3 mining rounds" in setups._recipe_row()[0]  # no final ladder yet: UDR
+    assert setups._recipe_row() == []  # no ladder, no recommended recipe
     files["epr_ladder.json"] = ladder
     row = setups._recipe_row()[0]
     assert "over 2 mining rounds (`benchmarks/epr/configs/epr_ladder/e.json`)" in row
