@@ -19,6 +19,12 @@ scale.py does); single queries run one at a time on one thread, batched ones all
     python benchmarks/scale/engines.py --sizes 100000,1000000 --work runs/scale --out benchmarks/results/engines.json
     python benchmarks/scale/engines.py --sizes 10000 --queries 200 --work /tmp/engines --out /tmp/engines_small.json
 
+Served (``--serve 1000000``, one run, the other parts kept): ``taskret serve --workers 2`` under wrk over that size's
+``bm25`` and ``docs-fast`` indexes (scale.py's serve: the ``/health`` floor of the same run, each ``/retrieve``, the
+docs-fast rate against its query encoder's batched rate), and over Break's 6,208 examples (``floor_6k``, ``bm25_6k``).
+
+    python benchmarks/scale/engines.py --serve 1000000 --work runs/scale --out benchmarks/results/engines.json
+
 ``--work`` is scale.py's: a size's corpus and docs-fast index already there are used as they are. An engine whose
 package (the ``engines`` extra) or JVM is missing is recorded with the reason and left out of the comparison.
 """
@@ -37,8 +43,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py: the corpus, the queries, the child processes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))  # serving: serve_load.py, request_path.py
 from _common import command_line, machine, parser, write_result  # noqa: E402
-from scale import disk_gib, in_child, percentiles, real_query_items, real_sources, timed, write_corpus  # noqa: E402
+from scale import (  # noqa: E402
+    disk_gib,
+    docs_fast_dense,
+    in_child,
+    percentiles,
+    real_query_items,
+    real_sources,
+    timed,
+    write_corpus,
+)
 
 #: What taskret's BM25 ranks with (:class:`taskret.retrieval.bm25.BM25Retriever`'s defaults).
 K1, B = 1.5, 0.75
@@ -392,12 +408,12 @@ def prepare_vectors(size_folder: Path, corpus: Path, queries: list[str], folder:
     query side, float32) and their exact top 10 (faiss flat), under ``folder``."""
     import faiss
 
-    from taskret.retrieval import DenseRetriever, Retriever
+    from taskret.retrieval import DenseRetriever
 
     folder.mkdir(parents=True, exist_ok=True)
     built = size_folder / "docs-fast" / "component_1"
     if (built / "index.faiss").is_file():
-        dense = Retriever.load(built)
+        dense = docs_fast_dense(size_folder / "docs-fast")
         index = faiss.downcast_index(dense._index)
         storage = faiss.downcast_index(index.storage) if hasattr(index, "storage") else index
         vectors = storage.reconstruct_n(0, storage.ntotal)
@@ -637,6 +653,40 @@ def compare_dense(folder: Path, corpus: Path, queries: list[str], libs: list[str
     return out
 
 
+def encoder_rate(size_folder: Path, queries: list[str]) -> dict:
+    """The docs-fast index's query encoder alone, batched (scale.py's measure): what its served rate is set against."""
+    from scale import encoder_throughput
+
+    return encoder_throughput(docs_fast_dense(size_folder / "docs-fast", mmap=True), queries, 64)
+
+
+def serve_part(work: Path, size: int, queries: list[str], data_dir: str, duration: float) -> dict:
+    """`taskret serve --workers 2` under wrk at ``size`` (scale.py's serve: the /health floor, BM25 and docs-fast
+    /retrieve, in one run) and over Break's 6,208 examples (request_path.py's index: floor_6k, bm25_6k)."""
+    import request_path
+    import serve_load
+    from scale import serve
+
+    folder = work / str(size)
+    encoder, _ = in_child(["--child-encoder", str(folder), str(work / "queries.json")], script=__file__)
+    out = {"size": size, **serve(folder, queries, 2, 32, duration, encoder["batched_queries_per_s"])}
+    index = request_path.build_break_index(data_dir, Path("runs/serve_load"))
+    from taskret.data import load_task
+
+    bodies = request_path.write_bodies([e.input for e in load_task("break", data_dir=data_dir).test],
+                                       Path("runs/serve_load") / "engines_serve_6k.jsonl")
+    server = serve_load.Server(index, 2)
+    try:
+        serve_load.wrk(server.url + "/health", None, 32, 3)
+        out["floor_6k"] = request_path.summary(serve_load.wrk(server.url + "/health", None, 32, duration))
+        serve_load.wrk(server.url + "/retrieve", bodies, 32, 3)
+        out["bm25_6k"] = request_path.summary(serve_load.wrk(server.url + "/retrieve", bodies, 32, duration))
+    finally:
+        server.close()
+    out["targets"]["bm25_6k_share_of_floor"] = round(out["bm25_6k"]["req_per_s"] / out["floor_6k"]["req_per_s"], 3)
+    return out
+
+
 def main() -> None:
     args_parser = parser(__doc__, out="benchmarks/results/engines.json", seed=0)
     args_parser.add_argument("--sizes", default="100000,1000000")
@@ -649,6 +699,10 @@ def main() -> None:
     args_parser.add_argument("--dense", default=",".join(DENSE_LIBS),
                              help="HNSW libraries compared ('': none, the dense numbers in --out kept)")
     args_parser.add_argument("--ef", default=",".join(map(str, EF_SEARCH)), help="ef_search values of the curve")
+    args_parser.add_argument("--serve", type=int, default=None,
+                             help="serve this size's bm25 and docs-fast indexes (scale.py's) and Break's under wrk, "
+                                  "the other parts' numbers in --out kept (needs wrk)")
+    args_parser.add_argument("--serve-duration", type=float, default=30.0, help="seconds of each wrk run")
     args = args_parser.parse_args()
     engines, libs = args.bm25.split(",") if args.bm25 else [], args.dense.split(",") if args.dense else []
     unknown = [e for e in engines if e not in BM25_ENGINES] + [lib for lib in libs if lib not in DENSE]
@@ -672,6 +726,12 @@ def main() -> None:
     # machine and the command it was measured with.
     out = Path(args.out)
     earlier = json.loads(out.read_text()) if out.is_file() and not (engines and libs) else {}
+    if args.serve:  # served alone: the engines' numbers kept
+        result = {**earlier, "serve": serve_part(work, args.serve, json.loads((work / "queries.json").read_text()),
+                                                 args.data_dir, args.serve_duration),
+                  "serve_run": {"machine": machine(threads=args.threads), "command": command_line(args, args_parser)}}
+        write_result(out, result)
+        return
     run = {"machine": result["machine"], "command": command_line(args, args_parser)}
     for n in [int(s) for s in args.sizes.split(",")]:
         folder = work / str(n)
@@ -714,6 +774,9 @@ def run_child(argv: list[str]) -> dict:
     if kind == "--child-vectors":
         size_folder, corpus, queries, out = rest
         return prepare_vectors(Path(size_folder), Path(corpus), json.loads(Path(queries).read_text()), Path(out))
+    if kind == "--child-encoder":
+        size_folder, queries = rest
+        return encoder_rate(Path(size_folder), json.loads(Path(queries).read_text()))
     if kind == "--child-dense":
         lib, vectors, index, threads, efs = rest
         return measure_dense(lib, Path(vectors), Path(index), int(threads), [int(ef) for ef in efs.split(",")])

@@ -266,8 +266,16 @@ def encoder_throughput(retriever, queries: list[str], batch: int) -> dict:
             "batched_queries_per_s": round(len(queries) / sum(batched), 1), "batch": batch}
 
 
+def docs_fast_dense(folder: Path, mmap: bool = False):
+    """The dense component of a ``docs-fast`` index folder, loaded through its hybrid (a component's meta.json holds no
+    ids: the hybrid's are its)."""
+    from taskret.retrieval import DenseRetriever, Retriever
+
+    hybrid = Retriever.load(folder, mmap=mmap)
+    return next(c for c in hybrid.components if isinstance(c, DenseRetriever))
+
+
 def measure(work: Path, queries: list[str], batch: int, rerank_queries: int) -> dict:
-    from taskret.retrieval import Retriever
     from taskret.retrieval.index import load_index
     from taskret.setups import resolve_setup
     from taskret.tart.search import search_index
@@ -282,7 +290,7 @@ def measure(work: Path, queries: list[str], batch: int, rerank_queries: int) -> 
                    "backend": bm25.retriever._bm25.backend, "warm_up_s": round(warm_s, 2)}
     fast = load_index(work / "docs-fast", mmap=True)
     fast.retriever.warm_up()
-    dense = Retriever.load(work / "docs-fast" / "component_1", mmap=True)
+    dense = docs_fast_dense(work / "docs-fast", mmap=True)
     vectors = dense.encode(queries, queries=True)  # once, for the index's own recall and latency
     hnsw = dense.index_type == "hnsw"
     exact = exact_top10(dense, vectors) if hnsw else None
@@ -352,12 +360,12 @@ def ray_check(folder: Path, queries: list[str], workers: int) -> dict:
     top 10 for every real query (the same ids; the scores differ only in float rounding across processes)."""
     from taskret.corpus import DocumentStream, iter_corpus
     from taskret.epr.distributed import RayOptions
-    from taskret.retrieval import DenseRetriever, Retriever
+    from taskret.retrieval import DenseRetriever
     from taskret.retrieval.shards import SHARDS_DIR, ShardPlan
 
     for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}.items():
         os.environ.setdefault(key, value)
-    local = Retriever.load(folder / "docs-fast" / "component_1")
+    local = docs_fast_dense(folder / "docs-fast")
     corpus = folder / "corpus.jsonl"
     documents = DocumentStream(corpus.stem, lambda: iter_corpus(corpus))
     ids, fingerprint = documents.scan()
