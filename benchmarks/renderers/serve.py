@@ -94,7 +94,7 @@ def request_path_table() -> list[str]:
     out = [f"Changes to `/retrieve`'s request path, each measured once against the code before it "
            f"(`python benchmarks/serve/request_path.py --label NAME --before SRC`; "
            f"{describe_machine(first['machine'])}; `taskret serve --workers {first['workers']}`, real queries in "
-           "turn (Break's test questions; at 1M, scale.py's 1,000), k=10, both servers up, {first['rounds']} rounds of "
+           f"turn (Break's test questions; at 1M, scale.py's 1,000), k=10, both servers up, {first['rounds']} rounds of "
            f"{first['duration_s']:g} s of `/health` then `/retrieve` on each, in ABBA order; wrk, "
            f"{first['connections']} connections, on the same machine). Requests/s are the rounds' means; the change "
            "is the geometric mean of the rounds' after / before ratios with its 95% t interval:", "",
