@@ -725,7 +725,8 @@ def main() -> None:
     # A run of one part (--bm25 '' or --dense '') keeps the other part's numbers from --out, each part with the
     # machine and the command it was measured with.
     out = Path(args.out)
-    earlier = json.loads(out.read_text()) if out.is_file() and not (engines and libs) else {}
+    keeps_parts = args.serve or not (engines and libs)
+    earlier = json.loads(out.read_text()) if out.is_file() and keeps_parts else {}
     if args.serve:  # served alone: the engines' numbers kept
         result = {**earlier, "serve": serve_part(work, args.serve, json.loads((work / "queries.json").read_text()),
                                                  args.data_dir, args.serve_duration),
@@ -740,7 +741,7 @@ def main() -> None:
         if not corpus.is_file():
             (folder / "corpus.json").write_text(json.dumps(write_corpus(corpus, folders, n, args.seed)))
         (folder / "engines").mkdir(exist_ok=True)
-        entry = {key: value for key, value in earlier.get("sizes", {}).get(str(n), {}).items()}
+        entry = dict(earlier.get("sizes", {}).get(str(n), {}))
         entry["corpus"] = json.loads((folder / "corpus.json").read_text())
         if engines:
             entry["bm25"] = compare_bm25(folder, corpus, queries, qrels, engines, args.threads)
