@@ -372,8 +372,8 @@ def ray_check(folder: Path, queries: list[str], workers: int) -> dict:
     remote = DenseRetriever(encoder=local.encoder_name, dtype=local.dtype, index_type=local.index_type)
     shutil.rmtree(folder / "ray", ignore_errors=True)  # a check's shards left behind would be read, not encoded on Ray
     start = time.perf_counter()
-    # The local build's component ids are row numbers (a hybrid's components index rows), so these are too.
-    remote.index_stream([str(i) for i in range(len(ids))], documents.texts,
+    # The local component, loaded through its hybrid, answers with the hybrid's ids: the remote one indexes those.
+    remote.index_stream(list(local.ids), documents.texts,
                         ShardPlan(folder / "ray" / SHARDS_DIR, fingerprint, ray=RayOptions("local", workers=workers)))
     seconds = time.perf_counter() - start
     shutil.rmtree(folder / "ray", ignore_errors=True)
