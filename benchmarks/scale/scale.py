@@ -321,12 +321,8 @@ def serve(folder: Path, queries: list[str], workers: int, connections: int, dura
 
     if shutil.which("wrk") is None:
         raise SystemExit("serving needs wrk (apt-get install -y wrk); --serve 0 leaves it out")
-    bodies = folder / "serve_bodies.jsonl"
-    bodies.write_text("".join(json.dumps({"query": q, "k": 10}) + "\n" for q in queries), encoding="utf-8")
-
-    def summary(run: dict) -> dict:
-        return {"req_per_s": run["requests_per_s"], "p50_ms": run["latency_ms"]["p50"],
-                "p99_ms": run["latency_ms"]["p99"], "errors": run["errors"]}
+    bodies = serve_load.retrieve_bodies(queries, folder / "serve_bodies.jsonl")
+    summary = serve_load.wrk_summary
 
     out = {"tool": "wrk", "workers": workers, "connections": connections, "duration_s": duration}
     for setup in SETUPS:

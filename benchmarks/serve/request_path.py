@@ -45,6 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_load.py: the server and wrk
+import serve_load  # noqa: E402
 from _common import command_line, http_stack, machine, parser, write_result  # noqa: E402
 
 #: The parts of a request, each a test on a sample's frames (``function (file:line)``, root first). A sample
@@ -77,11 +78,6 @@ def build_break_index(data_dir: str, folder: Path) -> Path:
     return index
 
 
-def write_bodies(queries: list[str], path: Path) -> Path:
-    path.write_text("".join(json.dumps({"query": q, "k": 10}) + "\n" for q in queries), encoding="utf-8")
-    return path
-
-
 def classify(stack: list[str]) -> str:
     for part, test in PARTS:
         if any(test.search(frame) for frame in stack):
@@ -92,8 +88,6 @@ def classify(stack: list[str]) -> str:
 def profile(pid: int, url: str, bodies: Path, connections: int, duration: float, rate: int,
             mode: str = "active") -> dict | None:
     """py-spy over the server's processes while wrk loads ``/retrieve``: the share of samples in each part."""
-    import serve_load
-
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).is_file():
         print("py-spy not found (pip install py-spy): the profile is left out", flush=True)
@@ -130,11 +124,6 @@ def profile(pid: int, url: str, bodies: Path, connections: int, duration: float,
             "top_functions": [{"function": f, "share": round(n / total, 3)} for f, n in own.most_common(TOP_FUNCTIONS)]}
 
 
-def summary(run: dict) -> dict:
-    return {"req_per_s": run["requests_per_s"], "p50_ms": run["latency_ms"]["p50"], "p99_ms": run["latency_ms"]["p99"],
-            "errors": run["errors"]}
-
-
 def mean_rows(rows: list[dict]) -> dict:
     return {key: round(float(np.mean([r[key] for r in rows])), 2) if key != "errors" else sum(r[key] for r in rows)
             for key in rows[0]}
@@ -153,8 +142,6 @@ def paired_ratio(after: list[float], before: list[float]) -> dict:
 
 def start_server(index: Path, workers: int, src: str | None):
     """`taskret serve` of ``src`` (a checkout's src/; None: the installed taskret)."""
-    import serve_load
-
     saved = os.environ.get("PYTHONPATH")
     if src:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(src).resolve()), saved]))
@@ -172,8 +159,6 @@ def measure(index: Path, bodies: Path, workers: int, connections: int, duration:
     """Each round loads ``/health`` then ``/retrieve`` for ``duration`` seconds on each server (this code's and,
     with ``before_src``, the code before the change, in ABBA order round by round), so that a machine's drift
     reaches both alike; then py-spy profiles this code's ``/retrieve``."""
-    import serve_load
-
     servers = {"after": start_server(index, workers, after_src)}
     if before_src:
         servers["before"] = start_server(index, workers, before_src)
@@ -187,9 +172,9 @@ def measure(index: Path, bodies: Path, workers: int, connections: int, duration:
             order = list(servers) if r % 2 == 0 else list(reversed(servers))
             for name in order:
                 url = servers[name].url
-                runs[name]["floor"].append(summary(serve_load.wrk(url + "/health", None, connections, duration)))
-                runs[name]["retrieve"].append(summary(serve_load.wrk(url + "/retrieve", bodies, connections,
-                                                                     duration)))
+                for part, path, body in (("floor", "/health", None), ("retrieve", "/retrieve", bodies)):
+                    runs[name][part].append(serve_load.wrk_summary(serve_load.wrk(url + path, body, connections,
+                                                                                   duration)))
         load_after = [round(x, 2) for x in os.getloadavg()]
         spied = profile(servers["after"].process.pid, servers["after"].url + "/retrieve", bodies, connections,
                         max(duration, 20.0), rate, mode)
@@ -242,7 +227,7 @@ def main() -> None:
 
         queries = [e.input for e in load_task("break", data_dir=args.data_dir).test]
     index = Path(args.index) if args.index else build_break_index(args.data_dir, folder)
-    bodies = write_bodies(queries, folder / f"request_path_{index.parent.name}_{index.name}.jsonl")
+    bodies = serve_load.retrieve_bodies(queries, folder / f"request_path_{index.parent.name}_{index.name}.jsonl")
     run = {"description": args.change, "before": args.before, "after": args.after, "queries": len(queries),
            **measure(index, bodies, args.workers, args.connections, args.duration, args.rounds, args.rate,
                      args.before, args.after, args.profile_mode)}

@@ -171,6 +171,18 @@ def wrk(url: str, bodies: Path | None, connections: int, duration: float) -> dic
             "errors": sum(errors.values()), "errors_by_kind": {k: v for k, v in errors.items() if v}}
 
 
+def wrk_summary(run: dict) -> dict:
+    """A wrk run as the scale and request-path results keep it: requests/s, p50 / p99 ms, errors."""
+    return {"req_per_s": run["requests_per_s"], "p50_ms": run["latency_ms"]["p50"], "p99_ms": run["latency_ms"]["p99"],
+            "errors": run["errors"]}
+
+
+def retrieve_bodies(queries: list[str], path: Path, k: int = 10) -> Path:
+    """``/retrieve`` request bodies, one JSON object per line in the queries' order, for wrk to cycle through."""
+    path.write_text("".join(json.dumps({"query": q, "k": k}) + "\n" for q in queries), encoding="utf-8")
+    return path
+
+
 async def _python_load(url: str, bodies: list[dict] | None, connections: int, duration: float) -> dict:
     """The fallback client: ``connections`` asyncio tasks on one httpx client, each request the next body."""
     latencies: list[float] = []
