@@ -511,7 +511,10 @@ class LazyRecords(Mapping[str, IndexRecord]):
         if not isinstance(record_id, str):
             return None
         wanted = hash(record_id)
-        found = int(np.searchsorted(self._sorted_hashes, wanted))
+        return self._position_from(record_id, wanted, int(np.searchsorted(self._sorted_hashes, wanted)))
+
+    def _position_from(self, record_id: str, wanted: int, found: int) -> int | None:
+        """Where ``record_id`` (hashed ``wanted``) is, ``found`` the first place of that hash among the sorted ones."""
         while found < len(self.ids) and self._sorted_hashes[found] == wanted:  # ids whose hashes collide
             position = int(self._by_hash[found])
             if self.ids[position] == record_id:
@@ -520,17 +523,15 @@ class LazyRecords(Mapping[str, IndexRecord]):
         return None
 
     def take(self, record_ids: Sequence[str]) -> list[IndexRecord]:
-        """The records of ``record_ids`` in their order (KeyError for an id the index lacks): their positions found
-        in one search over the hashes, not one each."""
+        """The records of ``record_ids`` in their order (KeyError for an id the index lacks): their hashes' places
+        found in one search, not one each."""
         wanted = np.fromiter(map(hash, record_ids), dtype=np.int64, count=len(record_ids))
         found = np.searchsorted(self._sorted_hashes, wanted).tolist()
-        n, positions = len(self.ids), []
-        for record_id, first in zip(record_ids, found):
-            position = int(self._by_hash[first]) if first < n else None
-            if position is None or self.ids[position] != record_id:  # not there, or ids whose hashes collide
-                position = self.position(record_id)
-                if position is None:
-                    raise KeyError(record_id)
+        positions = []
+        for record_id, hashed, first in zip(record_ids, wanted.tolist(), found):
+            position = self._position_from(record_id, hashed, first)
+            if position is None:
+                raise KeyError(record_id)
             positions.append(position)
         return [self.at(position) for position in positions]
 
