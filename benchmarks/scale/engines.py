@@ -667,20 +667,18 @@ def serve_part(work: Path, size: int, queries: list[str], data_dir: str, duratio
     import serve_load
     from scale import serve
 
+    from taskret.data import load_task
+
     folder = work / str(size)
     encoder, _ = in_child(["--child-encoder", str(folder), str(work / "queries.json")], script=__file__)
     out = {"size": size, **serve(folder, queries, 2, 32, duration, encoder["batched_queries_per_s"])}
     index = request_path.build_break_index(data_dir, Path("runs/serve_load"))
-    from taskret.data import load_task
-
     bodies = serve_load.retrieve_bodies([e.input for e in load_task("break", data_dir=data_dir).test],
                                         Path("runs/serve_load") / "engines_serve_6k.jsonl")
     server = serve_load.Server(index, 2)
     try:
-        serve_load.wrk(server.url + "/health", None, 32, 3)
-        out["floor_6k"] = serve_load.wrk_summary(serve_load.wrk(server.url + "/health", None, 32, duration))
-        serve_load.wrk(server.url + "/retrieve", bodies, 32, 3)
-        out["bm25_6k"] = serve_load.wrk_summary(serve_load.wrk(server.url + "/retrieve", bodies, 32, duration))
+        out["floor_6k"] = serve_load.wrk_summary(serve_load.warmed_wrk(server.url + "/health", None, 32, duration))
+        out["bm25_6k"] = serve_load.wrk_summary(serve_load.warmed_wrk(server.url + "/retrieve", bodies, 32, duration))
     finally:
         server.close()
     out["targets"]["bm25_6k_share_of_floor"] = round(out["bm25_6k"]["req_per_s"] / out["floor_6k"]["req_per_s"], 3)

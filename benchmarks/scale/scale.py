@@ -322,17 +322,15 @@ def serve(folder: Path, queries: list[str], workers: int, connections: int, dura
     if shutil.which("wrk") is None:
         raise SystemExit("serving needs wrk (apt-get install -y wrk); --serve 0 leaves it out")
     bodies = serve_load.retrieve_bodies(queries, folder / "serve_bodies.jsonl")
-    summary = serve_load.wrk_summary
+    summary, warmed_wrk = serve_load.wrk_summary, serve_load.warmed_wrk
 
     out = {"tool": "wrk", "workers": workers, "connections": connections, "duration_s": duration}
     for setup in SETUPS:
         server = serve_load.Server(folder / setup, workers)
         try:
             if setup == "bm25":
-                serve_load.wrk(server.url + "/health", None, connections, 3)  # warm-up
-                out["floor"] = summary(serve_load.wrk(server.url + "/health", None, connections, duration))
-            serve_load.wrk(server.url + "/retrieve", bodies, connections, 3)
-            out[setup] = {**summary(serve_load.wrk(server.url + "/retrieve", bodies, connections, duration)),
+                out["floor"] = summary(warmed_wrk(server.url + "/health", None, connections, duration))
+            out[setup] = {**summary(warmed_wrk(server.url + "/retrieve", bodies, connections, duration)),
                           "memory_mib": server.memory(), "startup_s": server.startup_s}
         finally:
             server.close()

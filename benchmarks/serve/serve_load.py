@@ -177,6 +177,12 @@ def wrk_summary(run: dict) -> dict:
             "errors": run["errors"]}
 
 
+def warmed_wrk(url: str, bodies: Path | None, connections: int, duration: float, warm_up: float = 3.0) -> dict:
+    """:func:`wrk`'s run of ``duration`` seconds, after ``warm_up`` seconds of the same load that are not kept."""
+    wrk(url, bodies, connections, warm_up)
+    return wrk(url, bodies, connections, duration)
+
+
 def retrieve_bodies(queries: list[str], path: Path, k: int = 10) -> Path:
     """``/retrieve`` request bodies, one JSON object per line in the queries' order, for wrk to cycle through."""
     path.write_text("".join(json.dumps({"query": q, "k": k}) + "\n" for q in queries), encoding="utf-8")
