@@ -115,3 +115,48 @@ def test_a_failed_child_says_why():
     its exit status."""
     answer, rss, error = import_engines().child(["--child-nonsense"])
     assert answer is None and "exit code 1" in error and "unknown child --child-nonsense" in error, error
+
+
+def import_scale_renderer():
+    saved = list(sys.path)
+    sys.path.insert(0, str(SCRIPT.parents[1]))  # benchmarks/: the renderers and _common
+    try:
+        from renderers import scale
+    finally:
+        sys.path[:] = saved
+    return scale
+
+
+def curve(*points):
+    return {"curve": [{"ef": ef, "recall_at_10": recall, "p50_ms": p50} for ef, recall, p50 in points]}
+
+
+def test_the_dense_verdict_compares_each_librarys_fastest_point_at_recall_095():
+    render = import_scale_renderer()
+    # faiss reaches 0.95 only at ef 32 (0.40 ms); hnswlib at ef 16 (0.30 ms): 1.33x, past the 1.25x target
+    libs = {"faiss-hnsw": curve((16, 0.94, 0.10), (32, 0.96, 0.40)), "hnswlib": curve((16, 0.951, 0.30)),
+            "usearch": curve((16, 0.90, 0.05)), "broken": {"error": "no such library"}}
+    verdict = render.dense_verdict(libs, "faiss-hnsw")
+    assert "faiss-hnsw 0.40 ms" in verdict and "hnswlib 0.30 ms" in verdict and "**1.33x**" in verdict
+    assert "missed" in verdict and "usearch" not in verdict  # usearch never reaches 0.95
+    libs["hnswlib"] = curve((16, 0.951, 0.35))
+    assert "met" in render.dense_verdict(libs, "faiss-hnsw") and "missed" not in render.dense_verdict(libs, "faiss-hnsw")
+    assert "target" not in render.dense_verdict(libs, "faiss-hnsw", target=False)
+    assert render.dense_verdict({"faiss-hnsw": curve((16, 0.5, 0.1))}, "faiss-hnsw") is None
+
+
+def test_the_served_rows_show_the_6k_index_beside_the_1m_one_with_every_target():
+    render = import_scale_renderer()
+    row = lambda rate, p99: {"req_per_s": rate, "p50_ms": 1.0, "p99_ms": p99, "errors": 0}  # noqa: E731
+    memory = {"workers": [{"rss": 500.0, "pss": 300.0}, {"rss": 510.0, "pss": 310.0}]}
+    serve = {"size": 1_000_000, "workers": 2, "tool": "wrk", "connections": 32, "duration_s": 30.0,
+             "floor": row(4000, 20), "bm25": {**row(1000, 50), "memory_mib": memory},
+             "docs-fast": {**row(300, 90), "memory_mib": memory, "encoder_queries_per_s": 400.0},
+             "floor_6k": row(5000, 10), "bm25_6k": row(2600, 15),
+             "targets": {"bm25_share_of_floor": 0.25, "bm25_p99_over_floor": 2.5, "docs_fast_share_of_encoder": 0.75,
+                         "bm25_6k_share_of_floor": 0.52}}
+    text = "\n".join(render.served_rows(serve, None))
+    assert "Served at 1,000,000 documents" in text and "| /retrieve, bm25, Break's | 2,600.0 |" in text
+    assert "**25%** of the floor" in text and "**75%**" in text and "BM25 /retrieve at **52%** of that" in text
+    del serve["floor_6k"], serve["bm25_6k"], serve["targets"]["bm25_6k_share_of_floor"]
+    assert "Break's" not in "\n".join(render.served_rows(serve, None))
