@@ -28,8 +28,11 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: setup
 	$(BIN)/taskret demo
 
+# Two workers (pytest-xdist), each test module kept on one of them so that its fixtures (a Ray cluster, a served
+# index) start once; tests pin torch to one thread, so the second core otherwise idles. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 
 # ruff, then the architecture: the layers of [tool.importlinter] in pyproject.toml and no import cycle in src/
 lint: setup
