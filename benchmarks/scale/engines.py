@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py: the corpus, the queries, the child processes
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))  # serving: serve_load.py, request_path.py
-from _common import command_line, machine, parser, write_result  # noqa: E402
+from _common import command_line, http_stack, machine, parser, write_result  # noqa: E402
 from scale import (  # noqa: E402
     disk_gib,
     docs_fast_dense,
@@ -725,10 +725,11 @@ def main() -> None:
     out = Path(args.out)
     keeps_parts = args.serve or not (engines and libs)
     earlier = json.loads(out.read_text()) if out.is_file() and keeps_parts else {}
-    if args.serve:  # served alone: the engines' numbers kept
+    if args.serve:  # served alone: the engines' numbers kept; the machine (and its load) read before the run
+        serve_run = {"machine": machine(threads=args.threads, http_stack=http_stack()),
+                     "command": command_line(args, args_parser)}
         result = {**earlier, "serve": serve_part(work, args.serve, json.loads((work / "queries.json").read_text()),
-                                                 args.data_dir, args.serve_duration),
-                  "serve_run": {"machine": machine(threads=args.threads), "command": command_line(args, args_parser)}}
+                                                 args.data_dir, args.serve_duration), "serve_run": serve_run}
         write_result(out, result)
         return
     run = {"machine": result["machine"], "command": command_line(args, args_parser)}
