@@ -173,7 +173,8 @@ FRONTIER_RECALL = 0.95
 
 def dense_verdict(libs: dict, default: str, target: bool = True) -> str | None:
     """Whether taskret's HNSW index is on the recall/latency frontier: the lowest p50 at which each library reaches
-    recall@10 >= FRONTIER_RECALL, taskret's against the fastest other's (within WITHIN_FASTEST: on it)."""
+    recall@10 >= FRONTIER_RECALL, taskret's against the fastest library's, its own included (within WITHIN_FASTEST:
+    on it)."""
     reach = {name: min((p["p50_ms"] for p in r["curve"] if p["recall_at_10"] >= FRONTIER_RECALL), default=None)
              for name, r in libs.items() if "curve" in r}
     reach = {name: p50 for name, p50 in reach.items() if p50 is not None}
