@@ -110,6 +110,30 @@ def test_overlap_counts_only_the_documents_either_side_returned():
     assert recall_at_10(np.arange(10)[None], np.arange(5, 15)[None]) == 0.5
 
 
+def test_recall_by_score_counts_another_copy_of_a_top_document_as_found():
+    """Identical documents tie: an index that returns the other copy found the document (by score), though its id
+    differs from the one exact search returned (by id: a miss)."""
+    import numpy as np
+
+    engines = import_engines()
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(30, 8)).astype(np.float32)
+    vectors[20] = vectors[0]  # a copy of a document exact search puts first
+    query = vectors[0] * 3
+    order = np.argsort(-(vectors @ query), kind="stable")
+    exact = order[order != 20][:10]  # exact search kept the first copy
+    tenth = (vectors[exact] @ query)[9:10]
+    approx = np.where(exact == 0, 20, exact)  # the index returned the other copy
+    assert engines.recall_at_10(exact[None], approx[None]) == 0.9
+    assert engines.recall_at_10_by_score(tenth, vectors, query[None], approx[None]) == 1.0
+    worse = approx.copy()
+    worse[0] = order[-1]  # a document far below the 10th score
+    assert engines.recall_at_10_by_score(tenth, vectors, query[None], worse[None]) == 0.9
+    missing = approx.copy()
+    missing[1] = -1  # fewer than 10 found
+    assert engines.recall_at_10_by_score(tenth, vectors, query[None], missing[None]) == 0.9
+
+
 def test_a_failed_child_says_why():
     """The error recorded for an engine whose child fails ends with the child's stderr (its traceback), not only
     its exit status."""
