@@ -316,6 +316,24 @@ def test_a_memory_mapped_dense_index_gives_identical_results(flat_and_hnsw, pool
     assert_same_results(mapped.retrieve(queries, k=3), retriever.retrieve(queries, k=3))
 
 
+def test_a_memory_mapped_index_is_read_into_the_page_cache_in_the_background(flat_and_hnsw, tmp_path, monkeypatch):
+    """Loading with mmap starts one prefetch of index.faiss (an HNSW search from a cold cache reads pages at random);
+    the prefetch reads the whole file and ends."""
+    from taskret.retrieval import dense
+
+    flat_and_hnsw[1].save(tmp_path / "index")
+    started = []
+    monkeypatch.setattr(dense, "prefetch", lambda path: started.append(path))
+    Retriever.load(tmp_path / "index")
+    assert started == []
+    Retriever.load(tmp_path / "index", mmap=True)
+    assert started == [tmp_path / "index" / "index.faiss"]
+    monkeypatch.undo()
+    thread = dense.prefetch(tmp_path / "index" / "index.faiss", chunk_bytes=64)
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
 def test_a_querys_vector_does_not_depend_on_the_queries_beside_it_in_bfloat16():
     # In bfloat16 a short query padded beside longer ones came out ~1e-3 apart, enough to reorder 15.5% of 200
     # SciFact top 10s (benchmarks/documents/query_batching.py): queries are encoded in float32, whatever the documents' dtype.
