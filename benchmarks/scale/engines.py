@@ -752,7 +752,8 @@ def main() -> None:
     # machine and the command it was measured with.
     out = Path(args.out)
     keeps_parts = args.serve or not (engines and libs)
-    earlier = json.loads(out.read_text()) if out.is_file() and keeps_parts else {}
+    on_file = json.loads(out.read_text()) if out.is_file() else {}
+    earlier = on_file if keeps_parts else {}
     if args.serve:  # served alone: the engines' numbers kept; the machine (and its load) read before the run
         serve_run = {"machine": machine(threads=args.threads, http_stack=http_stack()),
                      "command": command_line(args, args_parser)}
@@ -782,6 +783,9 @@ def main() -> None:
         result["sizes"][str(n)] = entry
     for key in set(earlier.get("sizes", {})) - set(result["sizes"]):
         result["sizes"][key] = earlier["sizes"][key]
+    for key in ("serve", "serve_run"):  # measured by a run of its own (--serve), which records its machine
+        if key in on_file:
+            result[key] = on_file[key]
     result["command"] = run["command"]
     write_result(out, result)
 
