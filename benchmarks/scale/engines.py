@@ -409,6 +409,7 @@ def prepare_vectors(size_folder: Path, corpus: Path, queries: list[str], folder:
     query side, float32) and their exact top 10 (faiss flat), under ``folder``."""
     import faiss
 
+    from taskret.progress import reporting
     from taskret.retrieval import DenseRetriever
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -421,7 +422,8 @@ def prepare_vectors(size_folder: Path, corpus: Path, queries: list[str], folder:
         source = f"{built} (scale.py's docs-fast index, {dense.encoder_name}, {dense.dtype})"
     else:
         dense = DenseRetriever(encoder="minilm-l6", index_type="flat")  # docs-fast's encoder
-        vectors = dense.encode(list(corpus_texts(corpus)), report=True)
+        with reporting():  # an hour or more at 1M: its progress on stderr, which the parent passes on
+            vectors = dense.encode(list(corpus_texts(corpus)), report=True)
         source = f"encoded here with {dense.encoder_name} ({dense.dtype}): no docs-fast index under {size_folder}"
     np.save(folder / "doc_vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
     query_vectors = dense.encode(queries, queries=True)
@@ -661,7 +663,10 @@ def compare_bm25(folder: Path, corpus: Path, queries: list[tuple[str, str]], qre
 
 
 def compare_dense(folder: Path, corpus: Path, queries: list[str], libs: list[str], threads: int,
-                  efs: Sequence[int]) -> dict:
+                  efs: Sequence[int], measured: Callable[[dict], None] = lambda out: None) -> dict:
+    """Each library's curve on the same vectors, ``measured(out so far)`` after each. A library is built and
+    searched once: its answer is kept as ``LIB.json`` beside the vectors, and a run started again (an hour or more
+    of builds at 1M) reuses it."""
     work = folder / "engines" / "dense"
     if not (work / "exact_top10.npy").is_file():
         (work.parent / "query_texts.json").write_text(json.dumps(queries))
@@ -672,12 +677,20 @@ def compare_dense(folder: Path, corpus: Path, queries: list[str], libs: list[str
         (work / "vectors.json").write_text(json.dumps(answer))
     out: dict = {"vectors": json.loads((work / "vectors.json").read_text())}
     for lib in libs:
+        kept = work / f"{lib}.json"
+        if kept.is_file() and [point["ef"] for point in json.loads(kept.read_text())["curve"]] == list(efs):
+            out[lib] = json.loads(kept.read_text())
+            print(f"{lib}: measured before, kept ({kept})", file=sys.stderr, flush=True)
+            continue
         index_path = work / f"{lib}.index"
         answer, rss, error = child(["--child-dense", lib, str(work), str(index_path), str(threads),
                                     ",".join(map(str, efs))])
         out[lib] = {"error": error} if error else {**answer, "rss_gib": round(rss, 3), "m": HNSW_M,
                                                    "ef_construction": EF_CONSTRUCTION}
         index_path.unlink(missing_ok=True)
+        if not error:
+            write_result(kept, out[lib], quiet=True)
+        measured(out)
     return out
 
 
@@ -775,19 +788,28 @@ def main() -> None:
             entry["bm25"] = compare_bm25(folder, corpus, queries, qrels, engines, args.threads)
             entry["bm25_run"] = run
             print(json.dumps({n: {"bm25": entry["bm25"]}}), flush=True)
-        if libs:
-            entry["dense"] = compare_dense(folder, corpus, [text for _, text in queries], libs, args.threads,
-                                           [int(ef) for ef in args.ef.split(",")])
-            entry["dense_run"] = run
-            print(json.dumps({n: {"dense": entry["dense"]}}), flush=True)
         result["sizes"][str(n)] = entry
+        if libs:
+            def measured(dense: dict, entry: dict = entry) -> None:  # each library's curve on file as it comes
+                entry["dense"], entry["dense_run"] = dense, run
+                write_result(out, completed(result, earlier, on_file, run), quiet=True)
+
+            measured(compare_dense(folder, corpus, [text for _, text in queries], libs, args.threads,
+                                   [int(ef) for ef in args.ef.split(",")], measured))
+            print(json.dumps({n: {"dense": entry["dense"]}}), flush=True)
+    write_result(out, completed(result, earlier, on_file, run))
+
+
+def completed(result: dict, earlier: dict, on_file: dict, run: dict) -> dict:
+    """``result`` with what this run leaves as it was: the sizes it did not measure (from ``earlier``) and the
+    served numbers (from the file on disk: measured by a run of its own, --serve, which records its machine)."""
+    done = {**result, "sizes": dict(result["sizes"]), "command": run["command"]}
     for key in set(earlier.get("sizes", {})) - set(result["sizes"]):
-        result["sizes"][key] = earlier["sizes"][key]
-    for key in ("serve", "serve_run"):  # measured by a run of its own (--serve), which records its machine
+        done["sizes"][key] = earlier["sizes"][key]
+    for key in ("serve", "serve_run"):
         if key in on_file:
-            result[key] = on_file[key]
-    result["command"] = run["command"]
-    write_result(out, result)
+            done[key] = on_file[key]
+    return done
 
 
 def run_child(argv: list[str]) -> dict:

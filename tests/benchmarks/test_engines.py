@@ -134,6 +134,38 @@ def test_recall_by_score_counts_another_copy_of_a_top_document_as_found():
     assert engines.recall_at_10_by_score(tenth, vectors, query[None], missing[None]) == 0.9
 
 
+def test_a_dense_run_started_again_keeps_the_libraries_it_measured(tmp_path):
+    """At 1M each library builds for a quarter of an hour or more: a run killed after the first keeps its curve,
+    on file as it came, and the run started again reuses it rather than building again; a different ef list is
+    measured anew."""
+    import numpy as np
+
+    engines = import_engines()
+    work = tmp_path / "engines" / "dense"
+    work.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(500, 16)).astype(np.float32)
+    queries = rng.normal(size=(20, 16)).astype(np.float32)
+    scores = queries @ vectors.T
+    top = np.argsort(-scores, axis=1)[:, :10]
+    np.save(work / "doc_vectors.npy", vectors)
+    np.save(work / "query_vectors.npy", queries)
+    np.save(work / "exact_top10.npy", top)
+    np.save(work / "exact_scores10.npy", np.take_along_axis(scores, top, axis=1))
+    (work / "vectors.json").write_text(json.dumps({"n": 500, "dim": 16}))
+    seen = []
+    first = engines.compare_dense(tmp_path, tmp_path / "unused.jsonl", [], ["faiss-hnsw"], 1, [16, 64],
+                                  measured=lambda out: seen.append(sorted(out)))
+    assert seen == [["faiss-hnsw", "vectors"]]
+    assert [p["ef"] for p in first["faiss-hnsw"]["curve"]] == [16, 64]
+    assert first["faiss-hnsw"]["curve"][1]["recall_at_10"] > 0.5
+    again = engines.compare_dense(tmp_path, tmp_path / "unused.jsonl", [], ["faiss-hnsw"], 1, [16, 64],
+                                  measured=lambda out: seen.append("built again"))
+    assert again["faiss-hnsw"] == first["faiss-hnsw"] and seen == [["faiss-hnsw", "vectors"]]
+    other = engines.compare_dense(tmp_path, tmp_path / "unused.jsonl", [], ["faiss-hnsw"], 1, [32])
+    assert [p["ef"] for p in other["faiss-hnsw"]["curve"]] == [32]
+
+
 def test_a_failed_child_says_why():
     """The error recorded for an engine whose child fails ends with the child's stderr (its traceback), not only
     its exit status."""
