@@ -224,8 +224,10 @@ def engines_table() -> list[str]:
             run = size.get("dense_run", d)
             out += ["", f"HNSW libraries at {int(n):,} vectors (`{run['command']}`; {describe_machine(run['machine'])}"
                     f", {_load_text(run)}): the same vectors, the same graph (M {d['settings']['hnsw_m']}, "
-                    f"ef_construction {d['settings']['ef_construction']}); recall@10 against exact search / the "
-                    "index's own single-query p50 ms at each ef_search:", ""]
+                    f"ef_construction {d['settings']['ef_construction']}; vectors: "
+                    f"{size['dense']['vectors']['source']}); recall@10 against exact search, counted by score as "
+                    "ann-benchmarks does (a result scoring at least the exact 10th's counts: the corpus holds "
+                    "identical documents) / the index's own single-query p50 ms at each ef_search:", ""]
             libs = {name: r for name, r in size["dense"].items() if name != "vectors"}
             efs = sorted({p["ef"] for r in libs.values() if "curve" in r for p in r["curve"]})
             out += header("library", "build s", "RSS GiB", *(f"ef {ef}" for ef in efs))
