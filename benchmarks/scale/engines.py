@@ -801,9 +801,13 @@ def main() -> None:
 
 
 def completed(result: dict, earlier: dict, on_file: dict, run: dict) -> dict:
-    """``result`` with what this run leaves as it was: the sizes it did not measure (from ``earlier``) and the
-    served numbers (from the file on disk: measured by a run of its own, --serve, which records its machine)."""
+    """``result`` with what this run leaves as it was: the sizes it did not measure and the versions of packages it
+    did not use (from ``earlier``), and the served numbers (from the file on disk: measured by a run of its own,
+    --serve, which records its machine)."""
     done = {**result, "sizes": dict(result["sizes"]), "command": run["command"]}
+    # A package this run did not install (Pyserini, for a dense-only run) keeps the version an earlier part ran with.
+    done["versions"] = {name: found or earlier.get("versions", {}).get(name)
+                        for name, found in result["versions"].items()}
     for key in set(earlier.get("sizes", {})) - set(result["sizes"]):
         done["sizes"][key] = earlier["sizes"][key]
     for key in ("serve", "serve_run"):

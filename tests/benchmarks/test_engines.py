@@ -166,6 +166,20 @@ def test_a_dense_run_started_again_keeps_the_libraries_it_measured(tmp_path):
     assert [p["ef"] for p in other["faiss-hnsw"]["curve"]] == [32]
 
 
+def test_a_run_of_one_part_keeps_what_it_did_not_measure():
+    """A dense-only run keeps the BM25 sizes it did not measure, the served numbers, and the version of a package
+    only the BM25 part used (Pyserini); its own packages' versions are its own."""
+    engines = import_engines()
+    earlier = {"versions": {"pyserini": "0.25.0", "faiss-cpu": "1.0"}, "sizes": {"100000": {"bm25": {}}},
+               "serve": {"floor": {}}, "serve_run": {"command": "serve"}}
+    result = {"versions": {"pyserini": None, "faiss-cpu": "2.0", "hnswlib": None},
+              "sizes": {"1000000": {"dense": {}}}}
+    done = engines.completed(result, earlier, earlier, {"command": "dense"})
+    assert done["versions"] == {"pyserini": "0.25.0", "faiss-cpu": "2.0", "hnswlib": None}
+    assert set(done["sizes"]) == {"100000", "1000000"} and done["serve"] == {"floor": {}}
+    assert done["command"] == "dense" and "100000" not in result["sizes"]
+
+
 def test_a_failed_child_says_why():
     """The error recorded for an engine whose child fails ends with the child's stderr (its traceback), not only
     its exit status."""
