@@ -11,8 +11,8 @@ Dense: faiss HNSW (taskret's), usearch and hnswlib, each an HNSW graph of the sa
 ef_construction=200, inner product) over the same vectors (the docs-fast index scale.py built for that size, read
 back from its ``index.faiss``; else the corpus encoded here with MiniLM-L6), at several ef_search values: recall@10
 against exact search (faiss flat; a result counts when it scores at least the exact 10th score, as ann-benchmarks
-counts, since a corpus with identical documents has ties at rank 10; the share by id is kept beside it) and the single-query p50 / p99 of the index alone (queries encoded beforehand),
-batched queries/s, build time, disk, peak RSS.
+counts, since a corpus with identical documents has ties at rank 10; the share by id is kept beside it) and the
+single-query p50 / p99 of the index alone (queries encoded beforehand), batched queries/s, build time, disk, peak RSS.
 
 Every index is built in a child process of its own and searched in another (peak RSS from each one's rusage, as
 scale.py does); single queries run one at a time on one thread, batched ones all at once on ``--threads``.
@@ -678,8 +678,9 @@ def compare_dense(folder: Path, corpus: Path, queries: list[str], libs: list[str
     out: dict = {"vectors": json.loads((work / "vectors.json").read_text())}
     for lib in libs:
         kept = work / f"{lib}.json"
-        if kept.is_file() and [point["ef"] for point in json.loads(kept.read_text())["curve"]] == list(efs):
-            out[lib] = json.loads(kept.read_text())
+        before = json.loads(kept.read_text()) if kept.is_file() else None
+        if before and [point["ef"] for point in before["curve"]] == list(efs):
+            out[lib] = before
             print(f"{lib}: measured before, kept ({kept})", file=sys.stderr, flush=True)
             continue
         index_path = work / f"{lib}.index"
