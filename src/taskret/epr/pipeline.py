@@ -251,7 +251,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     retriever = Retriever.load(index.output)
 
     def run_evaluation(out: Path) -> str:
-        lm = load_lm(config.inference_lm, config.inference_lm_options)
+        lm = load_lm(config.inference_lm, config.inference_lm_options, role="generation")
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), "evaluating", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=f"epr:{work}", context_window=config.context_window,
@@ -290,7 +290,7 @@ def _baseline(config: EPRConfig, task: Task, work: Path, load_lm, say, progress:
         retriever = make_retriever(config.baseline, seed=config.seed)
         if not retriever.ids:
             retriever.index(task.train)
-        lm = load_lm(config.inference_lm, config.inference_lm_options)
+        lm = load_lm(config.inference_lm, config.inference_lm_options, role="generation")
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), f"evaluating {config.baseline}", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=config.baseline,

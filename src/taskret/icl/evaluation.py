@@ -269,8 +269,9 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
     return summary
 
 
-#: The parts of a summary's ``machine`` that an LM's greedy outputs depend on.
-MACHINE_KEYS = ("cpu", "cpu_flags", "torch", "transformers", "dtype")
+#: The parts of a summary's ``machine`` that an LM's greedy outputs depend on (``engine``: the LM backend's engine,
+#: transformers or llama.cpp; summaries written before it was recorded ran on transformers).
+MACHINE_KEYS = ("cpu", "cpu_flags", "torch", "transformers", "dtype", "engine")
 
 
 def machine_differences(summary: dict, dtype: str | None = None, against: dict | None = None) -> dict[str, tuple]:
@@ -283,6 +284,7 @@ def machine_differences(summary: dict, dtype: str | None = None, against: dict |
     here = against if against is not None else {**machine_info(), **({"dtype": dtype} if dtype is not None else {})}
     if not isinstance(recorded, dict):
         return {"machine": ("not recorded", here.get("cpu"))}
+    recorded = {"engine": "transformers", **recorded}
     return {key: (recorded.get(key), here[key]) for key in MACHINE_KEYS
             if key in here and recorded.get(key) != here[key]}
 
