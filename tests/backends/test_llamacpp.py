@@ -111,7 +111,7 @@ def test_generation_runs_on_llamacpp_where_it_was_measured_faster_and_nowhere_el
     # named engines, other precisions, options llama.cpp does not take, and models it cannot run stay as given
     assert generation_spec("transformers:smollm2-135m") == "transformers:smollm2-135m"
     assert generation_spec("smollm2-135m", dtype="bfloat16") == "smollm2-135m"
-    assert generation_spec("smollm2-135m", {"max_batch_tokens": 2048}) == "smollm2-135m"
+    assert generation_spec("smollm2-135m", {"dtype": "bfloat16"}) == "smollm2-135m"
     assert generation_spec("minilm-l6") == "minilm-l6"
 
 
@@ -128,5 +128,4 @@ def test_without_llama_cpp_python_the_error_says_what_to_install(monkeypatch):
     with pytest.raises(BackendNotInstalled, match="pip install 'taskret\\[llamacpp\\]'"):
         make_backend("llamacpp:smollm2-135m")
     # the automatic choice falls back to transformers
-    monkeypatch.setattr("taskret.backends.llamacpp.available", lambda: False)
     assert load_lm("smollm2-135m", role="generation", dtype="float32").runtime()["engine"] == "transformers"

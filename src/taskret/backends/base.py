@@ -172,6 +172,15 @@ def make_backend(spec: str, **options: Any) -> LMBackend:
     return cls.from_spec(target, **options)
 
 
+def _llama_cpp_installed() -> bool:
+    """Whether llama-cpp-python imports here (the llamacpp backend's own module is not imported to ask)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def generation_spec(spec: str, options: Mapping[str, Any] | None = None, device: str | None = None,
                     dtype: str | None = "auto") -> str:
     """The spec that generation runs with when ``spec`` names no engine: ``llamacpp:NAME`` for a registered GGUF
@@ -185,9 +194,7 @@ def generation_spec(spec: str, options: Mapping[str, Any] | None = None, device:
     explicit = str(spec).partition(":")[0] in BACKENDS
     if explicit or target not in GGUF_MODELS or (dtype or "auto") not in ("auto", "float32", "fp32"):
         return spec
-    from .llamacpp import available
-
-    if not available() or pick_device(device) != "cpu" or dtype_name("auto", "cpu") != "float32":
+    if not _llama_cpp_installed() or pick_device(device) != "cpu" or dtype_name("auto", "cpu") != "float32":
         return spec
     if set(options or {}) - set(backend_options("llamacpp")):
         return spec

@@ -35,17 +35,10 @@ from .base import DEFAULT_STOP, BackendError, BackendNotInstalled, LMBackend, Pr
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LlamaCppBackend", "INSTALL", "available"]
+__all__ = ["LlamaCppBackend", "INSTALL"]
 
 INSTALL = "pip install 'taskret[llamacpp]' (llama-cpp-python, built from source with cmake and a C++ compiler)"
 WEIGHTS_DEFAULT = "f32"
-
-
-def available() -> bool:
-    """Whether llama-cpp-python imports here (the automatic engine choice falls back to transformers without it)."""
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None
 
 
 def _llama_cpp():
@@ -114,7 +107,7 @@ class LlamaCppBackend(LMBackend):
         self.tokenizer = tokenizer
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.threads = threads or len(os.sched_getaffinity(0))
+        self.threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         params = llama_cpp.llama_model_default_params()
@@ -125,6 +118,7 @@ class LlamaCppBackend(LMBackend):
         self._context_length = context_length or int(llama_cpp.llama_model_n_ctx_train(self._model))
         self._ctx = None
         self._ctx_shape = (0, 0)  # (sequences, tokens per sequence) of the current context
+        self._n_batch = 0  # the most tokens one llama_decode call of the current context takes
         self._batch = None
         self._batch_shape = (0, 0)
         self._newline_ids: np.ndarray | None = None
@@ -183,7 +177,7 @@ class LlamaCppBackend(LMBackend):
         per_seq = max(256, -(-n_tokens // 256) * 256)
         params = self._lib.llama_context_default_params()
         params.n_ctx = per_seq * n_seq
-        params.n_batch = max(per_seq, self.max_batch_tokens)
+        params.n_batch = self._n_batch = max(per_seq, self.max_batch_tokens)
         params.n_ubatch = 512
         params.n_seq_max = n_seq
         # A stream per sequence: a prompt's prefill attends over its own tokens only. One unified cache made
@@ -208,8 +202,15 @@ class LlamaCppBackend(LMBackend):
         return self._batch
 
     def _decode(self, entries: list[tuple[int, int, int, bool]]) -> np.ndarray:
-        """One ``llama_decode`` of (token, position, sequence, wants logits) entries; the logits of the entries
-        that asked, in their order, as a (n, vocab) float32 array (a copy: the next call reuses the buffer)."""
+        """``llama_decode`` of (token, position, sequence, wants logits) entries, in calls of at most the context's
+        batch size; the logits of the entries that asked, in their order, as a (n, vocab) float32 array (a copy:
+        the next call reuses llama.cpp's buffer)."""
+        outputs = [self._decode_call(entries[k: k + self._n_batch]) for k in range(0, len(entries), self._n_batch)]
+        if not outputs:
+            return np.empty((0, self._n_vocab), dtype=np.float32)
+        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
+
+    def _decode_call(self, entries: list[tuple[int, int, int, bool]]) -> np.ndarray:
         batch = self._batch_for(len(entries), self._ctx_shape[0])
         batch.n_tokens = len(entries)
         n_out = 0

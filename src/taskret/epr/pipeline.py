@@ -162,7 +162,7 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
 
 
 def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, log: Path) -> dict:
-    from ..backends.base import LMBackend
+    from ..backends.base import LMBackend, generation_spec
     from ..backends.base import load_lm as load_backend
     from ..icl.evaluation import evaluate
     from ..io import read_json, write_jsonl
@@ -175,7 +175,9 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     from .scoring import SCORES_FILE, read_scores
     from .training import CONFIG_FILE, TrainingConfig, train_dual_encoder
 
-    def load_lm(name: str, options: dict) -> LMBackend:
+    def load_lm(name: str, options: dict, role: str | None = None) -> LMBackend:
+        if role == "generation" and name not in lms:  # an LM handed in by the caller runs as it is
+            name = generation_spec(name, options)
         key = name if not options else f"{name} {json.dumps(options, sort_keys=True)}"
         if key not in lms:
             lms[key] = load_backend(name, options)
