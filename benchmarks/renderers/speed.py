@@ -127,8 +127,8 @@ def lm_engines_table() -> list[str]:
     out = [f"LM engines (`{d['command']}`; {describe_machine(d['machine'])}, load average "
            f"{d['machine']['load_average'][0]} at the report; each row's own load at its start is in the file). "
            f"Reference: {d['reference']}. Default for generation here: **{d['default']}**.", "",
-           *header("task", "engine", "answers/s (best batch)", "x reference", "tokens/s", "answers/s (batch 1)",
-                   "identical answers", "metric", "paired test")]
+           *header("task", "engine", "answers/s (best batch)", "x reference", "tokens/s", "identical answers",
+                   "metric", "paired test")]
     for task in ("mtop", "break", "nl2bash"):
         for name, row in engines.items():
             g = row.get("generation", {}).get(task)
@@ -137,9 +137,14 @@ def lm_engines_table() -> list[str]:
             metric = ", ".join(f"{k} {v:.1f}" for k, v in g["metric"].items())
             check = d["em_within_noise"].get(name, {}).get(task)
             test = (f"{check['metric']} p={check['p']:.2f}, diff {check['diff_ci95']}" if check else "-")
-            batch1 = g.get("batch1", {}).get("answers_per_s", "-")
             out.append(f"| {task} ({g['n']}) | {name} | {g['answers_per_s']:.3f} | {g.get('speedup', '-')} | "
-                       f"{g['tokens_per_s']:.1f} | {batch1} | {g.get('same_as_reference', '-')} | {metric} | {test} |")
+                       f"{g['tokens_per_s']:.1f} | {g.get('same_as_reference', '-')} | {metric} | {test} |")
+    single = [(task, name, row["batch1"][task]) for task in ("mtop", "break", "nl2bash") for name, row in engines.items()
+              if task in row.get("batch1", {})]
+    if single:
+        out += ["", *header("task (batch 1: the first inputs)", "engine", "answers/s", "tokens/s", "load at start")]
+        out += [f"| {task} ({b['n']}) | {name} | {b['answers_per_s']:.3f} | {b['tokens_per_s']:.1f} | "
+                f"{b['load_average']} |" for task, name, b in single]
     scored = [(name, row["scoring"]) for name, row in engines.items() if row.get("scoring")]
     if scored:
         out += ["", *header("scoring engine", "pairs/s", "x reference", "Spearman (mean, min)", "top 5 kept",

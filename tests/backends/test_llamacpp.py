@@ -1,5 +1,5 @@
 """The llamacpp backend on the real bundled SmolLM2 GGUF: the same scores and greedy answers as transformers in
-float32, whatever the batch, and the automatic engine choice for generation."""
+float32, whatever the batch, and evaluations from the two engines never paired."""
 
 from __future__ import annotations
 
@@ -7,29 +7,17 @@ import sys
 
 import pytest
 
-from taskret.backends import BackendNotInstalled, load_lm, make_backend
-from taskret.backends.base import generation_spec
+from taskret.backends import BackendNotInstalled, make_backend
 from taskret.icl.evaluation import machine_differences
-from taskret.models import dtype_name, gguf_file, is_installed
+from taskret.models import gguf_file, is_installed
+
+from .test_transformers import PROMPTS, TARGETS
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not is_installed("smollm2-135m"), reason="needs the bundled SmolLM2")]
 llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (make setup builds it)")
 
-PROMPTS = [
-    "set an alarm for 7 am\t[IN:CREATE_ALARM [SL:DATE_TIME for 7 am ] ]\nwake me up at six\t",
-    "hi\t",
-    "what is the weather like in Paris, France, this weekend? I need to know\t",
-    "call mom\t[IN:CREATE_CALL [SL:CONTACT mom ] ]\ncall dad\t[IN:CREATE_CALL [SL:CONTACT dad ] ]\nring my sister\t",
-    "play music\t",
-]
-TARGETS = [
-    "[IN:CREATE_ALARM [SL:DATE_TIME at six ] ]",
-    "hello",
-    "[IN:GET_WEATHER [SL:LOCATION Paris ] [SL:DATE_TIME this weekend ] ]",
-    "[IN:CREATE_CALL [SL:CONTACT sister ] ]",
-    "[IN:PLAY_MUSIC ]",
-]
+PROMPTS, TARGETS = PROMPTS[:4] + PROMPTS[5:], TARGETS[:4] + TARGETS[5:]  # transformers' pairs but the one-letter prompt
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +41,8 @@ def test_scores_equal_transformers_float32(engine, reference):
     for a, b in zip(mine, theirs):
         assert abs(a.logprob - b.logprob) < 0.05, (a, b)  # nats, over the whole target
     # A ranking of candidates for one input is what EPR reads: it must not change.
-    assert sorted(range(5), key=lambda i: mine[i].mean) == sorted(range(5), key=lambda i: theirs[i].mean)
+    order = range(len(PROMPTS))
+    assert sorted(order, key=lambda i: mine[i].mean) == sorted(order, key=lambda i: theirs[i].mean)
 
 
 def test_a_prefix_shared_by_several_pairs_gives_the_scores_of_scoring_them_whole(engine):
@@ -105,16 +94,6 @@ def test_an_unknown_weight_type_is_one_clear_error():
         make_backend("llamacpp:smollm2-135m", weights="q3_zz")
 
 
-def test_generation_runs_on_llamacpp_where_it_was_measured_faster_and_nowhere_else():
-    on_this_cpu = dtype_name("auto", "cpu") == "float32"  # a CPU without native bfloat16
-    assert generation_spec("smollm2-135m") == ("llamacpp:smollm2-135m" if on_this_cpu else "smollm2-135m")
-    # named engines, other precisions, options llama.cpp does not take, and models it cannot run stay as given
-    assert generation_spec("transformers:smollm2-135m") == "transformers:smollm2-135m"
-    assert generation_spec("smollm2-135m", dtype="bfloat16") == "smollm2-135m"
-    assert generation_spec("smollm2-135m", {"dtype": "bfloat16"}) == "smollm2-135m"
-    assert generation_spec("minilm-l6") == "minilm-l6"
-
-
 def test_an_evaluation_is_paired_only_with_one_from_the_same_engine(engine, reference):
     mine = {"machine": {"cpu": "x", **engine.runtime()}}
     theirs = {"machine": {"cpu": "x", **reference.runtime()}}
@@ -127,5 +106,3 @@ def test_without_llama_cpp_python_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
     with pytest.raises(BackendNotInstalled, match="pip install 'taskret\\[llamacpp\\]'"):
         make_backend("llamacpp:smollm2-135m")
-    # the automatic choice falls back to transformers
-    assert load_lm("smollm2-135m", role="generation", dtype="float32").runtime()["engine"] == "transformers"

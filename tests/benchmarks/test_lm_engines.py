@@ -47,17 +47,19 @@ def test_rankings_agree_when_the_order_of_each_inputs_candidates_is_kept(engines
     assert result["spearman_min"] < 1.0 and result["spearman_mean"] < 1.0
 
 
-def _report(engines, fast_answers: list[str], fast_machine: dict = MACHINE) -> dict:
+def _report(engines, fast_answers: list[str], fast_machine: dict = MACHINE, tasks=None) -> dict:
+    """Every task measured on both engines (the same synthetic inputs under each task's name)."""
     task = _task()
     gold = [e.output for e in task.test]
+    tasks = list(tasks or engines.TASKS)
     results = {
-        engines.REFERENCE: {"scoring": None, "generation": {"mtop": _generation(gold, 40.0)}, "batch1": {}},
-        "llamacpp": {"scoring": None, "generation": {"mtop": _generation(fast_answers, 10.0, fast_machine)},
-                     "batch1": {}},
+        engines.REFERENCE: {"scoring": None, "generation": {t: _generation(gold, 40.0) for t in tasks}, "batch1": {}},
+        "llamacpp": {"scoring": None, "batch1": {},
+                     "generation": {t: _generation(fast_answers, 10.0, fast_machine) for t in tasks}},
     }
-    inputs = {"mtop": {"task": task, "examples": task.test, "prompt_tokens": [250] * N}}
+    inputs = {t: {"task": task, "examples": task.test, "prompt_tokens": [250] * N} for t in tasks}
     bounds = {"matmul_gflops_float32": 100.0, "memory_read_gbps": 10.0, "threads": 2}
-    return engines.build_report(results, inputs, ["mtop"], bounds, "smollm2-135m")
+    return engines.build_report(results, inputs, tasks, bounds, "smollm2-135m")
 
 
 def test_the_faster_engine_is_the_default_only_at_the_reference_answers(engines):
@@ -81,6 +83,11 @@ def test_shards_from_another_cpu_are_not_compared(engines):
     row = report["engines"]["llamacpp"]["generation"]["mtop"]
     assert "speedup" not in row and "same_as_reference" not in row
     assert report["default"] == engines.REFERENCE  # nothing measured beside the reference on one machine
+
+
+def test_the_default_stays_the_reference_until_every_task_is_measured(engines):
+    task = _task()
+    assert _report(engines, [e.output for e in task.test], tasks=["mtop"])["default"] == engines.REFERENCE
 
 
 def test_the_page_shows_every_engine_beside_the_machines_bounds(engines, tmp_path, monkeypatch):

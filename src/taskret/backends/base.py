@@ -172,41 +172,9 @@ def make_backend(spec: str, **options: Any) -> LMBackend:
     return cls.from_spec(target, **options)
 
 
-def _llama_cpp_installed() -> bool:
-    """Whether llama-cpp-python imports here (the llamacpp backend's own module is not imported to ask)."""
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def generation_spec(spec: str, options: Mapping[str, Any] | None = None, device: str | None = None,
-                    dtype: str | None = "auto") -> str:
-    """The spec that generation runs with when ``spec`` names no engine: ``llamacpp:NAME`` for a registered GGUF
-    model on a CPU without native bfloat16, where llama.cpp is installed and the other settings are ones it takes;
-    ``spec`` as it is everywhere else (GPUs, CPUs with AVX512-BF16 or AMX, where transformers' bfloat16 path was not
-    measured slower). ``benchmarks/speed/lm_engines.py`` measured llama.cpp faster at the same answers on an AVX2
-    CPU (``benchmarks/results/lm_engines.json``). Write ``transformers:NAME`` to keep transformers."""
-    from ..models import GGUF_MODELS, dtype_name, pick_device
-
-    kind, target = parse_spec(spec)
-    explicit = str(spec).partition(":")[0] in BACKENDS
-    if explicit or target not in GGUF_MODELS or (dtype or "auto") not in ("auto", "float32", "fp32"):
-        return spec
-    if not _llama_cpp_installed() or pick_device(device) != "cpu" or dtype_name("auto", "cpu") != "float32":
-        return spec
-    if set(options or {}) - set(backend_options("llamacpp")):
-        return spec
-    return f"llamacpp:{target}"
-
-
-def load_lm(spec: str, options: Mapping[str, Any] | None = None, role: str | None = None, **common: Any) -> LMBackend:
+def load_lm(spec: str, options: Mapping[str, Any] | None = None, **common: Any) -> LMBackend:
     """``make_backend`` for command lines: ``common`` (e.g. ``device``, ``dtype``) are passed only to the
-    backends that take them, while ``options`` (``--lm-option``) must all be known to the backend. ``role=
-    "generation"``: a spec that names no engine runs on the one :func:`generation_spec` picks for this machine."""
-    if role == "generation":
-        spec = generation_spec(spec, options, device=common.get("device"), dtype=common.get("dtype", "auto"))
+    backends that take them, while ``options`` (``--lm-option``) must all be known to the backend."""
     kind, _ = parse_spec(spec)
     known = backend_options(kind)
     merged = {k: v for k, v in common.items() if k in known and v is not None}

@@ -1,9 +1,10 @@
 """``llamacpp``: the model's GGUF file in llama.cpp (through ``llama-cpp-python``), the engine made for CPU inference.
 
 Why a second engine: on a CPU, a decoding step of a small LM is bound by reading its weights from memory, and a
-prompt's prefill by matrix products. transformers' decoding loop reads float32 weights and grows its key/value
-cache by concatenation at every step; llama.cpp keeps the weights in the GGUF's own types, preallocates the cache
-and runs the step in C (``benchmarks/speed/lm_engines.py`` measures both on one machine).
+prompt's prefill by matrix products. transformers' loop prefills a left-padded batch through a mask and grows its
+key/value cache by concatenation at every step (``benchmarks/speed/lm_profile.py``); llama.cpp prefills each
+prompt alone, preallocates the cache and runs each step in C (``benchmarks/speed/lm_engines.py`` measures both
+on one machine).
 
 What stays the same as the ``transformers`` backend, so that the numbers agree:
 
@@ -16,8 +17,8 @@ What stays the same as the ``transformers`` backend, so that the numbers agree:
 
 Generation keeps up to ``max_batch_size`` sequences in flight, each in its own stream of the cache: a prompt is
 prefilled alone (no padding), the sequences decode together (one read of the weights per step), and a finished
-sequence's stream takes the next prompt at once. Scoring packs many short sequences into one call and asks for
-the vocabulary projection only at target positions.
+sequence's stream takes the next prompt at once. Scoring packs many short sequences into one call, asks for the
+vocabulary projection only at target positions, and decodes a demonstration shared by several pairs once.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def evaluate(
         raise MissingExtra(str(err)) from None
     examples = sample(loaded.test, limit, seed=seed)
     with console.status(f"loading {lm}"):
-        model = load_lm(lm, parse_options(lm_option), role="generation", device=device, dtype=dtype)
+        model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
     ret, retrieved = None, None
     if retriever in TEST_TIME_METHODS:
         same = scoring_lm in (None, lm) and not scoring_lm_option

@@ -162,7 +162,7 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
 
 
 def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, log: Path) -> dict:
-    from ..backends.base import LMBackend, generation_spec
+    from ..backends.base import LMBackend
     from ..backends.base import load_lm as load_backend
     from ..icl.evaluation import evaluate
     from ..io import read_json, write_jsonl
@@ -175,9 +175,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     from .scoring import SCORES_FILE, read_scores
     from .training import CONFIG_FILE, TrainingConfig, train_dual_encoder
 
-    def load_lm(name: str, options: dict, role: str | None = None) -> LMBackend:
-        if role == "generation" and name not in lms:  # an LM handed in by the caller runs as it is
-            name = generation_spec(name, options)
+    def load_lm(name: str, options: dict) -> LMBackend:
         key = name if not options else f"{name} {json.dumps(options, sort_keys=True)}"
         if key not in lms:
             lms[key] = load_backend(name, options)
@@ -253,7 +251,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     retriever = Retriever.load(index.output)
 
     def run_evaluation(out: Path) -> str:
-        lm = load_lm(config.inference_lm, config.inference_lm_options, role="generation")
+        lm = load_lm(config.inference_lm, config.inference_lm_options)
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), "evaluating", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=f"epr:{work}", context_window=config.context_window,
@@ -292,7 +290,7 @@ def _baseline(config: EPRConfig, task: Task, work: Path, load_lm, say, progress:
         retriever = make_retriever(config.baseline, seed=config.seed)
         if not retriever.ids:
             retriever.index(task.train)
-        lm = load_lm(config.inference_lm, config.inference_lm_options, role="generation")
+        lm = load_lm(config.inference_lm, config.inference_lm_options)
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), f"evaluating {config.baseline}", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=config.baseline,
