@@ -327,20 +327,17 @@ def main() -> None:
     for engine in engines:
         folder = work / engine
         best, single = LazyEngine(engine, args.lm), LazyEngine(engine, args.lm, batch1=True)
-        found: dict = {"scoring": None, "generation": {}, "batch1": {}}
-        measure = args.only in (None, "scoring")
-        found["scoring"] = shard(folder / "scoring.json", measure, measure_scoring, best, pairs)
-        for t in tasks:
-            measure = args.only in (None, "generation")
-            found["generation"][t] = shard(folder / f"{t}.json", measure, measure_generation, best, inputs[t])
+        measure = {part: args.only in (None, part) for part in ("scoring", "generation", "batch1")}
+        scoring = shard(folder / "scoring.json", measure["scoring"], measure_scoring, best, pairs)
+        generation = {t: shard(folder / f"{t}.json", measure["generation"], measure_generation, best, inputs[t])
+                      for t in tasks}
         best.close()
-        for t in tasks:
-            measure = args.only in (None, "batch1")
-            found["batch1"][t] = shard(folder / f"{t}_batch1.json", measure, measure_generation, single, inputs[t],
-                                       args.batch1_n)
+        batch1 = {t: shard(folder / f"{t}_batch1.json", measure["batch1"], measure_generation, single, inputs[t],
+                           args.batch1_n) for t in tasks}
         single.close()
-        results[engine] = {part: ({k: v for k, v in value.items() if v is not None} if isinstance(value, dict)
-                                  and part != "scoring" else value) for part, value in found.items()}
+        # a shard neither on disk nor measured now is left out
+        results[engine] = {"scoring": scoring, "generation": {t: r for t, r in generation.items() if r is not None},
+                           "batch1": {t: r for t, r in batch1.items() if r is not None}}
 
     report = build_report(results, inputs, tasks, bounds, args.lm)
     report["command"] = command_line(args, options, leave_out=("data_dir", "only"))  # the whole run: shards resume

@@ -35,8 +35,9 @@ json.dump({{"seconds": time.perf_counter() - start, "generated_tokens": sum(k fo
 """
 
 
-def split(samples: Path) -> dict:
-    """Sample shares by phase, and within each phase by the innermost function (the top 8)."""
+def split(samples: Path, decode_from: int) -> dict:
+    """Sample shares by phase (``decode_from``: the first line of ``_greedy``'s decoding loop), and within each phase
+    by the innermost function (the top 8)."""
     phases: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     total = 0
     for line in samples.read_text().splitlines():
@@ -46,7 +47,7 @@ def split(samples: Path) -> dict:
         n = int(count)
         total += n
         frames = stack.split(";")
-        phases[phase_line(frames)][frames[-1].split(" (")[0] + " " + frames[-1].rsplit("/", 1)[-1].rstrip(")")] += n
+        phases[phase_of(frames, decode_from)][frames[-1].split(" (")[0] + " " + frames[-1].rsplit("/", 1)[-1].rstrip(")")] += n
     out = {}
     for phase, counter in phases.items():
         count = sum(counter.values())
@@ -55,13 +56,13 @@ def split(samples: Path) -> dict:
     return {"samples": total, "phases": out}
 
 
-def phase_line(frames: list[str]) -> str:
+def phase_of(frames: list[str], decode_from: int) -> str:
     """The phase from the line of ``_greedy`` the stack passes through: its first forward call is the prefill."""
     greedy = [f for f in frames if f.startswith("CausalLM._greedy")]
     if not greedy:
         return "other (imports, loading, prompts)"
     line = int(greedy[0].rsplit(":", 1)[-1].rstrip(")"))
-    return "prefill" if line < DECODE_LINE else "decoding steps"
+    return "prefill" if line < decode_from else "decoding steps"
 
 
 def decode_line() -> int:
@@ -75,18 +76,13 @@ def decode_line() -> int:
     return first + loop
 
 
-DECODE_LINE = 0
-
-
 def main() -> None:
-    global DECODE_LINE
     options = parser(__doc__, out="benchmarks/results/lm_profile.json", lm="smollm2-135m", seed=0)
     options.add_argument("--task", default="break")
     options.add_argument("--n", type=int, default=4)
     options.add_argument("--context-window", type=int, default=2048)
     options.add_argument("--rate", type=int, default=50, help="py-spy samples per second")
     args = options.parse_args()
-    DECODE_LINE = decode_line()
     where = machine()
     with tempfile.TemporaryDirectory() as tmp:
         samples, timing = Path(tmp) / "samples.txt", Path(tmp) / "timing.json"
@@ -97,7 +93,7 @@ def main() -> None:
         subprocess.run([spy, "record", "-f", "raw", "-r", str(args.rate), "-o", str(samples), "--",
                         sys.executable, "-c", child], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
                        stdout=subprocess.DEVNULL)
-        result = {**split(samples), "generation": json.loads(timing.read_text())}
+        result = {**split(samples, decode_line()), "generation": json.loads(timing.read_text())}
     write_result(args.out, {"command": command_line(args, options), "machine": where, "lm": args.lm, "task": args.task,
                             "n": args.n, **result})
 

@@ -120,6 +120,38 @@ def cut_at_stop(text: str, stop: str | Sequence[str] | None) -> str:
     return text[:cut]
 
 
+def has_newline_stop(stop: str | Sequence[str] | None) -> bool:
+    """Whether ``"\n"`` is one of the stop strings: a backend can then end decoding at a newline token."""
+    if not stop:
+        return False
+    return "\n" in ([stop] if isinstance(stop, str) else list(stop))
+
+
+def newline_token_ids(tokenizer) -> list[int]:
+    """Every vocabulary entry of ``tokenizer`` whose text contains a newline: any of them ends an answer."""
+    return sorted({i for i in tokenizer.get_vocab().values() if "\n" in tokenizer.decode([i])})
+
+
+def group_by_shared_prefix(prefixes: Sequence[str], prompts: Sequence[str], prompt_ids: Sequence[list[int]],
+                           encode: Callable[[str], list[int]]
+                           ) -> tuple[dict[str, list[int]], dict[str, list[int]], list[int]]:
+    """For :meth:`LMBackend.score_shared`: each prefix's token ids (``encode``, as prompts are encoded), the pairs
+    that can run on top of each prefix, and the pairs that run whole. A pair shares its prefix only where the
+    prefix's tokens start its prompt's tokens (a token boundary) and leave some of the prompt after them."""
+    heads: dict[str, list[int]] = {}
+    groups: dict[str, list[int]] = {}
+    whole: list[int] = []
+    for i, (prefix, prompt, ids) in enumerate(zip(prefixes, prompts, prompt_ids)):
+        if prefix not in heads:
+            heads[prefix] = encode(prefix) if prefix else []
+        head = heads[prefix]
+        if head and len(head) < len(ids) and ids[: len(head)] == head and prompt.startswith(prefix):
+            groups.setdefault(prefix, []).append(i)
+        else:
+            whole.append(i)
+    return heads, groups, whole
+
+
 # -- choosing a backend by name --------------------------------------------------------------------
 
 # kind -> (module, class): imported only when chosen (the style of the `rerankers` library).

@@ -32,7 +32,18 @@ from typing import Sequence
 import numpy as np
 
 from ..models import GGUF_MODELS, cache_dir, gguf_file, resolve_model
-from .base import DEFAULT_STOP, BackendError, BackendNotInstalled, LMBackend, ProgressFn, TargetScore, cut_at_stop
+from .base import (
+    DEFAULT_STOP,
+    BackendError,
+    BackendNotInstalled,
+    LMBackend,
+    ProgressFn,
+    TargetScore,
+    cut_at_stop,
+    group_by_shared_prefix,
+    has_newline_stop,
+    newline_token_ids,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +133,7 @@ class LlamaCppBackend(LMBackend):
         self._n_batch = 0  # the most tokens one llama_decode call of the current context takes
         self._batch = None
         self._batch_shape = (0, 0)
-        self._newline_ids: np.ndarray | None = None
+        self._newline_ids: frozenset[int] | None = None
 
     @classmethod
     def from_spec(cls, target: str, weights: str = WEIGHTS_DEFAULT, threads: int | None = None,
@@ -232,18 +243,15 @@ class LlamaCppBackend(LMBackend):
 
     # -- generation ---------------------------------------------------------------------------------
 
-    def _newline_token_ids(self) -> np.ndarray:
-        """Every vocabulary entry whose text contains a newline: any of them ends an answer."""
+    def _newline_token_ids(self) -> frozenset[int]:
         if self._newline_ids is None:
-            ids = [i for _, i in self.tokenizer.get_vocab().items() if "\n" in self.tokenizer.decode([i])]
-            self._newline_ids = np.array(sorted(set(ids)), dtype=np.int64)
+            self._newline_ids = frozenset(newline_token_ids(self.tokenizer))
         return self._newline_ids
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 128, stop: str | Sequence[str] | None = DEFAULT_STOP,
                  progress: ProgressFn | None = None) -> list[str]:
         """Greedy continuations, cut at the first ``stop`` (default: newline) and stripped."""
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        raw = self.generate_raw(prompts, max_new_tokens, stop_on_newline="\n" in stops, progress=progress)
+        raw = self.generate_raw(prompts, max_new_tokens, stop_on_newline=has_newline_stop(stop), progress=progress)
         return [cut_at_stop(text, stop).strip() for text, _ in raw]
 
     def generate_raw(self, prompts: Sequence[str], max_new_tokens: int = 128, stop_on_newline: bool = True,
@@ -256,7 +264,7 @@ class LlamaCppBackend(LMBackend):
         n_seq = min(self.max_batch_size, len(prompts))
         self._context(n_seq, longest)
         eos = self.tokenizer.eos_token_id
-        ends = set(self._newline_token_ids().tolist()) if stop_on_newline else set()
+        ends = set(self._newline_token_ids()) if stop_on_newline else set()
         if eos is not None:
             ends.add(eos)
         outputs: list[tuple[str, int]] = [("", 0)] * len(prompts)
@@ -318,17 +326,9 @@ class LlamaCppBackend(LMBackend):
         target_ids = [self.tokenizer(t, add_special_tokens=False).input_ids for t in targets]
         if any(not p and t for p, t in zip(prompt_ids, target_ids)):
             raise ValueError("an empty prompt cannot condition a target with this tokenizer (no BOS token)")
-        heads: dict[str, list[int]] = {}
-        head_of: list[str] = []  # the prefix each pair shares ("" when it runs whole)
-        for prefix, prompt, ids in zip(prefixes, prompts, prompt_ids):
-            if prefix and prefix not in heads:
-                heads[prefix] = self._encode_prompt(prefix)
-            head = heads.get(prefix, [])
-            shared = bool(head) and len(head) < len(ids) and ids[: len(head)] == head and prompt.startswith(prefix)
-            head_of.append(prefix if shared else "")
-        groups: dict[str, list[int]] = {}
-        for i, prefix in enumerate(head_of):
-            groups.setdefault(prefix, []).append(i)
+        heads, groups, whole = group_by_shared_prefix(prefixes, prompts, prompt_ids, self._encode_prompt)
+        if whole:
+            groups = {**groups, "": whole}  # "": no prefix to share, each pair a piece of its own
         # Pieces of at most one batch's streams, the longest first; a batch holds pieces up to the token budget.
         pieces: list[tuple[str, list[int]]] = []
         n_streams = 4 * self.max_batch_size

@@ -17,7 +17,16 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from ..models import pick_device, pick_dtype, resolve_model
-from .base import DEFAULT_STOP, LMBackend, ProgressFn, TargetScore, cut_at_stop
+from .base import (
+    DEFAULT_STOP,
+    LMBackend,
+    ProgressFn,
+    TargetScore,
+    cut_at_stop,
+    group_by_shared_prefix,
+    has_newline_stop,
+    newline_token_ids,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -130,9 +139,7 @@ class CausalLM(LMBackend):
     def _newline_token_ids(self) -> torch.Tensor:
         """Every vocabulary entry whose text contains a newline: any of them ends an answer."""
         if self._newline_ids is None:
-            vocab = self.tokenizer.get_vocab()
-            ids = [i for _, i in vocab.items() if "\n" in self.tokenizer.decode([i])]
-            self._newline_ids = torch.tensor(sorted(set(ids)), dtype=torch.long)
+            self._newline_ids = torch.tensor(newline_token_ids(self.tokenizer), dtype=torch.long)
         return self._newline_ids
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 128, stop: str | Sequence[str] | None = DEFAULT_STOP,
@@ -142,7 +149,7 @@ class CausalLM(LMBackend):
         Decoding stops early at a newline token when ``"\\n"`` is a stop string, and at EOS; other stop
         strings are applied to the decoded text.
         """
-        raw = self.generate_raw(prompts, max_new_tokens, stop_on_newline=_has_newline_stop(stop), progress=progress)
+        raw = self.generate_raw(prompts, max_new_tokens, stop_on_newline=has_newline_stop(stop), progress=progress)
         return [cut_at_stop(text, stop).strip() for text, _ in raw]
 
     @torch.inference_mode()
@@ -240,17 +247,7 @@ class CausalLM(LMBackend):
             raise ValueError("prefixes, prompts and targets must have the same length")
         prompt_ids = [self._encode_prompt(p) for p in prompts]
         target_ids = [self.tokenizer(t, add_special_tokens=False).input_ids for t in targets]
-        prefix_cache: dict[str, list[int]] = {}
-        groups: dict[str, list[int]] = {}
-        plain: list[int] = []
-        for i, (prefix, ids) in enumerate(zip(prefixes, prompt_ids)):
-            if prefix not in prefix_cache:
-                prefix_cache[prefix] = self._encode_prompt(prefix) if prefix else []
-            head = prefix_cache[prefix]
-            if head and len(head) < len(ids) and ids[: len(head)] == head and prompts[i].startswith(prefix):
-                groups.setdefault(prefix, []).append(i)
-            else:
-                plain.append(i)
+        prefix_cache, groups, plain = group_by_shared_prefix(prefixes, prompts, prompt_ids, self._encode_prompt)
         results: list[TargetScore] = [TargetScore(0.0, 0)] * len(prompts)
         if plain:
             for i, score in zip(plain, self.score([prompts[i] for i in plain], [targets[i] for i in plain],
@@ -388,12 +385,6 @@ class CausalLM(LMBackend):
             token_logprobs = logp[torch.arange(len(labels)), torch.tensor(labels, dtype=torch.long)]
             top = logp.topk(min(top_k, logp.shape[-1]), dim=-1) if top_k and len(labels) else None
             yield batch, rows_t, token_logprobs, top
-
-
-def _has_newline_stop(stop: str | Sequence[str] | None) -> bool:
-    if not stop:
-        return False
-    return "\n" in ([stop] if isinstance(stop, str) else list(stop))
 
 
 class TransformersBackend(CausalLM):
