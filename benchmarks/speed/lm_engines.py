@@ -23,6 +23,7 @@ machine and load; a run started again skips the shards it holds, and shards from
 
 from __future__ import annotations
 
+import hashlib
 import os
 import statistics
 import sys
@@ -109,6 +110,11 @@ def shard_machine(backend) -> dict:
     return {**machine_info(), **backend.runtime(), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
+def prompts_fingerprint(prompts: list[str]) -> str:
+    """What a generation shard was measured on: its answers pair with these prompts and no others."""
+    return hashlib.sha1("\x00".join(prompts).encode()).hexdigest()[:16]
+
+
 def measure_generation(engine: LazyEngine, inputs: dict, n: int | None = None) -> dict:
     backend = engine()
     prompts = inputs["prompts"][:n] if n else inputs["prompts"]
@@ -119,7 +125,8 @@ def measure_generation(engine: LazyEngine, inputs: dict, n: int | None = None) -
     seconds = time.perf_counter() - start
     return {"n": len(prompts), "seconds": round(seconds, 2), "generated_tokens": sum(k for _, k in raw),
             "prompt_tokens": sum(inputs["prompt_tokens"][: len(prompts)]),
-            "answers": [cut_at_stop(text, "\n").strip() for text, _ in raw], "machine": where}
+            "answers": [cut_at_stop(text, "\n").strip() for text, _ in raw], "machine": where,
+            "prompts_sha1": prompts_fingerprint(prompts)}
 
 
 def measure_scoring(engine: LazyEngine, pairs: tuple[list[str], list[str], list[str]]) -> dict:
@@ -133,11 +140,16 @@ def measure_scoring(engine: LazyEngine, pairs: tuple[list[str], list[str], list[
     return {"n": len(prompts), "seconds": round(seconds, 2), "scores": [s.logprob for s in scores], "machine": where}
 
 
-def shard(path: Path, measure: bool, make, *args) -> dict | None:
+def shard(path: Path, measure: bool, make, *args, prompts: list[str] | None = None) -> dict | None:
     """The shard at ``path``; when missing and ``measure``, ``make(*args)`` measures it and it is written first (a
-    run started again skips it). None: neither there nor measured now."""
+    run started again skips it). None: neither there nor measured now. A generation shard measured on other
+    ``prompts`` (another --mtop, seed or context) stops the run: its answers would pair with the wrong inputs."""
     if path.exists():
-        return read_json(path)
+        held = read_json(path)
+        if prompts is not None and held.get("prompts_sha1") != prompts_fingerprint(prompts[: held["n"]]):
+            raise SystemExit(f"{path}: measured on other prompts than this run's (--mtop/--break-n/--nl2bash, "
+                             "--seed or --context-window differ); remove it or use another --work")
+        return held
     if not measure:
         return None
     result = make(*args)
@@ -295,7 +307,7 @@ def main() -> None:
     options.add_argument("--engines", default=f"{REFERENCE},llamacpp", help="engines to measure, of "
                          f"{', '.join(ENGINES)} (default: %(default)s)")
     options.add_argument("--tasks", default=",".join(TASKS))
-    options.add_argument("--mtop", type=int, default=200)
+    options.add_argument("--mtop", type=int, default=300, help="MTOP inputs (300: the issue's EM check)")
     options.add_argument("--break-n", type=int, default=100)
     options.add_argument("--nl2bash", type=int, default=100)
     options.add_argument("--batch1-n", type=int, default=5, help="inputs per task timed at batch 1")
@@ -329,11 +341,11 @@ def main() -> None:
         best, single = LazyEngine(engine, args.lm), LazyEngine(engine, args.lm, batch1=True)
         measure = {part: args.only in (None, part) for part in ("scoring", "generation", "batch1")}
         scoring = shard(folder / "scoring.json", measure["scoring"], measure_scoring, best, pairs)
-        generation = {t: shard(folder / f"{t}.json", measure["generation"], measure_generation, best, inputs[t])
-                      for t in tasks}
+        generation = {t: shard(folder / f"{t}.json", measure["generation"], measure_generation, best, inputs[t],
+                               prompts=inputs[t]["prompts"]) for t in tasks}
         best.close()
         batch1 = {t: shard(folder / f"{t}_batch1.json", measure["batch1"], measure_generation, single, inputs[t],
-                           args.batch1_n) for t in tasks}
+                           args.batch1_n, prompts=inputs[t]["prompts"][: args.batch1_n]) for t in tasks}
         single.close()
         # a shard neither on disk nor measured now is left out
         results[engine] = {"scoring": scoring, "generation": {t: r for t, r in generation.items() if r is not None},
