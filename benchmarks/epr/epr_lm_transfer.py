@@ -27,7 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
 
-from taskret.backends.base import load_lm
+from taskret.backends.base import generation_spec, load_lm
 from taskret.data import load_task, sample
 from taskret.epr.pipeline import EPRConfig, run_pipeline
 from taskret.icl.evaluation import evaluate, mcnemar, read_correct
@@ -92,7 +92,7 @@ def main() -> None:
     def cell(folder: Path, retriever, inference_lm: str, name: str) -> dict:
         summary_path = folder / "summary.json"
         if not summary_path.exists():
-            lm = load_lm(inference_lm)
+            lm = load_lm(generation_spec(inference_lm))
             with progress_bar(len(examples), f"{name} -> {inference_lm}") as advance:
                 evaluate(task, retriever, lm, examples, folder, retriever_name=name,
                          context_window=args.context_window, max_new_tokens=args.max_new_tokens, progress=advance)

@@ -8,6 +8,7 @@ Scripts import it as a top-level module (their own folder, ``benchmarks/epr/``, 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -73,9 +74,13 @@ def lm_oracle(task, examples: Sequence[Example], lm, folder: Path) -> RetrievalR
             chunk, path = examples[start: start + ORACLE_CHUNK], folder / f"{number:05d}.json"
             done = read_json(path) if path.exists() else None
             if done is None or done["inputs"] != [e.id for e in chunk]:
+                start = time.perf_counter()
                 ranked = rank_test_examples("lm-oracle", task, chunk, lm, n_candidates=50, fill_to=100)
                 done = {"inputs": [e.id for e in chunk], "ids": ranked.ids,
-                        "scores": [[None if np.isnan(v) else float(v) for v in row] for row in ranked.scores]}
+                        "scores": [[None if np.isnan(v) else float(v) for v in row] for row in ranked.scores],
+                        # what the ranking cost here: the pairs the LM scored (50 per input, or the whole pool)
+                        "pairs": len(chunk) * min(50, len(task.train)),
+                        "seconds": round(time.perf_counter() - start, 2), "runtime": lm.runtime()}
                 write_json(path, done)
             ids += done["ids"]
             scores += done["scores"]

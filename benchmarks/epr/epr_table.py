@@ -33,7 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
 
-from taskret.backends.base import load_lm
+from taskret.backends.base import generation_spec, load_lm
 from taskret.data import load_task, sample
 from taskret.epr.methods import rank_test_examples
 from taskret.epr.pipeline import EPRConfig, run_pipeline
@@ -80,7 +80,7 @@ def main() -> None:
 
     def lm():
         if args.lm not in lms:
-            lms[args.lm] = load_lm(args.lm)
+            lms[args.lm] = load_lm(generation_spec(args.lm))
         return lms[args.lm]
 
     training = {"epochs": args.epochs, "batch_size": args.batch_size, "mini_batch_size": args.mini_batch_size,

@@ -10,8 +10,8 @@ test input (Break 1,552, nl2bash 200; ``--limit``: a seeded sample, for smoke ru
     bm25       BM25 over the training inputs (no training)
     epr        plain EPR: benchmarks/epr/configs/epr_tasks/TASK.json (taskret's defaults: demonstrations encoded as
                input and output, 10 epochs, batch 120)
-    recipe     the recommended recipe: --recipe (default TASK_recipe.json: the EPR ladder's pick, rung e: UDR's
-               listwise loss over 2 mining rounds; swap the file, or the option, when the recommendation changes)
+    recipe     the recommended recipe: --recipe (default TASK_recipe.json: the EPR ladder's pick, rung d: UDR's
+               listwise loss, one round; swap the file, or the option, when the recommendation changes)
     lm_oracle  BM25-Oracle's top 50 ranked by the LM with the gold output in view (50 LM calls per input): the ceiling
 
 each paired with BM25 and with plain EPR. Break (``lf_em``, the headline of Break's summaries): McNemar on the per-input
@@ -72,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 from _common import command_line, machine, parser, round_metrics, write_result  # noqa: E402
 from epr_runs import INSTRUCTIONS, distinct_pairs, lm_oracle, ranking, stage_times, write_rankings  # noqa: E402
 
-from taskret.data import GENERATION_TASKS, load_task, sample
+from taskret.data import BENCHMARK_TASKS, GENERATION_TASKS, load_task, sample
 from taskret.icl.compare import paired_comparison, paired_graded_comparison
 from taskret.icl.evaluation import GRADED_METRICS, TASK_HEADLINE, machine_differences
 from taskret.io import read_json, read_jsonl, write_json
@@ -97,9 +97,12 @@ NOT_TRAINING = ("evaluation", "baseline")  # stages after the index: not part of
 
 
 def metric_of(task_name: str) -> str:
-    """The metric a task is quoted by: chrF for the generation tasks, else its headline match metric (Break's
-    LF-EM, MTOP's exact match)."""
-    return "chrf" if task_name in GENERATION_TASKS else TASK_HEADLINE.get(task_name, "em")
+    """The metric a task is quoted by: chrF for the generation tasks, accuracy for those answered by choosing among
+    options (classification), else its headline match metric (Break's LF-EM, MTOP's exact match)."""
+    if task_name in GENERATION_TASKS:
+        return "chrf"
+    spec = BENCHMARK_TASKS.get(task_name)
+    return "accuracy" if spec is not None and spec.options is not None else TASK_HEADLINE.get(task_name, "em")
 
 
 def per_input(predictions: Path, metric: str) -> dict[str, float | bool]:
@@ -108,7 +111,7 @@ def per_input(predictions: Path, metric: str) -> dict[str, float | bool]:
     rows = read_jsonl(predictions)
     if metric in GRADED_METRICS:
         return {r["id"]: float(r[metric]) for r in rows}
-    return {r["id"]: bool(r["correct" if metric == "em" else metric]) for r in rows}
+    return {r["id"]: bool(r["correct" if metric in ("em", "accuracy") else metric]) for r in rows}
 
 
 def compare(mine: dict, other: dict, metric: str) -> dict:
@@ -350,13 +353,14 @@ def _gpu_name() -> str | None:
 def evaluate_method(task, test, out: Path, label: str, rank, lms: dict, args) -> None:
     """``out``'s evaluation of ``test`` with the ranking ``rank(lm)`` returns (``(retriever, retrieved)``), unless
     one made on this machine on these inputs is there."""
-    from taskret.backends.base import load_lm
+    from taskret.backends.base import engine_of, generation_spec, load_lm
     from taskret.icl.evaluation import evaluate
     from taskret.models import dtype_name
     from taskret.progress import progress_bar
 
     if (out / "summary.json").exists():
-        elsewhere = machine_differences(read_json(out / "summary.json"), dtype_name("auto"))
+        elsewhere = machine_differences(read_json(out / "summary.json"), dtype_name("auto"),
+                                        engine=engine_of(generation_spec(args.lm)))
         same_inputs = {r["id"] for r in read_jsonl(out / "predictions.jsonl")} == {e.id for e in test}
         if not elsewhere and same_inputs:
             print(f"{label}: evaluated on this machine, kept", flush=True)
@@ -364,7 +368,7 @@ def evaluate_method(task, test, out: Path, label: str, rank, lms: dict, args) ->
         why = f"on another machine ({elsewhere})" if elsewhere else "on other test inputs"
         print(f"{label}: evaluated {why}, evaluated again", flush=True)
     if "lm" not in lms:
-        lms["lm"] = load_lm(args.lm)
+        lms["lm"] = load_lm(generation_spec(args.lm))  # ranks (the LM-Oracle) and generates
     retriever, retrieved = rank(lms["lm"])
     with progress_bar(len(test), f"{label}: evaluating") as advance:
         evaluate(task, retriever, lms["lm"], test, out, retriever_name=label, context_window=args.context_window,

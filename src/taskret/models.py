@@ -18,7 +18,7 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GGUF_MODELS", "MODELS", "ModelNotInstalled", "cache_dir", "cpu_model", "dtype_name", "gguf_file",
+__all__ = ["GGUF_MODELS", "MODELS", "MissingDependency", "ModelNotInstalled", "cache_dir", "cpu_model", "dtype_name", "gguf_file",
            "is_engine_encoder", "machine_info", "resolve_model", "pick_device", "pick_dtype"]
 
 
@@ -26,7 +26,12 @@ __all__ = ["GGUF_MODELS", "MODELS", "ModelNotInstalled", "cache_dir", "cpu_model
 ENGINE_ENCODER = "engine-encoder"
 
 
-class ModelNotInstalled(RuntimeError):
+class MissingDependency(RuntimeError):
+    """An optional package or database that a feature needs is not installed; the message says how to install it
+    (a command line reports it in one line, without a traceback)."""
+
+
+class ModelNotInstalled(MissingDependency):
     """A named model whose package is missing; the message says what to install."""
 
 

@@ -355,3 +355,38 @@ def test_api_key_and_base_url_come_from_the_environment(monkeypatch):
                        client=httpx.Client(transport=httpx.MockTransport(handler)))
     lm.generate(["x"])
     assert seen["auth"] == "Bearer sk-test"
+
+
+# -- the generation engine -----------------------------------------------------------------------
+
+
+def test_a_bundled_model_named_bare_generates_on_llamacpp_only_on_a_cpu_without_bf16(monkeypatch, capsys):
+    """llama.cpp was measured faster at the same answers on CPUs without native bfloat16; everywhere else, and
+    whenever the user names a backend or gives its options, the spec is kept as given."""
+    import importlib.util
+
+    from taskret import models
+    from taskret.backends import base
+    from taskret.backends.base import engine_of, generation_spec
+
+    monkeypatch.setattr(base, "_SAID", set())
+    monkeypatch.setattr(models, "_cpu_has_fast_bf16", lambda: False)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "llama_cpp" else found(name, *a))
+    assert generation_spec("smollm2-135m", device="cpu") == "llamacpp:smollm2-135m"
+    assert generation_spec("gemma3-270m", device="auto", dtype="auto") == "llamacpp:gemma3-270m"
+    assert engine_of(generation_spec("smollm2-135m", device="cpu")) == "llama.cpp"
+    for kept, kwargs in (("transformers:smollm2-135m", {}), ("smollm2-135m", {"options": {"max_batch_size": 4}}),
+                         ("smollm2-135m", {"device": "cuda"}), ("smollm2-135m", {"dtype": "bfloat16"}),
+                         ("/models/my-llama", {}), ("openai:http://h:8000/v1#m", {})):
+        assert generation_spec(kept, device=kwargs.pop("device", "cpu"), **kwargs) == kept, kept
+    assert engine_of("smollm2-135m") == "transformers"
+    monkeypatch.setattr(models, "_cpu_has_fast_bf16", lambda: True)  # bf16 here: transformers' bf16 path
+    assert generation_spec("smollm2-135m", device="cpu") == "smollm2-135m"
+    monkeypatch.setattr(models, "_cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else found(name, *a))
+    assert generation_spec("smollm2-135m", device="cpu") == "smollm2-135m"  # no extra: transformers, said once
+    assert generation_spec("smollm2-135m", device="cpu") == "smollm2-135m"
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["llama.cpp is not installed (pip install 'taskret[llamacpp]'), so generation runs on "
+                    "transformers, the slower engine on this CPU"]

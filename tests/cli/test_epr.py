@@ -185,6 +185,14 @@ def test_run_a_bm25_pipeline(tmp_path, train, tiny_model_dir, tiny_bert_dir):
     again = invoke("run", config)
     assert again.exit_code == 0
     assert again.stderr.count("exists, skipped") == 5 and "index:" in again.stderr and "EPR on train: em" in again.stderr
+    # the same run from a copy of its work folder elsewhere (--work-dir): it goes on there, nothing recomputed
+    import shutil
+
+    copy = tmp_path / "kept" / "work"
+    shutil.copytree(work, copy)
+    moved = invoke("run", config, "--work-dir", copy)
+    assert moved.exit_code == 0, moved.output
+    assert moved.stderr.count("exists, skipped") == 5 and str(copy / "eval") in moved.stderr
 
 
 def test_the_shared_task_options_take_a_known_format(tmp_path):

@@ -158,3 +158,33 @@ def test_a_config_built_in_code_is_reported_in_words_not_as_pydantic_prints_it()
         EPRConfig(eval_limt=3, k=0)
     assert _message(info.value) == "EPRConfig: key 'k': Input should be greater than or equal to 1 (got 0); unknown " \
                                    "key 'eval_limt'"
+
+
+def test_break_without_wordnet_says_what_to_install_in_one_line_before_any_model_loads(tmp_path, monkeypatch):
+    """LF-EM needs the WordNet database: without it `taskret evaluate --task break` and `taskret epr run` end in
+    one line naming the package, before an LM is loaded (the LM named here does not exist) or a stage runs."""
+    import json
+
+    from taskret.icl.lf_em import wordnet as wordnet_module
+
+    pytest.importorskip("spacy")
+    rows = "question_id,question_text,decomposition,operators,split\n" + "".join(
+        f'Q{i},how many cats are there {i},"[""return cats"", ""return number of #1""]","[\'select\']",train\n'
+        for i in range(4))
+    (tmp_path / "data" / "break").mkdir(parents=True)
+    for split in ("train", "test"):
+        (tmp_path / "data" / "break" / f"{split}.csv").write_text(rows, encoding="utf-8")
+    monkeypatch.setattr(wordnet_module, "_candidates", lambda: [])
+    wordnet_module.wordnet.cache_clear()
+    try:
+        result = invoke("evaluate", "--task", "break", "--data-dir", tmp_path / "data", "--lm", tmp_path / "no-such-lm",
+                        "--out", tmp_path / "run")
+        assert_reported(result, wordnet_module.WORDNET_INSTALL)
+        assert not (tmp_path / "run").exists()
+        config = tmp_path / "epr.json"
+        config.write_text(json.dumps({"task": "break", "data_dir": str(tmp_path / "data"), "work_dir": str(tmp_path / "w"),
+                                      "labels": "bm25", "inference_lm": str(tmp_path / "no-such-lm")}))
+        assert_reported(invoke("epr", "run", config), wordnet_module.WORDNET_INSTALL)
+        assert not (tmp_path / "w" / "candidates.jsonl").exists()
+    finally:
+        wordnet_module.wordnet.cache_clear()

@@ -18,7 +18,7 @@ import pytest
 
 from taskret.data import Example
 from taskret.epr.candidates import mine_candidates, write_candidates
-from taskret.epr.scoring import META_FILE, SCORES_FILE, score_candidates, scoring_pair
+from taskret.epr.scoring import META_FILE, SCORES_FILE, TIMES_FILE, score_candidates, scoring_pair, scoring_seconds
 from taskret.formats import BREAK_FORMAT, OutputFormat
 from tests.conftest import read_jsonl_rows, write_jsonl_rows
 
@@ -130,6 +130,28 @@ def test_resume_rescores_only_missing_shards(tmp_path, tiny_lm, examples, cand_r
     done.clear()
     score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2, progress=done.append)
     assert sum(done) == n_pairs and path.read_bytes() == first
+
+
+def test_a_resumed_job_sums_each_sessions_measured_time_and_records_where_it_scored(tmp_path, tiny_lm, examples,
+                                                                                    cand_rows):
+    """The scoring time of a job that resumes is what each session measured, one line per shard scored: the shards
+    scored again after a loss are timed again, the ones kept are not; the meta file says the dtype and machine."""
+    by_id = {e.id: e for e in examples}
+    out = tmp_path / "scoring"
+    score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2)
+    meta = json.loads((out / META_FILE).read_text())
+    assert meta["dtype"] == tiny_lm.runtime()["dtype"] and meta["machine"]["engine"] == "transformers"
+    assert meta["machine"]["cpu"] and meta["machine"]["cores"] >= 1
+    lines = read_jsonl_rows(out / TIMES_FILE)
+    assert [line["shards"] for line in lines] == [[0], [1], [2], [3]]
+    assert sum(line["pairs"] for line in lines) == sum(len(r["candidates"]) for r in cand_rows)
+    assert all(line["wall_s"] >= 0 and line["dtype"] == meta["dtype"] for line in lines)
+    (out / "shards" / "shard-00002.jsonl").unlink()
+    score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2)
+    lines = read_jsonl_rows(out / TIMES_FILE)
+    assert [line["shards"] for line in lines] == [[0], [1], [2], [3], [2]]
+    assert scoring_seconds(out) == pytest.approx(sum(line["wall_s"] for line in lines), abs=0.02)
+    assert scoring_seconds(tmp_path / "never_scored") is None
 
 
 def test_shard_order_changes_the_shards_not_the_scores(tmp_path, tiny_lm, examples, cand_rows):

@@ -7,6 +7,7 @@ import pytest
 
 from taskret.icl.compare import (
     bootstrap_interval,
+    holm_adjusted,
     min_detectable_difference,
     min_detectable_mean_difference,
     paired_graded_comparison,
@@ -52,3 +53,15 @@ def test_a_graded_comparison_pairs_scores_in_points_and_its_detectable_differenc
     assert bootstrap_interval(better, base, n_resamples=500, scale=1.0)[0] > 1.0
     with pytest.raises(ValueError, match="same examples"):
         paired_graded_comparison(better, {"0": 1.0})
+
+
+def test_holm_multiplies_the_ith_smallest_p_by_the_tests_left_and_never_lets_it_fall():
+    raw = {"a": 0.0, "b": 0.0012, "c": 0.0001, "d": 0.0314, "e": 0.7122}
+    adjusted = holm_adjusted(raw)
+    assert adjusted == pytest.approx({"a": 0.0, "c": 0.0004, "b": 0.0036, "d": 0.0628, "e": 0.7122})
+    assert holm_adjusted({"x": 0.04, "y": 0.03}) == pytest.approx({"y": 0.06, "x": 0.06})  # 0.04 x 1 < 0.06: kept at 0.06
+    assert holm_adjusted({"x": 0.6, "y": 0.5}) == {"y": 1.0, "x": 1.0}  # capped at 1
+    assert holm_adjusted({}) == {}
+    statsmodels = pytest.importorskip("statsmodels.stats.multitest")
+    reference = statsmodels.multipletests(list(raw.values()), method="holm")[1]
+    assert [adjusted[k] for k in raw] == pytest.approx(list(reference))

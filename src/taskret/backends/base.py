@@ -14,7 +14,11 @@ spec               what                                                 needs
 ``openai:URL#M``   an OpenAI-compatible completions server, model ``M``  ``pip install taskret[http]``
 ``openai:M``       the same at ``$OPENAI_BASE_URL``
 ``vllm:NAME|PATH`` vLLM in this process, on a GPU                        ``pip install taskret[vllm]``
+``llamacpp:NAME``  llama.cpp on a bundled model's GGUF, or a .gguf      ``pip install taskret[llamacpp]``
 =================  ===================================================  ===========================
+
+Generation picks its engine by :func:`generation_spec`: a bundled model named bare runs on llama.cpp on CPUs
+without native bfloat16, where it measured faster at the same answers.
 
 Options (``make_backend(spec, concurrency=8)``, ``--lm-option concurrency=8`` on the command line) go
 to the backend's ``from_spec``; an unknown option is an error that lists the known ones.
@@ -23,6 +27,7 @@ to the backend's ``from_spec``; an unknown option is an error that lists the kno
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 from abc import ABC, abstractmethod
@@ -212,6 +217,50 @@ def load_lm(spec: str, options: Mapping[str, Any] | None = None, **common: Any) 
     merged = {k: v for k, v in common.items() if k in known and v is not None}
     merged.update(options or {})
     return make_backend(spec, **merged)
+
+
+#: what each backend's ``runtime()["engine"]`` calls itself (a summary's ``machine.engine``)
+ENGINE_NAMES = {"transformers": "transformers", "llamacpp": "llama.cpp", "vllm": "vllm", "openai": "openai"}
+
+
+def generation_spec(spec: str, options: Mapping[str, Any] | None = None, device: str | None = None,
+                    dtype: str | None = None) -> str:
+    """The spec that generates with ``spec`` fastest here at the same answers. A bundled model named bare
+    (``smollm2-135m``, ``gemma3-270m``), with no backend options, on a CPU without native bfloat16 where float32 is
+    the precision, runs on llama.cpp (``llamacpp:NAME``, float32 weights: ``benchmarks/speed/lm_engines.py``
+    measured it faster there with answers in agreement). Any other spec stays as given: a backend named
+    (``transformers:NAME`` keeps transformers), options for the default backend, a GPU, or a CPU with native
+    bfloat16 (transformers' bf16, not measured against it). Without the ``llamacpp`` extra it says so once and keeps
+    transformers. Scoring is not switched: transformers' scoring was as fast there."""
+    from ..models import GGUF_MODELS, dtype_name, pick_device
+
+    kind, target = parse_spec(spec)
+    if kind != DEFAULT_BACKEND or str(spec).startswith(f"{kind}:") or options or target not in GGUF_MODELS:
+        return spec
+    if pick_device(None if device == "auto" else device) != "cpu" or dtype_name(dtype or "auto", "cpu") != "float32":
+        return spec
+    if importlib.util.find_spec("llama_cpp") is None:
+        _say_once("llama.cpp is not installed (pip install 'taskret[llamacpp]'), so generation runs on "
+                  "transformers, the slower engine on this CPU")
+        return spec
+    return f"llamacpp:{target}"
+
+
+def engine_of(spec: str) -> str:
+    """The engine a spec runs on, as its backend's ``runtime()`` records it (``transformers``, ``llama.cpp``)."""
+    kind, _ = parse_spec(spec)
+    return ENGINE_NAMES.get(kind, kind)
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    import sys
+
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
 
 
 def parse_options(pairs: Sequence[str] | None) -> dict[str, Any]:

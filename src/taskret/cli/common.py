@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from ..backends.base import BackendError
-from ..models import ModelNotInstalled
+from ..models import MissingDependency, ModelNotInstalled
 
 #: Messages for the user (progress, results, errors) go to stderr; stdout carries only data (JSONL, tables).
 #: soft_wrap: a message is never broken at the console's width (80 columns where stderr is a file or a pipe), so a
@@ -40,7 +40,7 @@ class MissingExtra(RuntimeError):
 #: a missing optional dependency.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
-    ModelNotInstalled, BackendError, MissingExtra,
+    ModelNotInstalled, MissingDependency, BackendError, MissingExtra,
 )
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -116,7 +116,8 @@ class App(typer.Typer):
 # -- options shared by several commands --------------------------------------------------------------------
 
 TaskName = Annotated[Optional[str], typer.Option(
-    "--task", help="built-in task: mtop, break, smcalflow or demo; or give --train (and --test) files")]
+    "--task", help="built-in task: mtop, break, smcalflow, demo, a berri-lite generation task (berri-lite/nl2bash, ...) "
+    "or a public benchmark task (geoquery, atis, sst2, sst5, trec); or give --train (and --test) files")]
 TrainFile = Annotated[Optional[Path], typer.Option("--train", help="training pool file (.jsonl/.csv/.tsv)")]
 TestFile = Annotated[Optional[Path], typer.Option("--test", help="test file (.jsonl/.csv/.tsv)")]
 InputField = Annotated[Optional[str], typer.Option("--input-field", help="field holding the input")]

@@ -261,9 +261,13 @@ def index(
 def run(config: Path = typer.Argument(..., help="EPR config (JSON); see taskret.epr.pipeline.EPRConfig"),
         stop_after: Optional[str] = typer.Option(None, "--stop-after", help="end once this stage is done, named as "
                                                  "its progress line starts (e.g. 'round 3 training'); a later run "
-                                                 "of the same config, here or on a copy of the work folder, goes on")):
+                                                 "of the same config, here or on a copy of the work folder, goes on"),
+        work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="the work folder instead of the config's "
+                                                "work_dir (the same run elsewhere: a folder you keep or copy)")):
     """The whole pipeline from one config file, skipping stages whose outputs exist."""
     from ..epr.pipeline import EPRConfig, run_pipeline
 
     cfg = EPRConfig.from_file(config)
+    if work_dir is not None:
+        cfg = cfg.model_copy(update={"work_dir": str(work_dir)})
     run_pipeline(cfg, console=Console(stderr=True, soft_wrap=True), stop_after=stop_after)  # a stage line with a long path stays one line

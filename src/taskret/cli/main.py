@@ -121,9 +121,9 @@ def evaluate(
                                               "retriever (`taskret epr multitask`) reads"),
 ):
     """Evaluate in-context learning with retrieved demonstrations; writes predictions.jsonl and summary.json."""
-    from ..backends.base import load_lm, parse_options
+    from ..backends.base import generation_spec, load_lm, parse_options
     from ..epr.methods import TEST_TIME_METHODS, rank_test_examples
-    from ..icl.evaluation import choose_selection_weight, graded_metrics_for
+    from ..icl.evaluation import check_match_metrics, choose_selection_weight, graded_metrics_for
     from ..icl.evaluation import evaluate as run_evaluation
     from ..icl.selection import Selection
     from ..progress import progress_bar
@@ -156,12 +156,15 @@ def evaluate(
         graded_metrics_for(loaded, metric or ())
     except ImportError as err:
         raise MissingExtra(str(err)) from None
+    check_match_metrics(loaded)  # LF-EM's extra and WordNet, before any model loads (MissingDependency: one line)
     examples = sample(loaded.test, limit, seed=seed)
-    with console.status(f"loading {lm}"):
-        model = load_lm(lm, parse_options(lm_option), device=device, dtype=dtype)
+    generator = generation_spec(lm, parse_options(lm_option), device=device, dtype=dtype)
+    with console.status(f"loading {generator}"):
+        model = load_lm(generator, parse_options(lm_option), device=device, dtype=dtype)
     ret, retrieved = None, None
     if retriever in TEST_TIME_METHODS:
-        same = scoring_lm in (None, lm) and not scoring_lm_option
+        # the scoring LM as named: generation's engine choice is not scoring's (generation_spec)
+        same = scoring_lm in (None, lm) and not scoring_lm_option and generator == lm
         scorer = model if same or retriever == "bm25-oracle" else load_lm(
             scoring_lm or lm, parse_options(scoring_lm_option), device=device, dtype=dtype)
         with progress_bar(len(examples), f"ranking with {retriever}") as advance:

@@ -62,7 +62,10 @@ class _ScoringWorker:
     def info(self) -> dict:
         import ray
 
-        return {"name": self.lm.name, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+        from ..models import machine_info
+
+        return {"name": self.lm.name, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
+                "runtime": {**machine_info(), **self.lm.runtime()}}
 
     def score(self, prefixes: list[str], prompts: list[str], targets: list[str]) -> list[tuple[float, int]]:
         return [(s.logprob, s.n_tokens) for s in self.lm.score_shared(prefixes, prompts, targets)]
@@ -76,6 +79,11 @@ class RayScoring(RayActorPool):
 
     worker = _ScoringWorker
     model_kind = "the scoring LM"
+
+    def runtime(self) -> dict:
+        """Where the first worker's LM computes (machine, engine, dtype), for the scoring's record."""
+        infos = getattr(self, "worker_info", None) or [{}]
+        return {**infos[0].get("runtime", {}), "workers": len(self.actors)}
 
     # -- the shard runner ------------------------------------------------------------------------
 

@@ -162,7 +162,7 @@ def run_pipeline(config: EPRConfig, console=None, progress: bool = True, lms: di
 
 
 def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, log: Path) -> dict:
-    from ..backends.base import LMBackend
+    from ..backends.base import LMBackend, generation_spec
     from ..backends.base import load_lm as load_backend
     from ..icl.evaluation import evaluate
     from ..io import read_json, write_jsonl
@@ -251,7 +251,7 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
     retriever = Retriever.load(index.output)
 
     def run_evaluation(out: Path) -> str:
-        lm = load_lm(config.inference_lm, config.inference_lm_options)
+        lm = load_lm(generation_spec(config.inference_lm, config.inference_lm_options), config.inference_lm_options)
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), "evaluating", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=f"epr:{work}", context_window=config.context_window,
@@ -269,10 +269,12 @@ def _run_stages(config: EPRConfig, work: Path, say, progress: bool, lms: dict, l
 
 
 def _check_metrics(task: Task, metrics: list[str]) -> None:
-    """An unknown metric, or chrf without sacrebleu, fails before any stage runs."""
-    from ..icl.evaluation import graded_metrics_for
+    """An unknown metric, chrf without sacrebleu, or LF-EM without its extra or WordNet fails before any stage
+    runs."""
+    from ..icl.evaluation import check_match_metrics, graded_metrics_for
 
     graded_metrics_for(task, metrics)
+    check_match_metrics(task)
 
 
 def _baseline(config: EPRConfig, task: Task, work: Path, load_lm, say, progress: bool) -> None:
@@ -280,6 +282,7 @@ def _baseline(config: EPRConfig, task: Task, work: Path, load_lm, say, progress:
     pairing the two (:func:`taskret.icl.compare.comparison_line`)."""
     import shutil
 
+    from ..backends.base import generation_spec
     from ..icl.compare import compare_runs, comparison_line
     from ..icl.evaluation import evaluate
     from ..io import read_json
@@ -290,7 +293,7 @@ def _baseline(config: EPRConfig, task: Task, work: Path, load_lm, say, progress:
         retriever = make_retriever(config.baseline, seed=config.seed)
         if not retriever.ids:
             retriever.index(task.train)
-        lm = load_lm(config.inference_lm, config.inference_lm_options)
+        lm = load_lm(generation_spec(config.inference_lm, config.inference_lm_options), config.inference_lm_options)
         test = sample(task.test, config.eval_limit, seed=config.seed)
         with progress_bar(len(test), f"evaluating {config.baseline}", enabled=progress) as advance:
             evaluate(task, retriever, lm, test, out, retriever_name=config.baseline,

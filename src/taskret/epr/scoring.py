@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -27,6 +28,10 @@ ShardRunner = Callable[[Sequence[PendingShard], Mapping[str, Example], OutputFor
 
 SCORES_FILE = "scores.jsonl"
 META_FILE = "scoring_meta.json"
+#: one line per scoring call that scored shards: which shards, how many pairs, wall seconds, where (the machine and
+#: the LM's engine and precision). A job that resumes over several sessions or machines adds a line per session, so
+#: its scoring time is the sum of what was measured, never a rate times a count.
+TIMES_FILE = "scoring_times.jsonl"
 
 
 def scoring_pair(candidate: Example, example: Example, fmt: OutputFormat = OutputFormat()) -> tuple[str, str]:
@@ -132,17 +137,19 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
     meta = {"lm": lm_name, "candidates": _fingerprint(candidate_rows), "shard_size": shard_size,
             "n_examples": len(candidate_rows), "n_pairs": sum(len(r["candidates"]) for r in candidate_rows),
             "shard_order": shard_order}
+    where = _where(lm, shard_runner)
     meta_path = out_dir / META_FILE
     if meta_path.exists():
         previous = read_json(meta_path)
         previous.setdefault("shard_order", "file")  # jobs started before shard_order existed
-        if {k: previous.get(k) for k in meta if k != "shard_order"} != {k: v for k, v in meta.items()
-                                                                       if k != "shard_order"}:
+        same_job = ("lm", "candidates", "shard_size", "n_examples", "n_pairs")
+        if {k: previous.get(k) for k in same_job} != {k: meta[k] for k in same_job}:
             raise ValueError(f"{out_dir} holds scores of another job ({previous}); use a new output folder")
         # A resumed job keeps the shard order it started with: its finished shards were cut that way.
         shard_order = previous["shard_order"]
     else:
-        write_json(meta_path, meta)
+        # where the job started: its dtype and machine (each session's own are in scoring_times.jsonl)
+        write_json(meta_path, {**meta, "dtype": where.get("dtype"), "machine": where})
     shards = order_shards(candidate_rows, examples, shard_size, shard_order)
     pending, resumed = [], 0
     for number, rows in enumerate(shards):
@@ -152,19 +159,57 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
         else:
             pending.append((number, rows, path))
     report_resumed(progress, resumed)  # done before this run: counted, but not in the rate
-    if shard_runner is not None:
-        shard_runner(pending, examples, fmt, progress)
-        missing = [path.name for _, _, path in pending if not path.exists()]
-        if missing:
-            raise RuntimeError(f"the shard runner left {len(missing)} shard(s) unscored (e.g. {missing[0]})")
-    else:
-        for _, rows, path in pending:
-            write_jsonl(path, score_shard(rows, examples, lm, fmt, progress=progress))
+    if pending:
+        start = time.perf_counter()
+        if shard_runner is not None:
+            shard_runner(pending, examples, fmt, progress)
+            missing = [path.name for _, _, path in pending if not path.exists()]
+            if missing:
+                raise RuntimeError(f"the shard runner left {len(missing)} shard(s) unscored (e.g. {missing[0]})")
+        else:
+            for number, rows, path in pending:
+                write_jsonl(path, score_shard(rows, examples, lm, fmt, progress=progress))
+                _record_time(out_dir, [number], sum(len(r["candidates"]) for r in rows), start, where)
+                start = time.perf_counter()
+        if shard_runner is not None:
+            _record_time(out_dir, [n for n, _, _ in pending], sum(len(r["candidates"]) for _, rows, _ in pending
+                                                                   for r in rows), start, where)
     scored = {}
     for number in range(len(shards)):
         scored.update((row["id"], row) for row in read_jsonl(shard_dir / f"shard-{number:05d}.jsonl"))
     write_jsonl(out_dir / SCORES_FILE, [scored[row["id"]] for row in candidate_rows])
     return out_dir / SCORES_FILE
+
+
+def _where(lm: LMBackend | str, shard_runner: ShardRunner | None) -> dict:
+    """The machine and the LM's engine and precision (``dtype``) the shards are scored with here; a shard runner's
+    LMs run elsewhere, so only it can say (``runtime()``, when it has one)."""
+    from ..models import machine_info
+
+    if shard_runner is not None:
+        runtime = getattr(shard_runner, "runtime", None)
+        return {**machine_info(), **(runtime() if callable(runtime) else {}), "runner": type(shard_runner).__name__}
+    return {**machine_info(), **lm.runtime()}
+
+
+def _record_time(out_dir: Path, shards: list[int], pairs: int, start: float, where: dict) -> None:
+    """One line of :data:`TIMES_FILE`, written after the shards it times (a job killed between the two loses the
+    line: its time is then missing from the sum, never counted twice)."""
+    line = {"shards": shards, "pairs": pairs, "wall_s": round(time.perf_counter() - start, 2),
+            "cpu": where.get("cpu"), "cores": where.get("cores"), "engine": where.get("engine"),
+            "dtype": where.get("dtype"), "device": where.get("device"), "load_average": [round(x, 2) for x in
+                                                                                     os.getloadavg()]}
+    with open(out_dir / TIMES_FILE, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def scoring_seconds(out_dir: str | os.PathLike) -> float | None:
+    """The measured wall seconds of a scoring job (every session's, summed from :data:`TIMES_FILE`); None when
+    nothing was timed (a job scored before the file existed)."""
+    path = Path(out_dir) / TIMES_FILE
+    if not path.exists():
+        return None
+    return round(sum(row["wall_s"] for row in read_jsonl(path)), 2)
 
 
 def read_scores(path: str | os.PathLike) -> list[dict]:

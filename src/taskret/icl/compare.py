@@ -206,6 +206,20 @@ def paired_comparison(correct_a: Mapping[str, bool], correct_b: Mapping[str, boo
             "min_detectable_diff": min_detectable_difference(len(correct_a), test.only_a + test.only_b)}
 
 
+def holm_adjusted(p_values: Mapping[str, float]) -> dict[str, float]:
+    """Holm's (1979) step-down adjustment of a family of p-values, ``{name: adjusted p}``: the i-th smallest of m is
+    multiplied by m - i (i from 0), capped at 1 and never below the one before it. Rejecting where the adjusted p is
+    under alpha keeps the chance of any false rejection in the family at alpha, whatever the tests' dependence (as
+    when every rung of a ladder is compared with the same best rung on the same inputs)."""
+    order = sorted(p_values, key=lambda name: p_values[name])
+    adjusted: dict[str, float] = {}
+    running = 0.0
+    for i, name in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * float(p_values[name])))
+        adjusted[name] = running
+    return adjusted
+
+
 def min_detectable_mean_difference(differences: Sequence[float], alpha: float = 0.05,
                                    power: float = 0.8) -> float | None:
     """The smallest mean paired difference (in the scores' units) a two-sided test at ``alpha`` finds with ``power``,

@@ -12,6 +12,11 @@ Break reports two match metrics beside exact match: ``lf_em``, the paper's logic
 evaluator computes it (:mod:`taskret.icl.lf_em`; the headline, :data:`TASK_HEADLINE`), and ``normalized_match``,
 a stricter string-level stand-in kept for comparison with earlier runs. LF-EM reads the question too, and needs
 the ``break`` extra (spaCy, its English model, inflect) and WordNet: ``pip install 'taskret[break]'``.
+
+A task with answer options (classification, multiple choice: :attr:`taskret.data.Task.has_options`) is not generated
+for: the LM scores each option after the prompt and the best is the prediction (:mod:`taskret.icl.options`). Its
+metric is ``accuracy`` (the chosen option is the gold one), which is also each row's ``correct``, so the paired tests
+read it as they read exact match; each row holds the options and their scores beside it.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from ..backends.base import LMBackend
 from ..data import GENERATION_TASKS, Example, Task, sample
 from ..formats import normalize_whitespace
 from ..io import read_jsonl, write_json, write_jsonl
-from ..models import machine_info
+from ..models import MissingDependency, machine_info
 from ..retrieval import RetrievalResult, Retriever
 from .inference import Prediction, predict
+from .options import DEFAULT_NORMALISATION, OptionPrediction, answer_room, options_of, predict_options
 from .prompt import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_NEW_TOKENS, PromptBuilder, prompt_token_budget
 from .selection import Selection, select_demonstrations
 
@@ -77,13 +83,32 @@ INPUT_METRICS = frozenset({"lf_em"})
 TASK_HEADLINE: dict[str, str] = {"break": "lf_em"}
 
 
+#: The metric of a task answered by choosing among options: the chosen option is the gold one.
+OPTION_METRIC = "accuracy"
+
+
+def option_match(prediction: str, gold: str) -> bool:
+    """A chosen option against the gold one: the same text (both are among the example's options)."""
+    return prediction == gold
+
+
 def metrics_for(task: Task) -> dict[str, Callable[[str, str], bool]]:
+    if task.has_options:
+        return {OPTION_METRIC: option_match}
     return TASK_METRICS.get(task.name, METRICS)
 
 
 def headline_metric(task: Task) -> str:
-    """The metric ``task``'s results are quoted by: Break's LF-EM, else exact match."""
+    """The metric ``task``'s results are quoted by: accuracy for a task with options, Break's LF-EM, else exact
+    match."""
+    if task.has_options:
+        return OPTION_METRIC
     return TASK_HEADLINE.get(task.name, "em")
+
+
+def _correct_metric(task: Task) -> str:
+    """The match metric that is each row's ``correct`` (what the paired tests read): exact match, or accuracy."""
+    return OPTION_METRIC if task.has_options else "em"
 
 
 def match(name: str, fn: Callable[..., bool], prediction: str, gold: str, input_text: str) -> bool:
@@ -95,9 +120,13 @@ def check_match_metrics(task: Task) -> None:
     """Fail before the LM runs when a task's match metric lacks what it needs (LF-EM: the ``break`` extra and
     WordNet), with the command that installs it."""
     if "lf_em" in metrics_for(task):
-        from .lf_em import load_resources
+        try:
+            from .lf_em import load_resources
 
-        load_resources()
+            load_resources()
+        except ImportError as err:  # the break extra (spaCy, its model, inflect, networkx); WordNet says itself
+            raise MissingDependency(str(err) if "taskret[" in str(err) else
+                                    f"LF-EM needs the break extra: pip install 'taskret[break]' ({err})") from None
 
 
 # -- graded metrics ------------------------------------------------------------------------------------------
@@ -198,6 +227,7 @@ def read_correct(path: str | Path) -> dict[str, bool]:
 
 def prediction_rows(task: Task, predictions: Sequence[Prediction], graded: Sequence[str] = ()) -> list[dict]:
     metrics = metrics_for(task)
+    correct = _correct_metric(task)
     return [{
         "id": p.example.id,
         "input": p.example.input,
@@ -209,9 +239,10 @@ def prediction_rows(task: Task, predictions: Sequence[Prediction], graded: Seque
         "generation": p.raw_generation,
         "prediction": p.prediction,
         "gold": p.example.output,
-        "correct": metrics["em"](p.prediction, p.example.output),
+        "correct": metrics[correct](p.prediction, p.example.output),
         **{name: match(name, fn, p.prediction, p.example.output, p.example.input)
-           for name, fn in metrics.items() if name != "em"},
+           for name, fn in metrics.items() if name not in ("em", correct)},
+        **({"options": list(p.options), "option_scores": p.option_scores} if isinstance(p, OptionPrediction) else {}),
         **{name: round(GRADED_METRICS[name].sentence(p.prediction, p.example.output), 4) for name in graded},
     } for p in predictions]
 
@@ -221,13 +252,19 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, max_demos: int | None = None,
              progress: Callable[[int], None] | None = None, extra: dict | None = None,
              retrieved: RetrievalResult | None = None, metrics: Sequence[str] = (),
-             selection: Selection | None = None) -> dict:
+             selection: Selection | None = None, option_normalisation: str = DEFAULT_NORMALISATION) -> dict:
     """Run in-context learning on ``examples`` and write predictions.jsonl and summary.json to ``out_dir``.
 
     ``metrics``: graded metrics to report beside exact match (``chrf``; module docstring). ``selection``: choose
     each prompt's demonstrations as a set (DPP or MMR over the top candidates, :mod:`taskret.icl.selection`)
-    instead of the top of the ranking; the summary records its settings under ``selection``."""
+    instead of the top of the ranking; the summary records its settings under ``selection``.
+
+    A task with answer options is answered by their likelihood (:mod:`taskret.icl.options`, ``option_normalisation``
+    ``mean`` or ``sum``), the room left for the answer being the longest option's tokens when that exceeds
+    ``max_new_tokens``."""
     out_dir = Path(out_dir)
+    if task.has_options:
+        max_new_tokens = max(max_new_tokens, answer_room(lm, options_of(task, examples)))
     budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)  # refuses no room early
     graded = graded_metrics_for(task, metrics)
     check_match_metrics(task)
@@ -236,16 +273,21 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
     if selection is not None:
         builder = PromptBuilder(lm.count_tokens, budget=budget, max_demos=max_demos)
         retrieved, selected = select_demonstrations(task, retriever, examples, selection, builder, retrieved)
-    predictions = predict(task, retriever, lm, examples, context_window=context_window, max_new_tokens=max_new_tokens,
-                          max_demos=max_demos, progress=progress, retrieved=retrieved)
+    predictions = _predict(task, retriever, lm, examples, context_window=context_window, max_new_tokens=max_new_tokens,
+                           max_demos=max_demos, progress=progress, retrieved=retrieved,
+                           option_normalisation=option_normalisation)
     wall = time.perf_counter() - start
+    scored_by_options = task.has_options
     summary = {
         "task": task.name,
         "retriever": retriever_name,
         "lm": lm.name,
         "n": len(predictions),
         "metrics": score_predictions(task, predictions, graded),
-        **({"headline_metric": headline_metric(task)} if task.name in TASK_HEADLINE else {}),
+        **({"headline_metric": headline_metric(task)} if task.name in TASK_HEADLINE or scored_by_options else {}),
+        **({"answered_by": "option likelihood", "option_normalisation": option_normalisation,
+            "options_per_s": round(sum(len(p.options) for p in predictions) / wall, 2) if wall > 0 else None}
+           if scored_by_options else {}),
         "context_window": budget + max_new_tokens,  # capped by the LM's context
         "max_new_tokens": max_new_tokens,
         "token_budget": budget,
@@ -256,7 +298,7 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
         "examples_per_s": round(len(predictions) / wall, 3) if wall > 0 else None,
         "prompt_tokens_per_s": round(sum(p.prompt.n_tokens for p in predictions) / wall, 1) if wall > 0 else None,
         "generated_tokens_per_s": round(sum(lm.count_tokens(p.raw_generation) + 1 for p in predictions) / wall, 2)
-        if wall > 0 else None,
+        if wall > 0 and not scored_by_options else None,  # options are scored, not generated
         "max_batch_tokens": getattr(lm, "max_batch_tokens", None),
         "lm_backend": lm.backend,
         # What the LM's greedy outputs depend on beyond the prompts: compare evaluations made on one machine only.
@@ -269,19 +311,34 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
     return summary
 
 
+def _predict(task: Task, retriever: Retriever | None, lm: LMBackend, examples: Sequence[Example], *,
+             context_window: int, max_new_tokens: int, max_demos: int | None, retrieved: RetrievalResult | None,
+             progress: Callable[[int], None] | None, option_normalisation: str = DEFAULT_NORMALISATION,
+             ) -> list[Prediction]:
+    """Greedy generation, or, for a task with answer options, the most likely option (:mod:`taskret.icl.options`)."""
+    if task.has_options:
+        return predict_options(task, retriever, lm, examples, context_window=context_window,
+                               answer_tokens=max_new_tokens, max_demos=max_demos, retrieved=retrieved,
+                               normalisation=option_normalisation, progress=progress)
+    return predict(task, retriever, lm, examples, context_window=context_window, max_new_tokens=max_new_tokens,
+                   max_demos=max_demos, progress=progress, retrieved=retrieved)
+
+
 #: The parts of a summary's ``machine`` that an LM's greedy outputs depend on (``engine``: the LM backend's engine,
 #: transformers or llama.cpp; summaries written before it was recorded ran on transformers).
 MACHINE_KEYS = ("cpu", "cpu_flags", "torch", "transformers", "dtype", "engine")
 
 
-def machine_differences(summary: dict, dtype: str | None = None, against: dict | None = None) -> dict[str, tuple]:
+def machine_differences(summary: dict, dtype: str | None = None, against: dict | None = None,
+                        engine: str | None = None) -> dict[str, tuple]:
     """How the machine an evaluation ``summary`` was made on differs from this one, ``{key: (then, here)}``
-    (empty: the same). ``dtype``: the LM's precision here (:func:`taskret.models.dtype_name`), where known. A
-    summary written before machines were recorded differs by ``machine``: nothing says where it ran.
-    ``against``: another summary's ``machine`` to compare with instead of this one (evaluations meant to be read
-    side by side)."""
+    (empty: the same). ``dtype`` and ``engine``: the LM's precision (:func:`taskret.models.dtype_name`) and engine
+    (:func:`taskret.backends.base.engine_of`) here, where known. A summary written before machines were recorded
+    differs by ``machine``: nothing says where it ran. ``against``: another summary's ``machine`` to compare with
+    instead of this one (evaluations meant to be read side by side)."""
     recorded = summary.get("machine")
-    here = against if against is not None else {**machine_info(), **({"dtype": dtype} if dtype is not None else {})}
+    here = against if against is not None else {**machine_info(), **({"dtype": dtype} if dtype is not None else {}),
+                                                **({"engine": engine} if engine is not None else {})}
     if not isinstance(recorded, dict):
         return {"machine": ("not recorded", here.get("cpu"))}
     recorded = {"engine": "transformers", **recorded}
@@ -300,6 +357,8 @@ def choose_selection_weight(task: Task, retriever: Retriever, lm: LMBackend, sel
     listed first. Costs ``len(weights) * n`` LM generations: one evaluation of ``n`` inputs per weight."""
     if not weights:
         raise ValueError("give at least one weight to choose from")
+    if task.has_options and metric == "em":
+        metric = OPTION_METRIC  # the chosen option is the gold one: a task with options' exact match
     graded = [metric] if metric in GRADED_METRICS else []
     graded_metrics_for(task, [metric])  # refuses an unknown metric before the LM runs
     check_match_metrics(task)
@@ -312,8 +371,8 @@ def choose_selection_weight(task: Task, retriever: Retriever, lm: LMBackend, sel
     for weight in weights:
         chosen = Selection(selection.method, weight, selection.n_candidates, selection.encoder)
         retrieved, _ = select_demonstrations(task, retriever, held_out, chosen, builder, candidates)
-        predictions = predict(task, None, lm, held_out, context_window=context_window, max_new_tokens=max_new_tokens,
-                              max_demos=max_demos, retrieved=retrieved, progress=progress)
+        predictions = _predict(task, None, lm, held_out, context_window=context_window, max_new_tokens=max_new_tokens,
+                               max_demos=max_demos, retrieved=retrieved, progress=progress)
         scores[weight] = score_predictions(task, predictions, graded)[metric]
     best = max(weights, key=lambda w: (scores[w], -list(weights).index(w)))
     return best, scores

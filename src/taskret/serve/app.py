@@ -377,9 +377,9 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
             raise ValueError("generate needs an LM: --lm NAME, or an index written with `taskret index --lm`")
         if not generate_timeout_s > 0:
             raise ValueError("generate_timeout_s must be positive")
-        from ..backends.base import load_lm
+        from ..backends.base import generation_spec, load_lm
 
-        generator = load_lm(generator_name)
+        generator = load_lm(generation_spec(generator_name))
     # One thread generates, so a second request waits for the LM instead of sharing it, and a wait counts
     # against its time bound.
     generating = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskret-generate") if generator else None

@@ -17,6 +17,8 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
+from ...models import MissingDependency
+
 #: Environment variable naming a WordNet 3.0 database folder (or NLTK's ``wordnet.zip``) to use first.
 WORDNET_ENV = "TASKRET_WORDNET"
 WORDNET_INSTALL = ("LF-EM needs the WordNet 3.0 database: `apt-get install wordnet-base` (Debian, Ubuntu), or "
@@ -33,7 +35,7 @@ _POS_FILE = {"a": "adj", "v": "verb", "n": "noun"}
 _SYNTACTIC_MARKER = re.compile(r"(.*?)(\(.*\))?$")
 
 
-class WordNetMissing(RuntimeError):
+class WordNetMissing(MissingDependency):
     """No WordNet 3.0 database was found."""
 
 

@@ -1,0 +1,72 @@
+"""The headroom pilot's verdicts (benchmarks/epr/headroom.py): the gap between BM25 and the LM-Oracle against what
+the task's full test N can detect, "at the floor" when the gap is under twice that, and the LM's measured costs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import import_script
+
+MACHINE = {"cpu": "Some CPU", "cpu_flags": ["avx2"], "cores": 2, "dtype": "float32", "engine": "llama.cpp"}
+
+
+@pytest.fixture(scope="module")
+def headroom():
+    return import_script("benchmarks/epr", "headroom")
+
+
+def _evaluation(folder: Path, rows: list[dict], metrics: dict, wall_s: float, machine: dict = MACHINE) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (folder / "summary.json").write_text(json.dumps({"n": len(rows), "metrics": metrics, "wall_time_s": wall_s,
+                                                     "machine": machine}))
+
+
+def _mtop(results: Path, solved: dict[str, range], n: int = 100, machine: dict = MACHINE) -> None:
+    folder = results / "mtop" / "smollm2-135m"
+    for method, ids in solved.items():
+        rows = [{"id": f"t{i}", "correct": i in ids} for i in range(n)]
+        _evaluation(folder / method / "eval", rows, {"em": 100.0 * len(ids) / n}, wall_s=50.0,
+                    machine=machine if method == "lm_oracle" else MACHINE)
+    oracle = folder / "lm_oracle" / "oracle"
+    oracle.mkdir(parents=True, exist_ok=True)
+    for chunk in range(4):
+        (oracle / f"{chunk:05d}.json").write_text(json.dumps({"inputs": [], "ids": [], "scores": [], "pairs": 1250,
+                                                              "seconds": 250.0}))
+
+
+def test_a_gap_twice_what_the_full_n_detects_passes_and_a_small_one_is_at_the_floor(headroom, tmp_path):
+    _mtop(tmp_path / "wide", {"random": range(5), "bm25": range(20), "lm_oracle": range(45)})
+    row = headroom.assemble_one("mtop", "smollm2-135m", tmp_path / "wide", n_full=859)
+    assert (row["random"], row["bm25"], row["lm_oracle"], row["gap"]) == (5.0, 20.0, 45.0, 25.0)
+    assert row["metric"] == "em" and row["n"] == 100 and row["n_full"] == 859
+    low, high = row["gap_ci95"]
+    assert low < 25.0 < high and row["gap_p"] < 0.001
+    # 25 of 100 discordant carried to 859 inputs: McNemar detects about 4.7 points at 80% power
+    assert 4 < row["min_detectable_diff_full_n"] < 6 and row["floor"] is False
+    assert row["s_per_pair"] == pytest.approx(0.2) and row["s_per_answer"] == pytest.approx(0.5)
+    assert row["generation_engine"] == "llama.cpp"
+
+    _mtop(tmp_path / "narrow", {"random": range(5), "bm25": range(20), "lm_oracle": [*range(2, 22), 90, 91]})
+    narrow = headroom.assemble_one("mtop", "smollm2-135m", tmp_path / "narrow", n_full=859)
+    # 6 of 100 discordant: about 2.3 points detectable at 859, and a gap of 2 is under twice that
+    assert narrow["gap"] == 2.0 and narrow["floor"] is True
+    assert headroom.assemble_one("mtop", "gemma3-270m", tmp_path / "narrow", n_full=859) is None  # not run yet
+
+
+def test_evaluations_from_two_machines_are_never_paired(headroom, tmp_path):
+    _mtop(tmp_path, {"random": range(5), "bm25": range(20), "lm_oracle": range(45)},
+          machine={**MACHINE, "cpu": "Another CPU"})
+    with pytest.raises(SystemExit, match="another machine"):
+        headroom.assemble_one("mtop", "smollm2-135m", tmp_path, n_full=859)
+
+
+def test_a_graded_metric_carries_the_spread_of_its_differences_to_the_full_n(headroom):
+    pilot = {f"c{i}": 40.0 + (i % 10) for i in range(100)}
+    oracle = {f"c{i}": 50.0 + (i % 7) for i in range(100)}
+    at_100 = headroom.detectable_at(100, oracle, pilot, "chrf")
+    at_400 = headroom.detectable_at(400, oracle, pilot, "chrf")
+    assert at_400 == pytest.approx(at_100 / 2, abs=0.01)  # sqrt(N): four times the inputs, half the difference
