@@ -161,19 +161,18 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
     report_resumed(progress, resumed)  # done before this run: counted, but not in the rate
     if pending:
         start = time.perf_counter()
-        if shard_runner is not None:
+        if shard_runner is not None:  # the runner's shards finish out of order: one line for the whole call
             shard_runner(pending, examples, fmt, progress)
             missing = [path.name for _, _, path in pending if not path.exists()]
             if missing:
                 raise RuntimeError(f"the shard runner left {len(missing)} shard(s) unscored (e.g. {missing[0]})")
+            _record_time(out_dir, [n for n, _, _ in pending], sum(len(r["candidates"]) for _, rows, _ in pending
+                                                                   for r in rows), start, where)
         else:
             for number, rows, path in pending:
                 write_jsonl(path, score_shard(rows, examples, lm, fmt, progress=progress))
                 _record_time(out_dir, [number], sum(len(r["candidates"]) for r in rows), start, where)
                 start = time.perf_counter()
-        if shard_runner is not None:
-            _record_time(out_dir, [n for n, _, _ in pending], sum(len(r["candidates"]) for _, rows, _ in pending
-                                                                   for r in rows), start, where)
     scored = {}
     for number in range(len(shards)):
         scored.update((row["id"], row) for row in read_jsonl(shard_dir / f"shard-{number:05d}.jsonl"))
