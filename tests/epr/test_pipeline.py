@@ -560,3 +560,61 @@ def _assert_only_the_query_encoder_moved(before_dir: Path, after_dir: Path, text
                           after.encode_document([text], convert_to_tensor=True))
     assert not torch.allclose(before.encode_query([text], convert_to_tensor=True),
                               after.encode_query([text], convert_to_tensor=True))
+
+
+class _CountingLM:
+    """The scoring LM as the pipeline loaded it, counting the pairs it scores; ``stop_after`` shard calls it
+    raises KeyboardInterrupt, as a user's Ctrl-C or a session's end would stop the run."""
+
+    def __init__(self, lm, stop_after: int | None = None):
+        self._lm, self._stop_after, self.calls, self.pairs = lm, stop_after, 0, 0
+
+    def score_shared(self, prefixes, prompts, targets, **kwargs):
+        if self._stop_after is not None and self.calls == self._stop_after:
+            raise KeyboardInterrupt
+        self.calls += 1
+        self.pairs += len(targets)
+        return self._lm.score_shared(prefixes, prompts, targets, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._lm, name)
+
+
+def test_a_run_stopped_part_way_resumes_from_a_fresh_clone_of_its_committed_shards_scoring_no_pair_twice(
+        lm_run, tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    """A long run under benchmarks/results/ commits what it has and stops; a fresh clone of the repository (the
+    project's own .gitignore applied, so only what git keeps travels) goes on from there and scores only the pairs
+    the committed shards lack, ending where an uninterrupted run ends."""
+    import shutil
+    import subprocess
+
+    from taskret.backends.base import load_lm
+
+    def git(*args, cwd):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                       capture_output=True)
+
+    _, _, uninterrupted = lm_run
+    repo = tmp_path / "repo"
+    work = repo / "benchmarks" / "results" / "epr_ladder_e2e" / "tiny"
+    work.parent.mkdir(parents=True)
+    shutil.copy(Path(__file__).parents[2] / ".gitignore", repo / ".gitignore")
+    git("init", "-q", cwd=repo)
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir)
+    stopping = _CountingLM(load_lm(str(tiny_model_dir)), stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(config, progress=False, lms={str(tiny_model_dir): stopping})
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "shards so far", cwd=repo)
+
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(repo), str(clone), cwd=tmp_path)
+    moved = clone / work.relative_to(repo)
+    committed = sorted(p.name for p in (moved / "scoring" / "shards").iterdir())
+    assert committed == ["shard-00000.jsonl", "shard-00001.jsonl"]
+    resumed_lm = _CountingLM(load_lm(str(tiny_model_dir)))
+    summary = run_pipeline(config.model_copy(update={"work_dir": str(moved)}), progress=False,
+                           lms={str(tiny_model_dir): resumed_lm})
+    assert stopping.pairs + resumed_lm.pairs == 16 * 4  # every pair scored once, across the two machines
+    assert resumed_lm.pairs == 16 * 4 - 2 * 5 * 4  # the two committed shards of five inputs were not scored again
+    assert summary["metrics"] == uninterrupted["metrics"]
