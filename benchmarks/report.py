@@ -39,7 +39,7 @@ SECTIONS = (
     ("epr-v2", (epr_beyond.epr_beyond_table, lambda: speed.scoring_speed_table("scoring_speed_amx.json"),
                 lambda: speed.scoring_precision_table("scoring_precision_amx.json"))),
     ("epr-ladder", (epr_beyond.epr_ladder_table,)),
-    ("epr-tasks", (epr_tasks.epr_tasks_table,)),
+    ("epr-tasks", (epr_tasks.headroom_table, epr_tasks.epr_tasks_table)),
     ("scifact", (scifact.tart_berri_table,)),
     ("tart-dual", (tart.tart_distil_sweep_table, tart.tart_table, tart.tart_trained_table)),
     ("confidence", (scifact.tart_confidence_table, scifact.tart_confidence_held_out_table)),

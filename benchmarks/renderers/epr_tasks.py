@@ -1,5 +1,6 @@
-"""The recipe beyond MTOP (epr_tasks.json, benchmarks/epr/epr_tasks.py): Break and nl2bash at MTOP's label budget, all
-test inputs, and the multitask retriever on held-out tasks."""
+"""The recipe beyond MTOP: the headroom pilot that chooses the tasks (headroom.json, benchmarks/epr/headroom.py), then
+each chosen task at one label budget on all its test inputs, and the multitask retriever on held-out tasks
+(epr_tasks.json, benchmarks/epr/epr_tasks.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,34 @@ from _common import describe_machine
 from .common import header, load, p_text
 
 METHOD_NAMES = {"bm25": "BM25", "epr": "plain EPR", "recipe": "the recipe", "lm_oracle": "LM-Oracle"}
-METRIC_NAMES = {"lf_em": "LF-EM", "chrf": "chrF", "em": "EM"}
+METRIC_NAMES = {"lf_em": "LF-EM", "chrf": "chrF", "em": "EM", "accuracy": "accuracy"}
+LM_NAMES = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M"}
+
+
+def headroom_table() -> list[str]:
+    """Per task and LM, on the pilot's seeded test inputs: random, BM25 and the LM-Oracle, the gap with its interval
+    beside what the task's full test N can detect, the verdict, and what the LM costs on the machine that ran it."""
+    d = load("headroom.json")
+    if d is None or not d.get("tasks"):
+        return []
+    out = [f"`{d['command']}` ({describe_machine(d['machine'])}; each row on {d['n']} seeded test inputs; gap = "
+           "LM-Oracle minus BM25 with its paired bootstrap 95% interval; detectable = the smallest difference the "
+           "task's whole test set detects at 80% power, from the pilot's pairs; at the floor when the gap is under "
+           "twice that):", "",
+           *header("task", "LM", "metric", "N (full N)", "random", "BM25", "LM-Oracle", "gap [95% CI]",
+                   "detectable at full N", "verdict", "s per LM-scored pair", "s per answer (engine)")]
+    for task, rows in d["tasks"].items():
+        for lm_name, row in rows.items():
+            low, high = row["gap_ci95"]
+            detectable = row["min_detectable_diff_full_n"]
+            verdict = "at the floor" if row["floor"] else "passes"
+            per_pair = f"{row['s_per_pair']:.3f}" if row.get("s_per_pair") is not None else ""
+            out.append(f"| {task} | {LM_NAMES.get(lm_name, lm_name)} | {METRIC_NAMES.get(row['metric'], row['metric'])} "
+                       f"| {row['n']} ({row['n_full']:,}) | {row['random']:.1f} | {row['bm25']:.1f} | "
+                       f"{row['lm_oracle']:.1f} | {row['gap']:+.1f} [{low:+.1f}, {high:+.1f}] | "
+                       f"{'' if detectable is None else f'{detectable:.2f}'} | {verdict} | {per_pair} | "
+                       f"{row['s_per_answer']:.2f} ({row.get('generation_engine', 'transformers')}) |")
+    return out
 
 
 def _paired(row: dict, key: str) -> str:

@@ -70,3 +70,22 @@ def test_a_graded_metric_carries_the_spread_of_its_differences_to_the_full_n(hea
     at_100 = headroom.detectable_at(100, oracle, pilot, "chrf")
     at_400 = headroom.detectable_at(400, oracle, pilot, "chrf")
     assert at_400 == pytest.approx(at_100 / 2, abs=0.01)  # sqrt(N): four times the inputs, half the difference
+
+
+def test_the_page_renders_each_row_with_its_verdict_and_nothing_without_the_result(headroom, tmp_path, monkeypatch):
+    renderer = import_script("benchmarks", "renderers.epr_tasks")
+    monkeypatch.setattr(renderer, "load", lambda name: None)
+    assert renderer.headroom_table() == []
+    _mtop(tmp_path / "wide", {"random": range(5), "bm25": range(20), "lm_oracle": range(45)})
+    _mtop(tmp_path / "narrow", {"random": range(5), "bm25": range(20), "lm_oracle": [*range(2, 22), 90, 91]})
+    rows = {"wide": headroom.assemble_one("mtop", "smollm2-135m", tmp_path / "wide", n_full=859),
+            "narrow": headroom.assemble_one("mtop", "smollm2-135m", tmp_path / "narrow", n_full=859)}
+    result = {"command": "python benchmarks/epr/headroom.py", "machine": MACHINE, "n": 100,
+              "tasks": {"mtop": {"smollm2-135m": rows["wide"]}, "geoquery": {"gemma3-270m": rows["narrow"]}}}
+    monkeypatch.setattr(renderer, "load", lambda name: result)
+    lines = renderer.headroom_table()
+    wide = next(line for line in lines if line.startswith("| mtop |"))
+    narrow = next(line for line in lines if line.startswith("| geoquery |"))
+    assert "| SmolLM2-135M | EM | 100 (859) | 5.0 | 20.0 | 45.0 | +25.0 [" in wide and "| passes |" in wide
+    assert "| Gemma 3 270M |" in narrow and "| +2.0 [" in narrow and "| at the floor |" in narrow
+    assert "0.200 | 0.50 (llama.cpp) |" in wide
