@@ -14,7 +14,9 @@ asked for: ``index_type="flat"`` / ``"hnsw"``, or in a spec ``dense:minilm-l6?in
 with why it was built (``index_choice``: ``"auto: hnsw from 20000 vectors on (N here), flat below"`` or
 ``"asked for"``) and its recall cost (``recall_at_10``: its recall@10 against exact search over the same vectors,
 measured as it is built, :func:`hnsw_recall_at_10`); a meta.json without ``index_type`` is an exact flat index,
-recall 1. ``load_index(..., mmap=True)`` (``taskret serve``) maps either from the file (``IO_FLAG_MMAP_IFC``), so the
+recall 1. From :data:`AUTO_IVFPQ_FROM` vectors on, ``auto`` builds a compressed IVF-PQ index (``"ivfpq"``;
+``nprobe``, ``rerank``) whose candidates are re-ranked exactly from the full vectors in ``vectors.npy``, kept on disk
+and memory-mapped (:mod:`taskret.retrieval.ivfpq`). ``load_index(..., mmap=True)`` (``taskret serve``) maps either from the file (``IO_FLAG_MMAP_IFC``), so the
 workers of ``serve --workers N`` share one copy in the page cache.
 
 ``dtype`` is the precision the encoders run in: ``auto`` (the default) picks bfloat16 where the CPU computes it
@@ -47,7 +49,7 @@ from ..models import ModelNotInstalled, dtype_name, is_engine_encoder, pick_devi
 from ..progress import in_chunks, no_loading_bars, reporting_enabled, stage
 from .base import Retriever, example_text
 
-INDEX_TYPES = ("auto", "flat", "hnsw")
+INDEX_TYPES = ("auto", "flat", "hnsw", "ivfpq")
 #: ``index_type="auto"`` builds HNSW from this many vectors on, flat below. On MiniLM vectors of real short texts, one
 #: search thread (``benchmarks/results/dense_latency.json``): a flat single-query search takes 0.56 ms at 10K vectors,
 #: 1.4 ms at 20K and 9.8 ms at 50K (linear in the pool, and worse once the vectors outgrow the cache); HNSW with the
@@ -67,6 +69,11 @@ HNSW_EF_SEARCH = 128
 #: 250K is between the two measured sizes, on the safe side.
 LARGE_POOL_FROM = 250_000
 LARGE_POOL_EF_SEARCH = 256
+#: ``index_type="auto"`` builds a compressed IVF-PQ index from this many vectors on. HNSW holds the full vectors and
+#: its graph in memory: its index file was 2.5 GB at 1M MiniLM vectors (``benchmarks/results/scale.json``), so it
+#: would fill the build's default 8 GiB memory budget by itself at about 3.4M; 2M leaves room for BM25 and the
+#: encoder. IVF-PQ keeps 48 bytes a vector in memory and the float32 vectors on disk.
+AUTO_IVFPQ_FROM = 2_000_000
 #: The dtype queries are encoded in (:meth:`DenseRetriever.encode`), whatever the documents'.
 QUERY_DTYPE = "float32"
 
@@ -77,12 +84,12 @@ QUERY_PROGRESS_FROM = 1000
 
 
 def resolve_index_type(index_type: str, n: int) -> str:
-    """The FAISS index type to build over ``n`` vectors: ``auto`` is ``hnsw`` from :data:`AUTO_HNSW_FROM` vectors
-    on and ``flat`` below; ``flat`` and ``hnsw`` are themselves."""
+    """The FAISS index type to build over ``n`` vectors: ``auto`` is ``flat`` below :data:`AUTO_HNSW_FROM` vectors,
+    ``hnsw`` from there and ``ivfpq`` from :data:`AUTO_IVFPQ_FROM`; the others are themselves."""
     if index_type not in INDEX_TYPES:
         raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
     if index_type == "auto":
-        return "hnsw" if n >= AUTO_HNSW_FROM else "flat"
+        return "ivfpq" if n >= AUTO_IVFPQ_FROM else "hnsw" if n >= AUTO_HNSW_FROM else "flat"
     return index_type
 
 
@@ -104,7 +111,8 @@ def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int
 
 def new_faiss_index(dim: int, index_type: str, hnsw_m: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION,
                     ef_search: int = HNSW_EF_SEARCH):
-    """An empty inner-product FAISS index of ``dim``-dimensional vectors, ``flat`` or ``hnsw``, to ``add`` to."""
+    """An empty inner-product FAISS index of ``dim``-dimensional vectors, ``flat`` or ``hnsw``, to ``add`` to (an
+    ``ivfpq`` index is trained first: :func:`taskret.retrieval.ivfpq.build_ivfpq`)."""
     import faiss
 
     if index_type == "flat":
@@ -234,13 +242,17 @@ class DenseRetriever(Retriever):
     def __init__(self, encoder: str = "minilm-l6", query_encoder: str | None = None, field: str = "input",
                  batch_size: int = 64, device: str | None = None, index_type: str = "auto", hnsw_m: int = HNSW_M,
                  ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int | None = None,
-                 dtype: str | None = None, index_choice: str | None = None, recall_at_10: float | None = None):
+                 dtype: str | None = None, index_choice: str | None = None, recall_at_10: float | None = None,
+                 nprobe: int | None = None, rerank: int | None = None, nlist: int | None = None,
+                 pq_m: int | None = None):
         """``encoder`` may carry options after a ``?`` (``minilm-l6?dtype=bfloat16``): what a ``dense:`` spec
         gives. ``dtype``: the encoders' precision (module docstring); None is ``$TASKRET_ENCODER_DTYPE``, else
         ``auto``, for a new index, and float32 for a loaded index whose meta.json has none (saved before it
-        existed). ``index_type``: ``auto`` (flat or HNSW by pool size), ``flat`` or ``hnsw`` (module docstring);
-        a spec may set it and the HNSW settings too (``minilm-l6?index_type=flat``); ``ef_search`` None is chosen by
-        the pool's size when the index is built (:func:`ef_search_for`). A spec's option wins over the argument."""
+        existed). ``index_type``: ``auto`` (flat, HNSW or IVF-PQ by pool size), ``flat``, ``hnsw`` or ``ivfpq``
+        (module docstring); a spec may set it and the HNSW and IVF-PQ settings too (``minilm-l6?index_type=flat``,
+        ``?nprobe=64&rerank=200``); ``ef_search``, ``nprobe`` and ``rerank`` None are chosen by the pool's size when
+        the index is built (:func:`ef_search_for`, :func:`taskret.retrieval.ivfpq.settings_for`); ``nlist`` and
+        ``pq_m`` are what a built IVF-PQ index records. A spec's option wins over the argument."""
         super().__init__()
         example_text(Example("", "", ""), field)
         if "?" in encoder:
@@ -249,19 +261,24 @@ class DenseRetriever(Retriever):
             encoder, _, options = encoder.rpartition("?")
             given = parse_spec_options("dense retriever", f"{self.name}:{encoder}?{options}", options,
                                        {"dtype": str, "index_type": str, "hnsw_m": int, "ef_construction": int,
-                                        "ef_search": int})
+                                        "ef_search": int, "nprobe": int, "rerank": int})
             dtype = given.get("dtype", dtype)
             index_type = given.get("index_type", index_type)
             hnsw_m = given.get("hnsw_m", hnsw_m)
             ef_construction = given.get("ef_construction", ef_construction)
             ef_search = given.get("ef_search", ef_search)
+            nprobe = given.get("nprobe", nprobe)
+            rerank = given.get("rerank", rerank)
         if index_type not in INDEX_TYPES:
             raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
         self.index_type = index_type
         self.hnsw_m = hnsw_m
         self.ef_construction = ef_construction
         self.ef_search = ef_search
-        # What an HNSW index records of itself in meta.json: why it was built (index_choice) and its recall@10
+        # An IVF-PQ index's settings (None until built, unless asked for) and its full vectors, memory-mapped.
+        self.nprobe, self.rerank, self.nlist, self.pq_m = nprobe, rerank, nlist, pq_m
+        self._full_vectors, self._vectors_scratch = None, False
+        # What an HNSW or IVF-PQ index records of itself in meta.json: why it was built (index_choice) and its recall@10
         # against exact search, measured when it was built (:func:`hnsw_recall_at_10`).
         self.index_choice = index_choice
         self.recall_at_10 = recall_at_10
@@ -352,7 +369,8 @@ class DenseRetriever(Retriever):
             raise ValueError("use_query_encoder needs a built or loaded index")
         if probe_text is not None and self._index.ntotal:
             # Both are unit vectors (the index holds what encode() wrote): their dot product is the cosine.
-            stored = np.asarray(self._index.reconstruct(0), dtype=np.float32)
+            stored = np.asarray(self._full_vectors[0] if self._full_vectors is not None else self._index.reconstruct(0),
+                                dtype=np.float32)  # an IVF-PQ index keeps only codes: its vectors file has the vector
             cosine = float(stored @ self._encode_with(self._encoder(name), [probe_text], queries=False)[0])
             if cosine < 0.999:
                 raise ValueError(f"query encoder '{name}' encodes this index's documents differently from its encoder "
@@ -372,7 +390,9 @@ class DenseRetriever(Retriever):
     def _index_stream(self, texts, n: int, plan) -> None:
         """Encode the texts shard by shard (:func:`~taskret.retrieval.shards.encode_in_shards`; one shard of them
         all without a plan, so an index built in memory encodes as it always did), here or on Ray actors, and add
-        each shard to the FAISS index as it comes, in order."""
+        each shard to the FAISS index as it comes, in order. An IVF-PQ index writes each shard to its vectors file
+        instead, then is trained on a sample of them and filled from the file (:mod:`taskret.retrieval.ivfpq`)."""
+        from .ivfpq import VectorFile, scratch_vectors_path
         from .shards import ShardPlan, encode_in_shards
 
         # Resolved now, so that meta.json records what was built ("auto" only says how it was chosen).
@@ -383,16 +403,31 @@ class DenseRetriever(Retriever):
         enabled = self.show_progress_bar or reporting_enabled()
         key = {"encoder": self.encoder_name, "dtype": self.dtype}
         start, ann = time.perf_counter(), 0.0
-        with self._shard_runner(plan) as runner:
-            load, start = time.perf_counter() - start, time.perf_counter()
-            index = None
-            for block in encode_in_shards(texts(), n, plan, key, runner, description, enabled):
+        index, written = None, None
+        try:
+            with self._shard_runner(plan) as runner:
+                load, start = time.perf_counter() - start, time.perf_counter()
+                for block in encode_in_shards(texts(), n, plan, key, runner, description, enabled):
+                    added = time.perf_counter()
+                    if self.index_type == "ivfpq":
+                        if written is None:  # beside the shards, so a save in the same file system renames it
+                            where = plan.directory / "ivfpq" if plan.directory is not None else None
+                            written = VectorFile(scratch_vectors_path(where), n, block.shape[1])
+                        written.write(block)
+                    else:
+                        if index is None:
+                            index = new_faiss_index(block.shape[1], self.index_type, self.hnsw_m,
+                                                    self.ef_construction, self.ef_search)
+                        index.add(block)
+                    ann += time.perf_counter() - added
+            if written is not None:
                 added = time.perf_counter()
-                if index is None:
-                    index = new_faiss_index(block.shape[1], self.index_type, self.hnsw_m, self.ef_construction,
-                                            self.ef_search)
-                index.add(block)
+                index = self._build_ivfpq(written.close())
                 ann += time.perf_counter() - added
+        except BaseException:
+            if written is not None:
+                written.discard()
+            raise
         if index is None:
             raise ValueError("no texts to index")
         self._index = index
@@ -405,6 +440,25 @@ class DenseRetriever(Retriever):
             start = time.perf_counter()
             self.recall_at_10 = hnsw_recall_at_10(index)
             self.build_seconds["recall"] = time.perf_counter() - start
+        elif self.index_type == "ivfpq":
+            from .ivfpq import ivfpq_recall_at_10
+
+            self.index_choice = (f"auto: ivfpq from {AUTO_IVFPQ_FROM} vectors on ({n} here)" if asked == "auto"
+                                 else "asked for")
+            start = time.perf_counter()
+            self.recall_at_10 = ivfpq_recall_at_10(index, self._full_vectors, self.rerank)
+            self.build_seconds["recall"] = time.perf_counter() - start
+
+    def _build_ivfpq(self, vectors: np.ndarray):
+        """The IVF-PQ index over ``vectors`` (the memory-mapped file just written), its settings chosen by size
+        unless asked for; the file is kept for the exact re-ranking."""
+        from .ivfpq import build_ivfpq, settings_for
+
+        settings = settings_for(len(vectors), vectors.shape[1], self.nprobe, self.rerank)
+        index = build_ivfpq(vectors, settings)
+        self.nprobe, self.rerank, self.nlist, self.pq_m = settings.nprobe, settings.rerank, settings.nlist, settings.m
+        self._full_vectors, self._vectors_scratch = vectors, True
+        return index
 
     @contextmanager
     def _shard_runner(self, plan):
@@ -421,8 +475,12 @@ class DenseRetriever(Retriever):
             yield runner
 
     def _search(self, queries: Sequence[str], k: int):
-        scores, rows = self._index.search(self.encode(queries, queries=True,
-                                                      report=len(queries) >= QUERY_PROGRESS_FROM), k)
+        encoded = self.encode(queries, queries=True, report=len(queries) >= QUERY_PROGRESS_FROM)
+        if self.index_type == "ivfpq":
+            from .ivfpq import search_reranked
+
+            return search_reranked(self._index, self._full_vectors, encoded, k, self.rerank)
+        scores, rows = self._index.search(encoded, k)
         if (rows < 0).any():  # an approximate (HNSW) search may find fewer than k: FAISS pads with -1
             return [[r for r in row if r >= 0] for row in rows.tolist()], [
                 [s for s, r in zip(srow, row) if r >= 0] for srow, row in zip(scores.tolist(), rows.tolist())]
@@ -431,7 +489,10 @@ class DenseRetriever(Retriever):
     def config(self) -> dict:
         config = {"encoder": self.encoder_name, "query_encoder": self.query_encoder_name, "field": self.field,
                   "batch_size": self.batch_size, "dtype": self.dtype}
-        if self.index_type != "flat":  # flat indexes keep the meta.json they always had
+        if self.index_type == "ivfpq":
+            config.update(index_type="ivfpq", nlist=self.nlist, pq_m=self.pq_m, nprobe=self.nprobe,
+                          rerank=self.rerank, index_choice=self.index_choice, recall_at_10=self.recall_at_10)
+        elif self.index_type != "flat":  # flat indexes keep the meta.json they always had
             config.update(index_type=self.index_type, hnsw_m=self.hnsw_m, ef_construction=self.ef_construction,
                           ef_search=self.ef_search, index_choice=self.index_choice, recall_at_10=self.recall_at_10)
         return config
@@ -440,6 +501,21 @@ class DenseRetriever(Retriever):
         import faiss
 
         faiss.write_index(self._index, str(directory / "index.faiss"))
+        if self.index_type == "ivfpq":
+            from .ivfpq import VECTORS_FILE, move_vectors, open_vectors
+
+            source = Path(self._full_vectors.filename)
+            if source.parent.resolve() == directory.resolve():
+                return
+            if self._vectors_scratch:  # the build's own file: moved, not copied (it may be tens of GB)
+                target = move_vectors(source, directory)
+                self._vectors_scratch = False
+            else:  # a saved index's file: that index keeps its own
+                import shutil
+
+                target = directory / VECTORS_FILE
+                shutil.copyfile(source, target)
+            self._full_vectors = open_vectors(target)
 
     def _load_index(self, directory: Path) -> None:
         import faiss
@@ -451,7 +527,9 @@ class DenseRetriever(Retriever):
             raise FileNotFoundError(f"{directory}: dense index file index.faiss is missing")
         # IO_FLAG_MMAP_IFC maps the vectors (and an HNSW graph) from the file without copying them: the page cache
         # holds one copy for every process serving the index. (IO_FLAG_MMAP alone still copies them into memory.)
-        self._index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if self.mmap else 0)
+        # An IVF-PQ index's inverted lists map with IO_FLAG_MMAP (read-only, on disk).
+        flag = (faiss.IO_FLAG_MMAP if self.index_type == "ivfpq" else faiss.IO_FLAG_MMAP_IFC) if self.mmap else 0
+        self._index = faiss.read_index(str(path), flag)
         if self.mmap:
             prefetch(path)
         if self._index.ntotal != len(self.ids):
@@ -459,6 +537,19 @@ class DenseRetriever(Retriever):
                              f"lists {len(self.ids)} ids (mismatched or partial index)")
         if self.index_type == "auto":  # meta.json records a non-flat type; an index without one is flat
             self.index_type = "hnsw" if hasattr(faiss.downcast_index(self._index), "hnsw") else "flat"
+        if self.index_type == "ivfpq":
+            from .ivfpq import VECTORS_FILE, open_vectors
+
+            if not (directory / VECTORS_FILE).exists():
+                raise FileNotFoundError(f"{directory}: the IVF-PQ index's full vectors, {VECTORS_FILE}, are missing")
+            self._full_vectors = open_vectors(directory / VECTORS_FILE)  # always mapped: read a few rows a query
+            if len(self._full_vectors) != len(self.ids):
+                raise ValueError(f"{directory}: {VECTORS_FILE} holds {len(self._full_vectors)} vectors but meta.json "
+                                 f"lists {len(self.ids)} ids (mismatched or partial index)")
+            index = faiss.downcast_index(self._index)
+            if not hasattr(index, "nprobe"):
+                raise ValueError(f"{directory}: meta.json says index_type 'ivfpq' but index.faiss is not an IVF index")
+            index.nprobe = self.nprobe
         if self.index_type == "hnsw":
             if not hasattr(self._index, "hnsw"):
                 raise ValueError(f"{directory}: meta.json says index_type 'hnsw' but index.faiss is not an HNSW index")

@@ -1,0 +1,200 @@
+"""Compressed dense search for corpora past memory: a FAISS IVF-PQ index whose candidates are re-ranked exactly from
+the full vectors, which stay on disk.
+
+An IVF-PQ index keeps each vector as ``m`` one-byte codes (48 bytes for MiniLM's 384 dimensions, against 1,536 in
+float32) in ``nlist`` inverted lists; a query visits the ``nprobe`` lists nearest it. Product quantization blurs the
+scores, so the index returns ``rerank`` candidates and their exact inner products are computed from ``vectors.npy``
+(float32, unit length, memory-mapped): a query reads ``rerank`` rows of it, so the full vectors need disk, not memory.
+
+The build keeps memory flat in the corpus size: the vectors are written to ``vectors.npy`` as they are encoded, the
+coarse quantizer and the codebooks are trained on an evenly spaced sample of them (:data:`TRAIN_PER_LIST` per list,
+at most :data:`MAX_TRAIN`), and the index is filled :data:`ADD_CHUNK` rows at a time.
+
+The settings follow FAISS's guidelines, set by the pool's size (:func:`settings_for`): ``nlist`` a power of two near
+4 sqrt(N), one byte per 8 dimensions, ``nprobe`` a 64th of the lists (16 to 256), ``rerank`` 100 candidates for a
+top 10. ``benchmarks/scale/scale.py`` measures their recall@10 against exact search and their latency.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["IVFPQSettings", "VectorFile", "VECTORS_FILE", "settings_for", "build_ivfpq", "search_reranked",
+           "ivfpq_recall_at_10", "open_vectors", "move_vectors"]
+
+#: The full vectors beside ``index.faiss``, float32 and unit length, in NumPy's format (memory-mapped on load).
+VECTORS_FILE = "vectors.npy"
+#: Training vectors per inverted list (FAISS warns below 39) and the sample's cap: k-means' time grows with both.
+TRAIN_PER_LIST = 64
+MAX_TRAIN = 262_144
+#: Rows added to the index at a time: what the fill holds in memory besides the index itself.
+ADD_CHUNK = 65_536
+#: The fewest vectors an IVF-PQ index is built over: its codebooks (256 centroids each) need a few thousand to train.
+MIN_VECTORS = 4_096
+
+
+@dataclass(frozen=True)
+class IVFPQSettings:
+    """``nlist`` inverted lists, ``m`` one-byte codes per vector, ``nprobe`` lists visited per query, ``rerank``
+    candidates re-scored exactly."""
+
+    nlist: int
+    m: int
+    nprobe: int
+    rerank: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _codes_per_vector(dim: int) -> int:
+    """One byte per 8 dimensions (48 for 384), the largest divisor of ``dim`` not above ``dim // 8`` (FAISS splits
+    the vector into ``m`` equal parts)."""
+    target = max(1, dim // 8)
+    return next(m for m in range(target, 0, -1) if dim % m == 0)
+
+
+def settings_for(n: int, dim: int, nprobe: int | None = None, rerank: int | None = None) -> IVFPQSettings:
+    """The IVF-PQ settings for ``n`` vectors of ``dim`` dimensions (module docstring); ``nprobe`` / ``rerank``
+    override the defaults by size."""
+    lists = 2 ** round(math.log2(max(16.0, 4 * math.sqrt(n))))
+    lists = max(16, min(lists, 65_536, 2 ** int(math.log2(max(16, n // 39)))))  # enough vectors to train each list
+    return IVFPQSettings(nlist=lists, m=_codes_per_vector(dim),
+                         nprobe=nprobe or max(16, min(256, lists // 64)), rerank=rerank or 100)
+
+
+class VectorFile:
+    """An ``(n, dim)`` float32 ``.npy`` file written block by block as the vectors are encoded (a memory map: only
+    the pages being written are held), under a temporary name until :meth:`close` renames it."""
+
+    def __init__(self, path: Path, n: int, dim: int):
+        self.path = Path(path)
+        self.partial = self.path.with_name(f".{self.path.name}.partial")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.array = np.lib.format.open_memmap(self.partial, mode="w+", dtype=np.float32, shape=(n, dim))
+        self.filled = 0
+
+    def write(self, block: np.ndarray) -> None:
+        stop = self.filled + len(block)
+        if stop > len(self.array):
+            raise ValueError(f"{self.path}: {stop} vectors written into a file made for {len(self.array)}")
+        self.array[self.filled:stop] = block
+        self.filled = stop
+
+    def close(self) -> np.ndarray:
+        """Flush, rename to the final name, and return the file memory-mapped read-only."""
+        if self.filled != len(self.array):
+            raise ValueError(f"{self.path}: {self.filled} of {len(self.array)} vectors written")
+        self.array.flush()
+        del self.array
+        os.replace(self.partial, self.path)
+        return open_vectors(self.path)
+
+    def discard(self) -> None:
+        self.__dict__.pop("array", None)
+        self.partial.unlink(missing_ok=True)
+
+
+def open_vectors(path: Path) -> np.ndarray:
+    return np.load(path, mmap_mode="r")
+
+
+def scratch_vectors_path(directory: Path | None) -> Path:
+    """Where a build writes its vectors before the index is saved: beside its shards, or in the temporary folder."""
+    if directory is not None:
+        return Path(directory) / VECTORS_FILE
+    return Path(tempfile.mkdtemp(prefix="taskret-ivfpq-")) / VECTORS_FILE
+
+
+def move_vectors(source: Path, directory: Path) -> Path:
+    """Put the vectors file into an index folder: renamed on the same file system, copied elsewhere."""
+    target = Path(directory) / VECTORS_FILE
+    if Path(source).resolve() == target.resolve():
+        return target
+    try:
+        os.replace(source, target)
+    except OSError:  # another file system: copy, then rename into place
+        partial = target.with_name(f".{target.name}.partial")
+        shutil.copyfile(source, partial)
+        os.replace(partial, target)
+    return target
+
+
+def _sample_rows(n: int, size: int) -> np.ndarray:
+    return np.unique(np.linspace(0, n - 1, min(size, n)).astype(np.int64))
+
+
+def build_ivfpq(vectors: np.ndarray, settings: IVFPQSettings, threads: int | None = None):
+    """An inner-product IVF-PQ index over ``vectors`` (an ``(n, dim)`` array, memory-mapped or not): trained on an
+    evenly spaced sample, then filled :data:`ADD_CHUNK` rows at a time."""
+    import faiss
+
+    n, dim = vectors.shape
+    if n < MIN_VECTORS:
+        raise ValueError(f"an ivfpq index needs at least {MIN_VECTORS} vectors to train its codebooks, got {n}: "
+                         "use index_type 'flat' or 'hnsw'")
+    if threads:
+        faiss.omp_set_num_threads(threads)
+    quantizer = faiss.IndexFlatIP(dim)
+    index = faiss.IndexIVFPQ(quantizer, dim, settings.nlist, settings.m, 8, faiss.METRIC_INNER_PRODUCT)
+    # Enough for the lists and for each codebook's 256 centroids (39 a centroid, FAISS's floor), within the cap.
+    wanted = min(MAX_TRAIN, max(TRAIN_PER_LIST * settings.nlist, 39 * 256))
+    train = np.ascontiguousarray(vectors[_sample_rows(n, wanted)], dtype=np.float32)
+    index.train(train)
+    del train
+    for start in range(0, n, ADD_CHUNK):
+        index.add(np.ascontiguousarray(vectors[start:start + ADD_CHUNK], dtype=np.float32))
+    index.nprobe = settings.nprobe
+    return index
+
+
+def search_reranked(index, vectors: np.ndarray, queries: np.ndarray, k: int, rerank: int):
+    """The top ``k`` of each query by exact inner product among the index's ``max(rerank, k)`` candidates: rows
+    (lists, best first; fewer when the lists visited hold fewer) and their scores."""
+    depth = min(max(rerank, k), index.ntotal)
+    _, candidates = index.search(np.ascontiguousarray(queries, dtype=np.float32), depth)
+    rows, scores = [], []
+    for query, found in zip(queries, candidates):
+        found = np.unique(found[found >= 0])  # sorted: the rows are read from disk in file order
+        exact = np.asarray(vectors[found], dtype=np.float32) @ query
+        best = np.argsort(-exact, kind="stable")[:k]
+        rows.append(found[best].tolist())
+        scores.append(exact[best].tolist())
+    return rows, scores
+
+
+def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = ADD_CHUNK) -> np.ndarray:
+    """Exact top-``k`` rows of each query over ``vectors`` read ``chunk`` rows at a time (memory flat in N)."""
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_rows = np.zeros((len(queries), 0), dtype=np.int64)
+    for start in range(0, len(vectors), chunk):
+        block = np.asarray(vectors[start:start + chunk], dtype=np.float32)
+        scores = queries @ block.T
+        rows = np.broadcast_to(np.arange(start, start + len(block)), scores.shape)
+        scores, rows = np.hstack([best_scores, scores]), np.hstack([best_rows, rows])
+        keep = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        best_scores, best_rows = np.take_along_axis(scores, keep, 1), np.take_along_axis(rows, keep, 1)
+    return best_rows
+
+
+def ivfpq_recall_at_10(index, vectors: np.ndarray, rerank: int, sample: int = 256) -> float | None:
+    """The recall cost of the compressed search, measured as it is built: ``sample`` of the indexed vectors (evenly
+    spaced) as queries, the share of each one's 10 nearest others (itself left out) that the re-ranked IVF-PQ search
+    finds, against exact search over the full vectors. None below 11 vectors."""
+    n = len(vectors)
+    if n < 11:
+        return None
+    picked = _sample_rows(n, sample)
+    queries = np.asarray(vectors[picked], dtype=np.float32)
+    exact = exact_top(vectors, queries, 11)
+    approx, _ = search_reranked(index, vectors, queries, 11, rerank)
+    found = [len(set(e[e != row][:10].tolist()) & set([r for r in a if r != row][:10]))
+             for row, e, a in zip(picked, exact, approx)]
+    return round(float(np.mean(found)) / 10, 4)
