@@ -47,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 from _common import command_line, http_stack, machine, parser, write_result  # noqa: E402
 
 SETUPS = ("bm25", "docs-fast")
+#: The depth every engine and index is compared at: the top 10.
+K = 10
 EXTRAPOLATE = (10_000_000, 100_000_000)
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 TITLES = {"build": "index build, seconds per stage", "query": "top-10 single query p50, ms",
@@ -56,6 +58,14 @@ STDERR_TAIL_LINES, STDERR_TAIL_CHARS = 40, 3000
 
 
 # -- the corpus -----------------------------------------------------------------------------------------------------
+
+
+def corpus_texts(corpus: Path):
+    """The text each engine indexes of each document, in corpus order (a document's number is its row): what
+    taskret indexes (:func:`taskret.corpus.doc_text`, title and text)."""
+    from taskret.corpus import doc_text, iter_corpus
+
+    return (doc_text(doc) for doc in iter_corpus(corpus))
 
 
 def real_sources(data_dir: Path) -> list[Path]:
@@ -190,6 +200,12 @@ def timed(call, items) -> list[float]:
         call(item)
         times.append(time.perf_counter() - start)
     return times
+
+
+def timed_results(call, items) -> tuple[list[float], list]:
+    """:func:`timed` that keeps what each call returned."""
+    results: list = []
+    return timed(lambda item: results.append(call(item)), items), results
 
 
 def latency(search, queries: list[str], batch: int) -> dict:

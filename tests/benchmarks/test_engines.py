@@ -89,19 +89,20 @@ def test_each_engine_ranks_the_tiny_corpus_as_bm25s_does(tmp_path):
     assert size["dense"]["vectors"]["n"] == N_DOCS
 
 
-def import_engines():
+def import_engines(name: str = "engines"):
+    """engines.py, or one of the modules beside it that it runs (``dense_engines``, ``bm25_engines``)."""
+    import importlib
+
     saved = list(sys.path)  # engines.py puts benchmarks/ and scale/ on the path as it is imported
     sys.path.insert(0, str(SCRIPT.parent))
     try:
-        import engines
+        return importlib.import_module(name)
     finally:
         sys.path[:] = saved
-    return engines
 
 
 def test_overlap_counts_only_the_documents_either_side_returned():
-    engines = import_engines()
-    overlap_at_10, recall_at_10 = engines.overlap_at_10, engines.recall_at_10
+    overlap_at_10, recall_at_10 = import_engines().overlap_at_10, import_engines("dense_engines").recall_at_10
     import numpy as np
 
     assert overlap_at_10([list(range(10))], [list(range(5, 15))]) == 0.5
@@ -115,7 +116,7 @@ def test_recall_by_score_counts_another_copy_of_a_top_document_as_found():
     differs from the one exact search returned (by id: a miss)."""
     import numpy as np
 
-    engines = import_engines()
+    engines = import_engines("dense_engines")
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(30, 8)).astype(np.float32)
     vectors[20] = vectors[0]  # a copy of a document exact search puts first
