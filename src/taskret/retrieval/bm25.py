@@ -10,7 +10,11 @@ documents: 0.75 ms against 29 ms; of 100K: 0.14 against 3.0; ``benchmarks/result
 scores, but compiles for ~5 s once per process, and breaks ties between equal scores otherwise. ``auto`` (the
 default) chooses by the index's size, so that an index always ranks the same way: numba from :data:`NUMBA_FROM`
 documents on, where it pays back its compile within a few thousand queries; a service compiles it as it starts
-(:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query."""
+(:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query.
+
+A build streamed with a shard folder (``taskret tart index``, ``taskret index``: :meth:`index_stream` with a
+:class:`~taskret.retrieval.shards.ShardPlan`) runs in segments on disk (:mod:`taskret.retrieval.bm25_segments`): its
+memory stays flat in the corpus size and its index is the one the in-memory build makes, file for file."""
 
 from __future__ import annotations
 
@@ -95,6 +99,13 @@ class _TokenStream:
         return Tokenized(ids=docs, vocab=vocab)
 
 
+def _no_terms(n: int, first: str | None) -> ValueError:
+    example = f" (e.g. {first[:80]!r})" if first is not None else ""
+    return ValueError(f"bm25: the {n} indexed texts have no terms after English stop-word removal "
+                      f"and stemming{example}; BM25 needs content words: index another field "
+                      f"(bm25:output, bm25:both) or use another retriever (sbert, dense:ENCODER)")
+
+
 class BM25Retriever(Retriever):
     name = "bm25"
 
@@ -114,6 +125,7 @@ class BM25Retriever(Retriever):
         self.k1 = k1
         self.b = b
         self._bm25 = None
+        self._built: Path | None = None  # a segmented build's folder until the index is saved
 
     @property
     def reads_instruction(self) -> bool:
@@ -124,9 +136,13 @@ class BM25Retriever(Retriever):
 
     def _index_stream(self, texts, n: int, plan) -> None:
         """Tokenize the texts as they are read (:class:`_TokenStream`): what is held is their term ids, never the
-        texts; one progress line (rate, ETA) under :func:`~taskret.progress.reporting`."""
+        texts; one progress line (rate, ETA) under :func:`~taskret.progress.reporting`. With a shard folder
+        (``plan.directory``), in segments on disk there (:meth:`_index_in_segments`)."""
         from ..progress import stage
 
+        if plan is not None and plan.directory is not None:
+            self._index_in_segments(texts, n, Path(plan.directory) / "bm25")
+            return
         stream, first = _TokenStream(), None
         with stage(n, f"tokenizing {n} texts for BM25", unit="texts") as advance:
             for text in texts():
@@ -137,18 +153,47 @@ class BM25Retriever(Retriever):
             raise ValueError(f"{n} ids but {len(stream.docs)} texts")
         self._fit(stream.tokenized(), first, n)
 
+    def _index_in_segments(self, texts, n: int, folder: Path) -> None:
+        """:func:`~taskret.retrieval.bm25_segments.build_segmented` into ``folder/bm25s`` (moved into the index
+        when it is saved), then that index memory-mapped."""
+        import bm25s
+
+        from ..progress import stage
+        from .bm25_segments import build_segmented
+
+        seen = {"n": 0, "first": None}
+
+        def read():
+            with stage(n, f"tokenizing {n} texts for BM25", unit="texts") as advance:
+                for text in texts():
+                    seen["first"] = text if seen["first"] is None else seen["first"]
+                    seen["n"] += 1
+                    advance(1)
+                    yield text
+
+        built = folder / "bm25s"
+        try:
+            build_segmented(read(), built, folder / "segments", self.k1, self.b)
+        except ValueError:
+            if seen["n"] == n:
+                raise _no_terms(n, seen["first"]) from None
+            raise
+        if seen["n"] != n:
+            raise ValueError(f"{n} ids but {seen['n']} texts")
+        _quiet_bm25s()
+        self._bm25 = bm25s.BM25.load(built, mmap=True)
+        self._built = built
+
     def _fit(self, tokens, first: str | None, n: int) -> None:
         import bm25s
 
         _quiet_bm25s()
         if not tokens.vocab:
             # bm25s would divide by a zero mean length (a numpy warning) and fail on max() of an empty vocabulary.
-            example = f" (e.g. {first[:80]!r})" if first is not None else ""
-            raise ValueError(f"bm25: the {n} indexed texts have no terms after English stop-word removal "
-                             f"and stemming{example}; BM25 needs content words: index another field "
-                             f"(bm25:output, bm25:both) or use another retriever (sbert, dense:ENCODER)")
+            raise _no_terms(n, first)
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
         self._bm25.index(tokens, show_progress=False)
+        self._built = None
 
     def retrieve(self, queries: Sequence[str], k: int, exclude: Sequence[str | None] | None = None) -> RetrievalResult:
         # Here, not in _search: a hybrid calls _search with the queries its own read_instruction chose.
@@ -175,6 +220,15 @@ class BM25Retriever(Retriever):
         return {"field": self.field, "k1": self.k1, "b": self.b, "read_instruction": self.read_instruction}
 
     def _save_index(self, directory: Path) -> None:
+        if getattr(self, "_built", None) is not None:  # a segmented build's files: moved, not written again
+            import os
+
+            target = directory / "bm25s"
+            target.mkdir(parents=True, exist_ok=True)
+            for file in self._built.iterdir():
+                os.replace(file, target / file.name)
+            self._built = None
+            return
         self._bm25.save(directory / "bm25s")
 
     def _load_index(self, directory: Path) -> None:
