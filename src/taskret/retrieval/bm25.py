@@ -26,6 +26,7 @@ import numpy as np
 
 from ..data import Example
 from .base import RetrievalResult, Retriever, example_text
+from .bm25_segments import TOKEN_PATTERN
 from .hybrid import strip_instructions
 
 BACKENDS = ("auto", "numpy", "numba")
@@ -56,8 +57,6 @@ def _tokenize(texts: Sequence[str], return_ids: bool = True):
                           return_ids=return_ids)
 
 
-#: bm25s.tokenize's split (scikit-learn's CountVectorizer pattern), what :class:`_TokenStream` applies too.
-TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 
 
 class _TokenStream:

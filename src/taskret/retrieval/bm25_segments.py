@@ -29,7 +29,11 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["SEGMENT_DOCS", "MERGE_PAIRS", "build_segmented"]
+__all__ = ["SEGMENT_DOCS", "MERGE_PAIRS", "TOKEN_PATTERN", "build_segmented"]
+
+#: bm25s.tokenize's split (scikit-learn's CountVectorizer pattern), what :class:`~taskret.retrieval.bm25._TokenStream`
+#: and the segments apply too.
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 
 #: Documents per segment: what one segment's arrays hold (~50 terms a document: ~10 MB of term ids, ~30 MB of scored
 #: pairs at 200K).
@@ -45,8 +49,6 @@ def _tokens_of(texts: Iterable[str], folder: Path, segment_docs: int) -> tuple[l
     import re
 
     from bm25s.stopwords import STOPWORDS_EN
-
-    from .bm25 import TOKEN_PATTERN
 
     split, stop = re.compile(TOKEN_PATTERN).findall, set(STOPWORDS_EN)
     terms: dict[str, int] = {}
