@@ -25,6 +25,11 @@ INSTRUCTIONS = {
     "berri-lite/nl2bash": "Write the Bash command that does what the description says",
     "berri-lite/conala": "Write the Python code that implements the intent",
     "berri-lite/asset_simplification": "Rewrite the sentence in simpler English",
+    "geoquery": "Translate the question about US geography into an SQL query",
+    "atis": "Translate the flight-booking request into an SQL query",
+    "sst2": "Tell whether the movie review is positive or negative",
+    "sst5": "Grade the movie review's sentiment from terrible to great",
+    "trec": "Tell what type of answer the question asks for",
 }
 
 

@@ -1,9 +1,11 @@
-"""Does the recipe carry beyond MTOP (issue 61)? Break, with its authors' metric (LF-EM), and nl2bash, a generation
-task (chrF), each labelled at MTOP's budget, every method evaluated on all of the task's test inputs on one machine;
-then one retriever for tasks it never saw (UDR's other half), leaving one task out at a time.
+"""Does the recipe carry beyond MTOP (issues 61, 76)? Each task the headroom pilot passes (headroom.py; Break, with
+its authors' metric LF-EM, and nl2bash, a generation task scored by chrF, were the first), each labelled at its own
+budget, every method evaluated on all of the task's test inputs on one machine; then one retriever for tasks it never
+saw (UDR's other half), leaving one task out at a time. A task is run when its configs are in CONFIGS.
 
-Labels: a seeded sample of 1,237 training examples (MTOP's whole pool) x their 50 BM25 neighbours by output, each pair
-scored by SmolLM2-135M: 61,850 LM calls per task. They are scored once: the recipe's work folder starts from plain
+Labels: a seeded sample of the training examples (``max_train_examples`` in the task's config: Break's and nl2bash's
+1,237 are MTOP's whole pool) x their 50 BM25 neighbours by output, each pair scored by SmolLM2-135M: the task's label
+budget, 61,850 LM calls at MTOP's. They are scored once: the recipe's work folder starts from plain
 EPR's candidates, scores and labels, and its later rounds score only the pairs no round scored yet. Methods, on every
 test input (Break 1,552, nl2bash 200; ``--limit``: a seeded sample, for smoke runs), SmolLM2-135M generating:
 
@@ -77,11 +79,15 @@ from taskret.icl.compare import paired_comparison, paired_graded_comparison
 from taskret.icl.evaluation import GRADED_METRICS, TASK_HEADLINE, machine_differences
 from taskret.io import read_json, read_jsonl, write_json
 
-#: the tasks measured here, as the result names them -> taskret's name
-TASKS = {"break": "break", "nl2bash": "berri-lite/nl2bash"}
+#: the tasks that can be measured here, as the result names them -> taskret's name: every in-context task but MTOP
+#: (measured by the ladder) and SMCalFlow (kept for checks outside this work); which are run is the headroom pilot's
+#: choice (headroom.py: the tasks not at the floor), each with its configs in CONFIGS
+TASKS = {name.rpartition("/")[2]: name for name in ("break", *GENERATION_TASKS, *BENCHMARK_TASKS)}
 HELD_OUT = {"mtop": "mtop", **TASKS}
 METHODS = ("bm25", "epr", "recipe", "lm_oracle")
 CONFIGS = Path("benchmarks/epr/configs/epr_tasks")
+#: what --tasks runs unless told: the tasks with a config here (TASK.json, TASK_recipe.json)
+DEFAULT_TASKS = tuple(name for name in TASKS if (CONFIGS / f"{name}.json").is_file())
 #: MTOP's labels and scores at this budget (all 1,237 training examples x 50), committed by the full recipe's run
 MTOP_LABELLED = Path("benchmarks/results/epr_mtop_full")
 #: what plain EPR keeps for every later method: its candidates, LM scores and labels
@@ -208,9 +214,12 @@ def assemble_task(name: str, results: Path) -> tuple[dict, dict[str, dict]]:
     for m in ("epr", "recipe"):
         if m in methods:
             methods[m]["gap_share"] = gap_share(scores[m], scores.get("bm25"), scores.get("lm_oracle"))
+    for row in methods.values():  # the issue's flat keys beside the cost they come from
+        row["lm_calls"], row["cpu_hours"] = row["cost"].get("lm_calls"), row["cost"].get("cpu_hours")
     recipe = methods.get("recipe", {})
+    labels = labelling_cost(folder / "epr")
     section = {"metric": metric, "n": summaries[first]["n"] if first else 0, "methods": methods,
-               "labelling_cost": labelling_cost(folder / "epr"), "gap_share": recipe.get("gap_share"),
+               "labelling_cost": labels, "label_budget": labels.get("lm_calls"), "gap_share": recipe.get("gap_share"),
                "min_detectable_diff": {f"recipe_{key}": recipe[key]["min_detectable_diff"] for key in ("vs_bm25", "vs_epr")
                                        if key in recipe}}
     return section, {f"{name}/{m}": s for m, s in summaries.items()}
@@ -455,8 +464,8 @@ def main() -> None:
     options.add_argument("--work", default="runs/bench/epr_tasks", help="the EPR work folders (default: %(default)s)")
     options.add_argument("--results", default="benchmarks/results/epr_tasks",
                          help="kept scores, rankings and evaluations, committed (default: %(default)s)")
-    options.add_argument("--tasks", default=",".join(TASKS), help="(default: %(default)s)")
-    options.add_argument("--held-out", default=",".join(HELD_OUT), help="tasks held out of multitask training, one "
+    options.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="(default: %(default)s)")
+    options.add_argument("--held-out", default=",".join(("mtop", *DEFAULT_TASKS)), help="tasks held out of multitask training, one "
                          "at a time (default: %(default)s; empty: none)")
     options.add_argument("--step", choices=("train", "evaluation", "held_out", "all"), default="all")
     options.add_argument("--limit", type=int, default=0, help="a seeded sample of this many test inputs (smoke runs; "

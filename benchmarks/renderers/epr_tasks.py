@@ -69,9 +69,8 @@ def epr_tasks_table() -> list[str]:
            "(Wilcoxon), p, the paired bootstrap's 95% interval of the difference):", "",
            *header("task", "method", "N", "score", "share of the BM25 -> LM-Oracle gap", "against BM25",
                    "against plain EPR", "cost of its retriever")]
-    for task in ("break", "nl2bash"):
-        if task not in d:
-            continue
+    tasks = [task for task, section in d.items() if isinstance(section, dict) and "methods" in section]
+    for task in tasks:
         section = d[task]
         metric = METRIC_NAMES.get(section["metric"], section["metric"])
         for method, row in section["methods"].items():
@@ -79,7 +78,7 @@ def epr_tasks_table() -> list[str]:
             out.append(f"| {task} | {METHOD_NAMES.get(method, method)} | {row['n']} | {row['score']:.1f} {metric} | "
                        f"{share} | {_paired(row, 'vs_bm25')} | {_paired(row, 'vs_epr')} | {_cost(row['cost'])} |")
     labels = [f"{task} {_cost(d[task]['labelling_cost'])} for {d[task]['labelling_cost'].get('labelled_inputs') or '?'} "
-              "labelled inputs" for task in ("break", "nl2bash") if task in d]
+              "labelled inputs" for task in tasks]
     if labels:
         out += ["", "Labels (LM scorings of training pairs, shared by plain EPR and the recipe): " + "; ".join(labels)
                 + "."]
