@@ -109,9 +109,10 @@ class BM25Retriever(Retriever):
     name = "bm25"
 
     def __init__(self, field: str = "input", k1: float = 1.5, b: float = 0.75, read_instruction: bool = False,
-                 backend: str = "auto"):
+                 backend: str = "auto", corpus_statistics: dict | None = None):
         """``backend``: bm25s's ``numpy`` or ``numba`` retrieval, or ``auto`` (module docstring); either ranks by
-        the same scores."""
+        the same scores. ``corpus_statistics`` (``{"n_docs", "total_length"}``): what a shard indexed with its whole
+        corpus's statistics records of them (:meth:`index_shard`)."""
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"bm25: unknown backend '{backend}'; expected one of {BACKENDS}")
@@ -124,6 +125,7 @@ class BM25Retriever(Retriever):
         self.k1 = k1
         self.b = b
         self._bm25 = None
+        self.corpus_statistics = corpus_statistics
         self._built: Path | None = None  # a segmented build's folder until the index is saved
 
     @property
@@ -152,13 +154,24 @@ class BM25Retriever(Retriever):
             raise ValueError(f"{n} ids but {len(stream.docs)} texts")
         self._fit(stream.tokenized(), first, n)
 
-    def _index_in_segments(self, texts, n: int, folder: Path) -> None:
+    def index_shard(self, ids, texts, statistics, work: Path) -> "BM25Retriever":
+        """Index one shard of a corpus (``texts()`` yields its texts in ``ids``' order) scored with the whole
+        corpus's ``statistics`` (:class:`~taskret.retrieval.bm25_segments.CorpusStatistics`): its documents score
+        as in one index over the corpus (:mod:`taskret.retrieval.sharded`). ``work`` holds the segments."""
+        if len(set(ids)) != len(ids):
+            raise ValueError("ids must be unique")
+        self._index_in_segments(texts, len(ids), Path(work), statistics)
+        self.corpus_statistics = {"n_docs": statistics.n_docs, "total_length": statistics.total_length}
+        self.ids = list(ids)
+        return self
+
+    def _index_in_segments(self, texts, n: int, folder: Path, statistics=None) -> None:
         """:func:`~taskret.retrieval.bm25_segments.build_segmented` into ``folder/bm25s`` (moved into the index
-        when it is saved), then that index memory-mapped."""
+        when it is saved), then that index memory-mapped; ``statistics``: the whole corpus's, for a shard."""
         import bm25s
 
         from ..progress import stage
-        from .bm25_segments import build_segmented
+        from .bm25_segments import NoTerms, build_segmented
 
         seen = {"n": 0, "first": None}
 
@@ -172,11 +185,11 @@ class BM25Retriever(Retriever):
 
         built = folder / "bm25s"
         try:
-            build_segmented(read(), built, folder / "segments", self.k1, self.b)
-        except ValueError:
+            build_segmented(read(), built, folder / "segments", self.k1, self.b, statistics=statistics)
+        except NoTerms:
             if seen["n"] == n:
                 raise _no_terms(n, seen["first"]) from None
-            raise
+            raise ValueError(f"{n} ids but {seen['n']} texts") from None
         if seen["n"] != n:
             raise ValueError(f"{n} ids but {seen['n']} texts")
         _quiet_bm25s()
@@ -216,7 +229,10 @@ class BM25Retriever(Retriever):
         return rows.tolist(), np.asarray(scores, dtype=np.float32)
 
     def config(self) -> dict:
-        return {"field": self.field, "k1": self.k1, "b": self.b, "read_instruction": self.read_instruction}
+        config = {"field": self.field, "k1": self.k1, "b": self.b, "read_instruction": self.read_instruction}
+        if self.corpus_statistics is not None:  # a shard's: its scores read the whole corpus's statistics
+            config["corpus_statistics"] = self.corpus_statistics
+        return config
 
     def _save_index(self, directory: Path) -> None:
         if getattr(self, "_built", None) is not None:  # a segmented build's files: moved, not written again

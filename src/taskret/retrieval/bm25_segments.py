@@ -24,12 +24,14 @@ import json
 import shutil
 from array import array
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-__all__ = ["SEGMENT_DOCS", "MERGE_PAIRS", "TOKEN_PATTERN", "build_segmented"]
+__all__ = ["SEGMENT_DOCS", "MERGE_PAIRS", "TOKEN_PATTERN", "CorpusStatistics", "NoTerms", "corpus_statistics",
+           "build_segmented"]
 
 #: bm25s.tokenize's split (scikit-learn's CountVectorizer pattern), what :class:`~taskret.retrieval.bm25._TokenStream`
 #: and the segments apply too.
@@ -77,45 +79,124 @@ def _segment(folder: Path, number: int, stem_of: np.ndarray) -> tuple[np.ndarray
     return stem_of[tokens], np.load(folder / f"offsets-{number}.npy")
 
 
-def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5, b: float = 0.75,
-                    segment_docs: int = SEGMENT_DOCS, merge_pairs: int = MERGE_PAIRS) -> dict:
-    """Index ``texts`` (read once, in corpus order) into a bm25s folder ``out``, using ``work`` for the segments
-    (removed at the end). Returns ``{"num_docs", "vocab", "pairs", "segments"}``; raises ``ValueError`` when the
-    texts have no terms."""
-    import bm25s
+class NoTerms(ValueError):
+    """Texts with no terms left after stop-word removal and stemming: nothing for BM25 to index."""
+
+
+@dataclass
+class CorpusStatistics:
+    """What BM25's scores read of the whole corpus: its document count, total length (in terms) and each stem's
+    document frequency. A shard indexed with its corpus's statistics scores every document as the index of the whole
+    corpus does (Elasticsearch's ``dfs_query_then_fetch``), so the shards' merged top k is the whole index's. The
+    statistics of shards add up (:meth:`merge`)."""
+
+    n_docs: int
+    total_length: int
+    frequencies: dict[str, int]
+
+    @property
+    def average_length(self) -> float:
+        # bm25s takes the mean of the lengths, an integer array: its float64 sum is exact below 2**53 terms, so
+        # this division is the same number
+        return self.total_length / self.n_docs
+
+    def merge(self, other: "CorpusStatistics") -> "CorpusStatistics":
+        frequencies = dict(self.frequencies)
+        for stem, count in other.frequencies.items():
+            frequencies[stem] = frequencies.get(stem, 0) + count
+        return CorpusStatistics(self.n_docs + other.n_docs, self.total_length + other.total_length, frequencies)
+
+    def save(self, path: Path) -> None:
+        from ..io import write_json
+
+        write_json(Path(path), {"format": STATISTICS_FORMAT, "n_docs": self.n_docs, "total_length": self.total_length,
+                                "frequencies": self.frequencies}, compact=("frequencies",))
+
+    @classmethod
+    def load(cls, path: Path) -> "CorpusStatistics":
+        from ..io import read_json
+
+        data = read_json(Path(path))
+        if not isinstance(data, dict) or data.get("format") != STATISTICS_FORMAT:
+            raise ValueError(f"{path}: not a {STATISTICS_FORMAT} file")
+        return cls(int(data["n_docs"]), int(data["total_length"]), {str(k): int(v) for k, v in data["frequencies"].items()})
+
+
+STATISTICS_FORMAT = "taskret-bm25-statistics/1"
+
+
+def _read_segments(texts: Iterable[str], work: Path, segment_docs: int):
+    """Steps 1 and 2 (module docstring): the vocabulary, each raw term's stem id, the segments' document counts, and
+    the counts BM25 reads: each stem's document frequency and every document's length."""
     import Stemmer
+
+    raw_terms, counts = _tokens_of(texts, work, segment_docs)
+    n_docs = sum(counts)
+    if n_docs == 0:
+        raise ValueError("no texts to index")
+    stems = Stemmer.Stemmer("english").stemWords(raw_terms)
+    vocab = {stem: n for n, stem in enumerate(dict.fromkeys(stems))}
+    if not vocab:
+        raise NoTerms(f"the {n_docs} texts have no terms after English stop-word removal and stemming")
+    stem_of = np.fromiter((vocab[stem] for stem in stems), dtype=np.int32, count=len(stems))
+    del raw_terms, stems
+    frequencies = np.zeros(len(vocab), dtype=np.int64)
+    lengths = np.empty(n_docs, dtype=np.int64)
+    at = 0
+    for number in range(len(counts)):
+        tokens, offsets = _segment(work, number, stem_of)
+        docs = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
+        pairs = np.unique(docs * len(vocab) + tokens)  # each (document, term) once
+        frequencies += np.bincount(pairs % len(vocab), minlength=len(vocab))
+        lengths[at:at + len(offsets) - 1] = np.diff(offsets)
+        at += len(offsets) - 1
+    return vocab, stem_of, counts, frequencies, lengths
+
+
+def corpus_statistics(texts: Iterable[str], work: Path, segment_docs: int = SEGMENT_DOCS) -> CorpusStatistics:
+    """The :class:`CorpusStatistics` of ``texts`` (a shard's, to :meth:`~CorpusStatistics.merge` with the others'),
+    read once through segments in ``work`` (removed)."""
+    work = Path(work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        vocab, _, counts, frequencies, lengths = _read_segments(texts, work, segment_docs)
+        return CorpusStatistics(sum(counts), int(lengths.sum()), dict(zip(vocab, frequencies.tolist())))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5, b: float = 0.75,
+                    segment_docs: int = SEGMENT_DOCS, merge_pairs: int = MERGE_PAIRS,
+                    statistics: CorpusStatistics | None = None) -> dict:
+    """Index ``texts`` (read once, in corpus order) into a bm25s folder ``out``, using ``work`` for the segments
+    (removed at the end). ``statistics``: those of the whole corpus when ``texts`` are one shard of it (the shard's
+    scores are then the whole index's); None: the texts' own. Returns ``{"num_docs", "vocab", "pairs",
+    "segments"}``; raises ``ValueError`` when the texts have no terms, or when ``statistics`` lack one of their
+    stems (statistics of another corpus)."""
+    import bm25s
     from bm25s.scoring import _build_idf_array, _select_idf_scorer, _select_tfc_scorer
 
     work, out = Path(work), Path(out)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        raw_terms, counts = _tokens_of(texts, work, segment_docs)
+        vocab, stem_of, counts, frequencies, lengths = _read_segments(texts, work, segment_docs)
         n_docs = sum(counts)
-        if n_docs == 0:
-            raise ValueError("no texts to index")
-        stems = Stemmer.Stemmer("english").stemWords(raw_terms)
-        vocab = {stem: n for n, stem in enumerate(dict.fromkeys(stems))}
-        if not vocab:
-            raise ValueError(f"the {n_docs} texts have no terms after English stop-word removal and stemming")
-        stem_of = np.fromiter((vocab[stem] for stem in stems), dtype=np.int32, count=len(stems))
-        del raw_terms, stems
-
-        # 2. document frequencies and lengths, over every segment
-        frequencies = np.zeros(len(vocab), dtype=np.int64)
-        lengths = np.empty(n_docs, dtype=np.int64)
-        at = 0
-        for number in range(len(counts)):
-            tokens, offsets = _segment(work, number, stem_of)
-            docs = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
-            pairs = np.unique(docs * len(vocab) + tokens)  # each (document, term) once
-            frequencies += np.bincount(pairs % len(vocab), minlength=len(vocab))
-            lengths[at:at + len(offsets) - 1] = np.diff(offsets)
-            at += len(offsets) - 1
         average = lengths.mean()  # as bm25s takes it: the mean of an integer array
         del lengths
+        idf_docs, idf_frequencies = n_docs, frequencies.tolist()
+        if statistics is not None:
+            missing = [stem for stem in vocab if stem not in statistics.frequencies]
+            if missing or statistics.n_docs < n_docs:
+                raise ValueError(f"the corpus statistics do not cover these texts (e.g. the term {missing[:1]}, or "
+                                 f"{statistics.n_docs} documents against {n_docs} here): statistics of another corpus")
+            # a NumPy float64, as the mean bm25s takes: with a Python float NumPy computes the float32 tf arrays'
+            # factors in float32 (NEP 50), and the scores differ in their last bits
+            idf_docs, average = statistics.n_docs, np.float64(statistics.average_length)
+            idf_frequencies = [statistics.frequencies[stem] for stem in vocab]
         model = bm25s.BM25(k1=k1, b=b)
-        idf = _build_idf_array(dict(enumerate(frequencies.tolist())), n_docs, _select_idf_scorer(model.idf_method),
+        idf = _build_idf_array(dict(enumerate(idf_frequencies)), idf_docs, _select_idf_scorer(model.idf_method),
                                dtype=model.dtype)
         tfc = _select_tfc_scorer(model.method)
         if model.method in model.methods_requiring_nonoccurrence:
