@@ -75,9 +75,7 @@ def test_shards_with_the_corpus_statistics_merge_into_the_single_indexs_top_10(b
 def test_shards_scored_with_their_own_statistics_rank_otherwise(built, corpus, tmp_path):
     ids, texts = corpus
     _, single, queries, _ = built
-    own = []
-    for number, (a, b) in enumerate(zip(SPLITS, SPLITS[1:])):
-        own.append(BM25Retriever().index_stream(ids[a:b], lambda a=a, b=b: iter(texts[a:b])))
+    own = [BM25Retriever().index_stream(ids[a:b], lambda a=a, b=b: iter(texts[a:b])) for a, b in zip(SPLITS, SPLITS[1:])]
     merged = ShardedSearch({f"s{n}": r.retrieve for n, r in enumerate(own)}).retrieve(queries, k=10)
     expected = single.retrieve(queries, k=10)
     differing = sum(merged.result.ids[q] != expected.ids[q] for q in range(len(queries)))
