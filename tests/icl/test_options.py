@@ -45,9 +45,10 @@ class NoGeneration:
     def __getattr__(self, name):
         return getattr(self.lm, name)
 
-    def score(self, prompts, targets, progress=None):
+    def score_shared(self, prefixes, prompts, targets, progress=None):
         self.score_calls += 1
-        return self.lm.score(prompts, targets, progress=progress)
+        assert all(prompt.startswith(prefix) for prefix, prompt in zip(prefixes, prompts))
+        return self.lm.score_shared(prefixes, prompts, targets, progress=progress)
 
     def generate(self, *args, **kwargs):
         raise AssertionError("a task with options must not be generated for")
@@ -61,7 +62,7 @@ class FixedScores:
     def __init__(self, scores: dict[str, tuple[float, int]]):
         self.scores = scores
 
-    def score(self, prompts, targets, progress=None):
+    def score_shared(self, prefixes, prompts, targets, progress=None):
         if progress:
             progress(len(targets))
         return [TargetScore(*self.scores[t]) for t in targets]

@@ -97,11 +97,16 @@ def choose_options(lm: LMBackend, prompts: Sequence[str], options: Sequence[tupl
                    normalisation: str = DEFAULT_NORMALISATION, progress: Callable[[int], None] | None = None,
                    ) -> list[tuple[int, list[float]]]:
     """For each prompt, the index of its best option and every option's score. All (prompt, option) pairs go to the
-    LM in one :meth:`~taskret.backends.base.LMBackend.score` call, so a backend batches them as it likes."""
+    LM in one :meth:`~taskret.backends.base.LMBackend.score_shared` call, so a backend batches them as it likes, and
+    computes the demonstrations (the prompt up to its last line, the test input) once for all of a prompt's options,
+    each option then running only the test input and itself on top. The scores equal :meth:`score`'s up to float
+    rounding."""
     option_score(TargetScore(0.0, 1), normalisation)  # an unknown normalisation fails before the LM runs
     pair_prompts = [prompt for prompt, row in zip(prompts, options) for _ in row]
+    pair_prefixes = [prompt[:prompt.rfind("\n") + 1] for prompt in pair_prompts]  # "" without demonstrations
     pair_targets = [option for row in options for option in row]
-    scores = lm.score(pair_prompts, pair_targets, progress=_per_example_progress(progress, [len(r) for r in options]))
+    scores = lm.score_shared(pair_prefixes, pair_prompts, pair_targets,
+                             progress=_per_example_progress(progress, [len(r) for r in options]))
     chosen, start = [], 0
     for row in options:
         row_scores = [option_score(s, normalisation) for s in scores[start:start + len(row)]]
