@@ -16,22 +16,14 @@ from taskret.retrieval.bm25 import BM25Retriever
 from taskret.retrieval.bm25_segments import CorpusStatistics, corpus_statistics
 from taskret.retrieval.sharded import ShardedSearch, ShardFailed, index_bm25_shards, merge_top_k
 
+from .builders import sharded_corpus
+
 SPLITS = (0, 700, 1900, 3000)  # three shards of unequal sizes
 
 
 @pytest.fixture(scope="module")
 def corpus() -> tuple[list[str], list[str]]:
-    rng = random.Random(1)
-    syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
-    words = list(dict.fromkeys("".join(rng.sample(syllables, rng.randint(1, 3))) for _ in range(2000)))
-    # shards of different vocabularies: a term common in one shard is rare in the others, so a shard's own
-    # statistics would weigh it otherwise than the corpus's
-    texts = []
-    for shard, (start, stop) in enumerate(zip(SPLITS, SPLITS[1:])):
-        local = words[shard * 30:(shard + 1) * 30]
-        texts += [" ".join(rng.choice(local if rng.random() < 0.4 else words) for _ in range(rng.randint(3, 25)))
-                  for _ in range(stop - start)]
-    return [f"d{i}" for i in range(len(texts))], texts
+    return sharded_corpus(SPLITS, seed=1)
 
 
 @pytest.fixture(scope="module")

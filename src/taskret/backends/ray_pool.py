@@ -221,10 +221,13 @@ def root_cause(err: BaseException) -> BaseException:
 
 @contextmanager
 def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None,
-                        temp_dir: str | os.PathLike | None = None, timeout: float = 180.0) -> Iterator[str]:
+                        temp_dir: str | os.PathLike | None = None, timeout: float = 180.0,
+                        worker_nodes: int = 0, worker_cpus: int = 1) -> Iterator[str]:
     """A private Ray head node on 127.0.0.1 (``ray start --head --block`` in a process session of its
-    own); yields its address, and on exit stops exactly its processes (``ray stop`` would stop every Ray
-    cluster of the user). For tests and benchmarks; the driver needs the same ``RAY_AUTH_MODE`` setting."""
+    own), and ``worker_nodes`` worker nodes joined to it (``ray start --address=HEAD --block``, each a process
+    session of its own, ``worker_cpus`` CPUs each: a multi-node cluster on one machine); yields the head's address
+    once every node is up, and on exit stops exactly their processes (``ray stop`` would stop every Ray cluster of
+    the user). For tests and benchmarks; the driver needs the same ``RAY_AUTH_MODE`` setting."""
     import_ray()
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_cli is None:
@@ -233,8 +236,10 @@ def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     address = f"127.0.0.1:{port}"
-    # ENABLE_RAY_CLUSTER off keeps every Ray address on loopback.
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    # ENABLE_RAY_CLUSTER off keeps every Ray address on loopback; worker nodes need it on (Ray refuses them
+    # otherwise), and --node-ip-address=127.0.0.1 keeps their addresses on loopback then.
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1" if worker_nodes else "0",
+           "RAY_USAGE_STATS_ENABLED": "0"}
     command = [ray_cli, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
                "--include-dashboard=false", "--disable-usage-stats"]
     if num_cpus is not None:
@@ -245,6 +250,7 @@ def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None
         command.append(f"--temp-dir={Path(temp_dir).resolve()}")
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    workers: list[subprocess.Popen] = []
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -259,8 +265,27 @@ def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None
             if time.monotonic() > deadline:
                 raise BackendError(f"the Ray head at {address} did not come up within {timeout:g} s")
             time.sleep(0.5)
+        for _ in range(worker_nodes):
+            workers.append(subprocess.Popen([ray_cli, "start", f"--address={address}", "--block",
+                                             "--node-ip-address=127.0.0.1", f"--num-cpus={worker_cpus}",
+                                             "--disable-usage-stats"],
+                                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        while worker_nodes:
+            status = subprocess.run([ray_cli, "status", f"--address={address}"], env=env, capture_output=True,
+                                    timeout=60, text=True)
+            # `ray status` lists each live node under "Active:" as one " 1 node_..." line
+            if status.returncode == 0 and status.stdout.count("node_") >= worker_nodes + 1:
+                break
+            dead = [w for w in workers if w.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                log.seek(0)
+                raise BackendError(f"the Ray worker nodes did not join {address}: "
+                                   f"{log.read().decode(errors='replace')[-2000:]}")
+            time.sleep(0.5)
         yield address
     finally:
+        for worker in workers:
+            _stop_group(worker)
         _stop_group(proc)
         log.close()
 

@@ -1,0 +1,79 @@
+"""BM25 shards on a real three-node Ray cluster started on this machine (``ray start --head`` and two worker nodes,
+each a process of its own): indexed by Ray tasks with the corpus's statistics, searched by one actor per shard on
+its own node; the merged top 10 is the single index's; a killed shard is named, or marked missing."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray")
+
+from taskret.retrieval.bm25 import BM25Retriever  # noqa: E402
+from taskret.retrieval.sharded import ShardFailed  # noqa: E402
+
+from .builders import sharded_corpus  # noqa: E402
+
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+SPLITS = (0, 500, 1300, 2000)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    import ray
+
+    from taskret.backends.ray_pool import start_local_cluster
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in RAY_ENV.items():
+            mp.setenv(key, value)
+        with start_local_cluster(num_cpus=1, temp_dir=tmp_path_factory.mktemp("ray"), worker_nodes=2) as address:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            try:
+                yield address
+            finally:
+                ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[list[str], list[str]]:
+    return sharded_corpus(SPLITS, seed=3, n_words=1500)
+
+
+def test_shards_indexed_and_searched_on_three_nodes_merge_into_the_single_index(cluster, corpus, tmp_path):
+    import ray
+
+    from taskret.retrieval.ray_shards import RayShards, index_bm25_shards_on_ray
+
+    assert len([node for node in ray.nodes() if node["Alive"]]) == 3
+    ids, texts = corpus
+    shards = [(ids[a:b], texts[a:b]) for a, b in zip(SPLITS, SPLITS[1:])]
+    folders = index_bm25_shards_on_ray(shards, tmp_path / "index", tmp_path / "work")
+    assert [f.name for f in folders] == ["shard-0", "shard-1", "shard-2"]
+    searched = RayShards({f.name: f for f in folders}, timeout_s=120)
+    try:
+        nodes = {where["node"] for where in searched.where().values()}
+        assert len(nodes) == 3  # one shard a node
+        rng = random.Random(4)
+        queries = [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 2)) for _ in range(100)]
+        merged = searched.retrieve(queries, k=10)
+        single = BM25Retriever().index_stream(ids, lambda: iter(texts)).retrieve(queries, k=11)
+        assert not merged.partial
+        np.testing.assert_array_equal(merged.result.scores, single.scores[:, :10])
+        for q in range(len(queries)):
+            scores = single.scores[q].tolist()
+            for rank in range(10):
+                if scores.count(scores[rank]) == 1:
+                    assert merged.result.ids[q][rank] == single.ids[q][rank]
+
+        ray.kill(searched.actors["shard-1"])  # its node's worker gone mid-service
+        with pytest.raises(ShardFailed, match="shard 'shard-1' failed"):
+            searched.retrieve(queries[:5], k=10)
+        searched.allow_partial = True
+        partial = searched.retrieve(queries[:5], k=10)
+        assert partial.missing == ["shard-1"]
+        assert not {doc for row in partial.result.ids for doc in row} & set(ids[SPLITS[1]:SPLITS[2]])
+    finally:
+        searched.close()
