@@ -618,3 +618,39 @@ def test_a_run_stopped_part_way_resumes_from_a_fresh_clone_of_its_committed_shar
     assert stopping.pairs + resumed_lm.pairs == 16 * 4  # every pair scored once, across the two machines
     assert resumed_lm.pairs == 16 * 4 - 2 * 5 * 4  # the two committed shards of five inputs were not scored again
     assert summary["metrics"] == uninterrupted["metrics"]
+
+
+def test_a_budgeted_second_round_scores_only_its_budget_on_the_inputs_its_retriever_ranks_least_like_the_lm(
+        lm_run, tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    """Rung h of the ladder: round 2 sends the LM new pairs only up to round_budget x round 1's (16 x 4 = 64 pairs:
+    0.25 is 16), whole inputs, those whose round-1 retriever's ranking of their scored candidates agrees least with
+    the LM's first; the other inputs keep round 1's labels."""
+    from scipy.stats import spearmanr
+
+    from taskret.epr.reward import encoder_scores
+    from taskret.epr.training import load_retriever
+
+    work = _round_one(lm_run, tmp_path)
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, rounds=2, round_budget=0.25, baseline=None)
+    run_pipeline(config, progress=False)
+    record = json.loads((work / "round2" / "budget.json").read_text())
+    assert record["round1_pairs"] == 64 and record["budget_pairs"] == 16
+    scored = read_jsonl_rows(work / "round2" / "scoring" / "scores.jsonl")
+    assert 0 < sum(len(r["candidates"]) for r in scored) == record["pairs"] <= 16
+    assert [r["id"] for r in scored] == record["inputs"]
+    # the chosen inputs are those of least agreement between round 1's retriever and the LM
+    first = read_jsonl_rows(work / "scoring" / "scores.jsonl")
+    pool = {e.id: e for e in _examples(data_files[0])}
+    mine = encoder_scores(load_retriever(work / "retriever"), first, pool)
+    rho = {r["id"]: spearmanr([c["logprob"] for c in r["candidates"]], mine[r["id"]]).statistic for r in first}
+    rho = {i: (0.0 if v != v else v) for i, v in rho.items()}
+    scored_before = {r["id"]: {c["id"] for c in r["candidates"]} for r in first}
+    new_pairs = {r["id"]: len(set(r["candidates"]) - scored_before[r["id"]])
+                 for r in read_jsonl_rows(work / "round2" / "candidates.jsonl")}
+    expected, spent = [], 0
+    for i in sorted((i for i in new_pairs if new_pairs[i]), key=lambda i: (rho[i], i)):  # least agreement first
+        if spent + new_pairs[i] <= 16:
+            expected.append(i)
+            spent += new_pairs[i]
+    assert sorted(record["inputs"]) == sorted(expected)
+    assert (work / "round2" / "labels.jsonl").exists()

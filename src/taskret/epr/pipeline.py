@@ -73,6 +73,10 @@ class EPRConfig(BaseModel):
     rounds: int = Field(1, ge=1, description="mining rounds (UDR): round r > 1 mines n_candidates with round "
                                              "r-1's retriever, scores the new pairs and trains on from its encoder "
                                              "(with listwise: anew from the base model, on every round's scores)")
+    round_budget: Optional[float] = Field(None, gt=0, description="later rounds send the LM new pairs only up to this "
+                                          "share of round 1's (0.1: every round together at most 1.1x round 1's "
+                                          "calls), the inputs whose previous retriever disagrees most with the LM "
+                                          "first; null: every new pair")
     listwise: Optional[dict] = Field(None, description="UDR's objective (taskret.epr.listwise.ListwiseConfig "
                                      "fields): every round's retriever learns the LM's order over sampled lists")
     training: dict = Field(default_factory=dict, description="TrainingConfig fields")
@@ -341,6 +345,8 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
         # Only here: a resumed round whose labels exist reads no earlier scores at all.
         earlier = [row for path in score_files for row in read_scores(path)]
         fresh = unscored(read_candidates(candidates.output, known_ids=set(examples)), earlier)
+        if config.round_budget is not None:
+            fresh = _within_budget(config, fresh, score_files, previous_dir, examples, work / "budget.json")
         scores = work / "scoring" / SCORES_FILE
         if fresh:
             scores = run_scoring(fresh, examples, config.scoring_lm, work / "scoring",
@@ -349,7 +355,8 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
                                  progress=progress, say=say)
         new_rows = read_scores(scores) if scores.exists() else []
         write_jsonl(out, lm_labels(merge_scores(earlier, new_rows), k=config.k))
-        return f"{sum(len(r['candidates']) for r in fresh)} new pairs scored, labels from all rounds"
+        budget = f" (round budget {config.round_budget:g}: {len(fresh)} inputs)" if config.round_budget else ""
+        return f"{sum(len(r['candidates']) for r in fresh)} new pairs scored{budget}, labels from all rounds"
 
     labels = Stage(f"{name} labels", work / "labels.jsonl", say=say, timings=_times(config))
     labels.run(label)
@@ -367,6 +374,47 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
 
     _train_round(config, round_number, f"{name} training", retriever_dir, train, say)
     return retriever_dir
+
+
+def _within_budget(config: EPRConfig, fresh: list[dict], score_files: list[Path], previous_dir: Path,
+                   examples: dict, record: Path) -> list[dict]:
+    """The rows of ``fresh`` (new pairs by input) the LM scores within ``round_budget``: round 1's pairs x the
+    budget, less what earlier later-rounds scored, spent on whole inputs, those whose previous retriever ranks their
+    scored candidates least like the LM (Spearman) first. What was chosen, and why, goes to ``record``."""
+    from scipy.stats import spearmanr
+
+    from ..io import write_json
+    from .reward import encoder_scores
+    from .scoring import read_scores
+    from .training import load_retriever
+
+    counted = [sum(len(r["candidates"]) for r in read_scores(path)) for path in score_files]
+    budget = int(round(config.round_budget * counted[0])) - sum(counted[1:])
+    merged = {}
+    for path in score_files:
+        for row in read_scores(path):
+            merged.setdefault(row["id"], []).extend(row["candidates"])
+    wanted = [{"id": r["id"], "candidates": merged[r["id"]]} for r in fresh if r["id"] in merged]
+    retriever_scores = encoder_scores(load_retriever(previous_dir), wanted, examples)
+    disagreement = {}
+    for row in wanted:
+        lm = [c["logprob"] for c in row["candidates"]]
+        mine = retriever_scores[row["id"]]
+        rho = spearmanr(lm, mine).statistic if len(lm) > 2 and len(set(lm)) > 1 and len(set(mine)) > 1 else 0.0
+        disagreement[row["id"]] = float(rho) if rho == rho else 0.0  # NaN (constant ranks): no signal
+    chosen, spent = [], 0
+    for row in sorted(fresh, key=lambda r: (disagreement.get(r["id"], 0.0), r["id"])):
+        if spent + len(row["candidates"]) <= budget:
+            chosen.append(row)
+            spent += len(row["candidates"])
+    order = {r["id"]: n for n, r in enumerate(fresh)}
+    chosen.sort(key=lambda r: order[r["id"]])
+    write_json(record, {"round_budget": config.round_budget, "round1_pairs": counted[0],
+                        "earlier_rounds_pairs": sum(counted[1:]), "budget_pairs": max(budget, 0), "pairs": spent,
+                        "inputs": [r["id"] for r in chosen], "inputs_with_new_pairs": len(fresh),
+                        "spearman_of_chosen": {r["id"]: round(disagreement.get(r["id"], 0.0), 4) for r in chosen}},
+               compact=("inputs", "spearman_of_chosen"))
+    return chosen
 
 
 def _train_round(config: EPRConfig, round_number: int, stage: str, retriever_dir: Path, train, say) -> None:
