@@ -270,6 +270,7 @@ def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None
                                              "--node-ip-address=127.0.0.1", f"--num-cpus={worker_cpus}",
                                              "--disable-usage-stats"],
                                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + timeout  # the workers' own time to join, after the head's
         while worker_nodes:
             status = subprocess.run([ray_cli, "status", f"--address={address}"], env=env, capture_output=True,
                                     timeout=60, text=True)
