@@ -135,3 +135,17 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
     BertModel(config).save_pretrained(folder)
     AutoTokenizer.from_pretrained(str(resolve_model("minilm-l6"))).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def ray_temp_dir():
+    """A short folder for a local Ray cluster's sessions: Ray's socket paths under it must fit a Unix socket's 107
+    bytes, which pytest's own temp folders (/tmp/pytest-of-USER/pytest-N/popen-gwK/...) can pass."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

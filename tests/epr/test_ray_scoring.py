@@ -29,7 +29,7 @@ LM_OPTIONS = {"device": "cpu", "dtype": "float32"}  # as the in-process referenc
 
 
 @pytest.fixture(scope="module")
-def ray_address(tmp_path_factory):
+def ray_address(ray_temp_dir):
     from taskret.epr.distributed import start_local_cluster
 
     with pytest.MonkeyPatch.context() as mp:
@@ -38,7 +38,7 @@ def ray_address(tmp_path_factory):
         import ray._private.ray_constants as constants
 
         mp.setattr(constants, "ENABLE_RAY_CLUSTER", False, raising=False)  # in case ray was imported before
-        with start_local_cluster(num_cpus=2, temp_dir=tmp_path_factory.mktemp("ray")) as address:
+        with start_local_cluster(num_cpus=2, temp_dir=ray_temp_dir) as address:
             yield address
 
 

@@ -21,7 +21,7 @@ SPLITS = (0, 500, 1300, 2000)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(ray_temp_dir):
     import ray
 
     from taskret.backends.ray_pool import start_local_cluster
@@ -29,7 +29,7 @@ def cluster(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for key, value in RAY_ENV.items():
             mp.setenv(key, value)
-        with start_local_cluster(num_cpus=1, temp_dir=tmp_path_factory.mktemp("ray"), worker_nodes=2) as address:
+        with start_local_cluster(num_cpus=1, temp_dir=ray_temp_dir, worker_nodes=2) as address:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
             try:
                 yield address
@@ -77,3 +77,17 @@ def test_shards_indexed_and_searched_on_three_nodes_merge_into_the_single_index(
         assert not {doc for row in partial.result.ids for doc in row} & set(ids[SPLITS[1]:SPLITS[2]])
     finally:
         searched.close()
+
+
+def test_a_ray_temp_dir_too_long_for_its_sockets_is_refused_before_anything_starts(tmp_path):
+    import psutil
+
+    from taskret.backends.base import BackendError
+    from taskret.backends.ray_pool import MAX_RAY_TEMP_DIR, start_local_cluster
+
+    long_dir = tmp_path / ("x" * MAX_RAY_TEMP_DIR)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(BackendError, match="at most 40"):
+        with start_local_cluster(num_cpus=1, temp_dir=long_dir, worker_nodes=2):
+            pass
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before  # no `ray start` was left behind

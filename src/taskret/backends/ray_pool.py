@@ -219,6 +219,10 @@ def root_cause(err: BaseException) -> BaseException:
     return err
 
 
+# the longest --temp-dir whose Ray socket paths fit a Unix socket's 107 bytes (see start_local_cluster)
+MAX_RAY_TEMP_DIR = 40
+
+
 @contextmanager
 def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None,
                         temp_dir: str | os.PathLike | None = None, timeout: float = 180.0,
@@ -247,7 +251,13 @@ def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None
     if num_gpus is not None:
         command.append(f"--num-gpus={num_gpus}")
     if temp_dir is not None:
-        command.append(f"--temp-dir={Path(temp_dir).resolve()}")
+        temp_dir = Path(temp_dir).resolve()
+        # Ray's sockets live at TEMP/session_<time>_<pid>/sockets/plasma_store.N, ~66 bytes past TEMP, and a Unix
+        # socket's path holds at most 107: a longer folder fails only when a worker node starts, so say it now.
+        if len(str(temp_dir).encode()) > MAX_RAY_TEMP_DIR:
+            raise BackendError(f"Ray's temp dir {temp_dir} is {len(str(temp_dir).encode())} bytes long; Ray's socket "
+                               f"paths under it need it at most {MAX_RAY_TEMP_DIR} (tempfile.mkdtemp(dir='/tmp'))")
+        command.append(f"--temp-dir={temp_dir}")
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     workers: list[subprocess.Popen] = []
@@ -265,30 +275,49 @@ def start_local_cluster(num_cpus: int | None = None, num_gpus: int | None = None
             if time.monotonic() > deadline:
                 raise BackendError(f"the Ray head at {address} did not come up within {timeout:g} s")
             time.sleep(0.5)
-        for _ in range(worker_nodes):
-            workers.append(subprocess.Popen([ray_cli, "start", f"--address={address}", "--block",
-                                             "--node-ip-address=127.0.0.1", f"--num-cpus={worker_cpus}",
-                                             "--disable-usage-stats"],
-                                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        deadline = time.monotonic() + timeout  # the workers' own time to join, after the head's
-        while worker_nodes:
-            status = subprocess.run([ray_cli, "status", f"--address={address}"], env=env, capture_output=True,
-                                    timeout=60, text=True)
-            # `ray status` lists each live node under "Active:" as one " 1 node_..." line
-            if status.returncode == 0 and status.stdout.count("node_") >= worker_nodes + 1:
-                break
-            dead = [w for w in workers if w.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                log.seek(0)
-                raise BackendError(f"the Ray worker nodes did not join {address}: "
-                                   f"{log.read().decode(errors='replace')[-2000:]}")
-            time.sleep(0.5)
+        for joined in range(1, worker_nodes + 1):
+            workers.append(_join_worker(ray_cli, address, worker_cpus, env, log, nodes=joined + 1, timeout=timeout))
         yield address
     finally:
         for worker in workers:
             _stop_group(worker)
         _stop_group(proc)
         log.close()
+
+
+# A worker node's `ray start` gives its raylet 30 s to register (fixed in Ray's node.py): on a loaded machine it
+# can miss that and exit, so a worker that exits before it is seen is started again, within the deadline.
+WORKER_START_ATTEMPTS = 3
+
+
+def _join_worker(ray_cli: str, address: str, cpus: int, env: dict, log, nodes: int,
+                 timeout: float) -> subprocess.Popen:
+    """One worker node (``ray start --address=HEAD --block`` in a process session of its own), returned once
+    ``ray status`` lists ``nodes`` live nodes; one node at a time keeps a small machine from stalling them all."""
+    deadline = time.monotonic() + timeout
+    for attempt in range(1, WORKER_START_ATTEMPTS + 1):
+        worker = subprocess.Popen([ray_cli, "start", f"--address={address}", "--block",
+                                   "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", "--disable-usage-stats"],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        while worker.poll() is None and time.monotonic() < deadline:
+            status = subprocess.run([ray_cli, "status", f"--address={address}"], env=env, capture_output=True,
+                                    timeout=60, text=True)
+            if status.returncode == 0 and _active_nodes(status.stdout) >= nodes:
+                return worker
+            time.sleep(0.5)
+        _stop_group(worker)
+        if time.monotonic() >= deadline or attempt == WORKER_START_ATTEMPTS:
+            log.seek(0)
+            raise BackendError(f"Ray worker node {nodes - 1} did not join {address} ({attempt} attempts): "
+                               f"{log.read().decode(errors='replace')[-2000:]}")
+    raise AssertionError("unreachable")
+
+
+def _active_nodes(status: str) -> int:
+    """The live nodes in ``ray status``'s report: its " 1 node_..." lines under "Active:", before "Pending:" (a
+    node that failed is listed under "Recent failures:")."""
+    active = status.split("Active:", 1)[-1].split("Pending:", 1)[0] if "Active:" in status else ""
+    return sum(1 for line in active.splitlines() if "node_" in line)
 
 
 def _dashboard_wanted() -> bool:

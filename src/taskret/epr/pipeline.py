@@ -343,10 +343,11 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
 
     def label(out: Path) -> str:
         # Only here: a resumed round whose labels exist reads no earlier scores at all.
-        earlier = [row for path in score_files for row in read_scores(path)]
+        earlier_by_round = [read_scores(path) for path in score_files]
+        earlier = [row for rows in earlier_by_round for row in rows]
         fresh = unscored(read_candidates(candidates.output, known_ids=set(examples)), earlier)
         if config.round_budget is not None:
-            fresh = _within_budget(config, fresh, score_files, previous_dir, examples, work / "budget.json")
+            fresh = _within_budget(config, fresh, earlier_by_round, previous_dir, examples, work / "budget.json")
         scores = work / "scoring" / SCORES_FILE
         if fresh:
             scores = run_scoring(fresh, examples, config.scoring_lm, work / "scoring",
@@ -376,23 +377,23 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
     return retriever_dir
 
 
-def _within_budget(config: EPRConfig, fresh: list[dict], score_files: list[Path], previous_dir: Path,
+def _within_budget(config: EPRConfig, fresh: list[dict], earlier_by_round: list[list[dict]], previous_dir: Path,
                    examples: dict, record: Path) -> list[dict]:
     """The rows of ``fresh`` (new pairs by input) the LM scores within ``round_budget``: round 1's pairs x the
     budget, less what earlier later-rounds scored, spent on whole inputs, those whose previous retriever ranks their
-    scored candidates least like the LM (Spearman) first. What was chosen, and why, goes to ``record``."""
+    scored candidates least like the LM (Spearman) first. ``earlier_by_round``: each earlier round's score rows, round
+    1's first. What was chosen, and why, goes to ``record``."""
     from scipy.stats import spearmanr
 
     from ..io import write_json
     from .reward import encoder_scores
-    from .scoring import read_scores
     from .training import load_retriever
 
-    counted = [sum(len(r["candidates"]) for r in read_scores(path)) for path in score_files]
+    counted = [sum(len(r["candidates"]) for r in rows) for rows in earlier_by_round]
     budget = int(round(config.round_budget * counted[0])) - sum(counted[1:])
     merged = {}
-    for path in score_files:
-        for row in read_scores(path):
+    for rows in earlier_by_round:
+        for row in rows:
             merged.setdefault(row["id"], []).extend(row["candidates"])
     wanted = [{"id": r["id"], "candidates": merged[r["id"]]} for r in fresh if r["id"] in merged]
     retriever_scores = encoder_scores(load_retriever(previous_dir), wanted, examples)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .base import RetrievalResult
-from .sharded import ShardedResult, ShardedSearch
+from .sharded import ShardedResult, ShardedSearch, index_one_shard, summed_statistics
 
 __all__ = ["index_bm25_shards_on_ray", "RayShards"]
 
@@ -32,11 +32,7 @@ def _statistics(texts: list[str], work: str):
 
 
 def _index_shard(ids: list[str], texts: list[str], statistics, work: str, out: str, k1: float, b: float) -> str:
-    from .bm25 import BM25Retriever
-
-    retriever = BM25Retriever(k1=k1, b=b).index_shard(ids, lambda: iter(texts), statistics, Path(work))
-    retriever.save(out)
-    return out
+    return str(index_one_shard(ids, lambda: iter(texts), statistics, Path(work), Path(out), k1, b))
 
 
 def index_bm25_shards_on_ray(shards: Sequence[tuple[list[str], list[str]]], out: Path, work: Path,
@@ -50,14 +46,7 @@ def index_bm25_shards_on_ray(shards: Sequence[tuple[list[str], list[str]]], out:
     index_task = ray.remote(_index_shard)
     parts = ray.get([statistics_task.remote(texts, str(work / f"statistics-{n}"))
                      for n, (_, texts) in enumerate(shards)])
-    if not parts:
-        raise ValueError("no shards to index")
-    total = parts[0]
-    for part in parts[1:]:
-        total = total.merge(part)
-    out.mkdir(parents=True, exist_ok=True)
-    total.save(out / "statistics.json")
-    shared = ray.put(total)
+    shared = ray.put(summed_statistics(parts, out))
     done = ray.get([index_task.remote(ids, texts, shared, str(work / f"shard-{n}"), str(out / f"shard-{n}"), k1, b)
                     for n, (ids, texts) in enumerate(shards)])
     return [Path(folder) for folder in done]

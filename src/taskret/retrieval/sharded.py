@@ -24,7 +24,8 @@ import numpy as np
 
 from .base import RetrievalResult
 
-__all__ = ["ShardFailed", "ShardedResult", "ShardedSearch", "merge_top_k", "index_bm25_shards"]
+__all__ = ["ShardFailed", "ShardedResult", "ShardedSearch", "merge_top_k", "index_bm25_shards", "index_one_shard",
+           "summed_statistics"]
 
 #: What a shard is to the search: ``search(queries, k)`` returning its top k (ids and scores), local or remote.
 ShardSearch = Callable[[list[str], int], RetrievalResult]
@@ -94,26 +95,37 @@ class ShardedSearch:
         return ShardedResult(merge_top_k(answers, k), missing)
 
 
+def summed_statistics(parts: Sequence, out: Path):
+    """The whole corpus's :class:`~taskret.retrieval.bm25_segments.CorpusStatistics`, summed from each shard's
+    (``parts``, in shard order) and saved to ``out/statistics.json``: every shard is scored with it."""
+    if not parts:
+        raise ValueError("no shards to index")
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.merge(part)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    total.save(Path(out) / "statistics.json")
+    return total
+
+
+def index_one_shard(ids: Sequence[str], texts: Callable[[], object], statistics, work: Path, out: Path,
+                    k1: float = 1.5, b: float = 0.75) -> Path:
+    """One shard's BM25 index in ``out``, scored with the whole corpus's ``statistics``: a Ray task's step too."""
+    from .bm25 import BM25Retriever
+
+    BM25Retriever(k1=k1, b=b).index_shard(ids, texts, statistics, Path(work)).save(out)
+    return Path(out)
+
+
 def index_bm25_shards(shards: Sequence[tuple[Sequence[str], Callable[[], object]]], out: Path, work: Path,
                       k1: float = 1.5, b: float = 0.75) -> list[Path]:
     """Index each shard (``(ids, texts)``: ``texts()`` yields the shard's texts in order, on every call) as a BM25
     index in ``out/shard-N/``, scored with the whole corpus's statistics (module docstring), summed first into
     ``out/statistics.json``. Returns the shards' folders. Each shard's steps are the ones a Ray task runs for it."""
-    from .bm25 import BM25Retriever
     from .bm25_segments import corpus_statistics
 
     out, work = Path(out), Path(work)
-    total = None
-    for number, (_, texts) in enumerate(shards):
-        shard = corpus_statistics(texts(), work / f"statistics-{number}")
-        total = shard if total is None else total.merge(shard)
-    if total is None:
-        raise ValueError("no shards to index")
-    out.mkdir(parents=True, exist_ok=True)
-    total.save(out / "statistics.json")
-    folders = []
-    for number, (ids, texts) in enumerate(shards):
-        retriever = BM25Retriever(k1=k1, b=b).index_shard(ids, texts, total, work / f"shard-{number}")
-        retriever.save(out / f"shard-{number}")
-        folders.append(out / f"shard-{number}")
-    return folders
+    total = summed_statistics([corpus_statistics(texts(), work / f"statistics-{number}")
+                               for number, (_, texts) in enumerate(shards)], out)
+    return [index_one_shard(ids, texts, total, work / f"shard-{number}", out / f"shard-{number}", k1, b)
+            for number, (ids, texts) in enumerate(shards)]
