@@ -654,3 +654,47 @@ def test_a_budgeted_second_round_scores_only_its_budget_on_the_inputs_its_retrie
             spent += new_pairs[i]
     assert sorted(record["inputs"]) == sorted(expected)
     assert (work / "round2" / "labels.jsonl").exists()
+
+
+def test_a_second_round_labelled_by_a_reward_model_sends_the_lm_no_pair_and_puts_its_labels_on_the_lms_scale(
+        lm_run, tmp_path, data_files, tiny_model_dir, tiny_bert_dir):
+    """Rung g of the ladder: a reward model trained on round 1's LM scores rates round 2's new pairs; the LM scores
+    none. Each new pair's score is the least-squares map (one slope, one intercept per input) of its logit, fitted on
+    the input's round-1 pairs, which keep the LM's own scores."""
+    import numpy as np
+
+    from taskret.backends.base import load_lm
+    from taskret.data import load_task
+    from taskret.epr.labels import mean_logprob
+    from taskret.epr.reward import reward_scores
+
+    work = _round_one(lm_run, tmp_path)
+    settings = {"base_model": str(tiny_bert_dir), "group_size": 3, "top_k_positive": 1, "bottom_k_negative": 2,
+                "epochs": 3, "batch_inputs": 4, "learning_rate": 1e-3, "held_out": 0.25}
+    config = make_config(work, data_files, tiny_model_dir, tiny_bert_dir, rounds=2, round_labeller=settings,
+                         baseline=None)
+    counting = _CountingLM(load_lm(str(tiny_model_dir)))
+    run_pipeline(config, progress=False, lms={str(tiny_model_dir): counting})
+    assert counting.pairs == 0 and not (work / "round2" / "scoring").exists()
+    first = {r["id"]: r["candidates"] for r in read_jsonl_rows(work / "scoring" / "scores.jsonl")}
+    mined = {r["id"]: r["candidates"] for r in read_jsonl_rows(work / "round2" / "candidates.jsonl")}
+    labelled = {r["id"]: r["candidates"] for r in read_jsonl_rows(work / "round2" / "reward_labels" / "scores.jsonl")}
+    new = {i: [c for c in ids if c not in {s["id"] for s in first[i]}] for i, ids in mined.items()}
+    assert labelled and {i: [c["id"] for c in cands] for i, cands in labelled.items()} == {i: c for i, c in new.items()
+                                                                                          if c}
+    fit = json.loads((work / "round2" / "reward_labels" / "fit.json").read_text())
+    assert fit["slope"] > 0 and fit["pairs_fitted_on"] == sum(len(first[i]) for i in labelled)
+    # the map, recomputed from the reward model's own logits on one input's old and new candidates
+    task = load_task(None, train=data_files[0], test=data_files[1], input_field="q", output_field="a", id_field="key")
+    pool = {e.id: e for e in task.train}
+    key = sorted(labelled)[0]
+    old_ids = [c["id"] for c in first[key]]
+    logits = reward_scores(work / "round_labeller" / "model", task, [pool[key]],
+                           [old_ids + [c["id"] for c in labelled[key]]])[0]
+    intercept = np.mean([mean_logprob(c) for c in first[key]]) - fit["slope"] * np.mean(logits[:len(old_ids)])
+    n_tokens = first[key][0]["n_tokens"]
+    expected = [(fit["slope"] * r + intercept) * n_tokens for r in logits[len(old_ids):]]
+    assert [c["logprob"] for c in labelled[key]] == pytest.approx(expected, abs=0.02 * n_tokens)
+    agreement = json.loads((work / "round_labeller" / "agreement.json").read_text())
+    assert agreement["n_inputs"] == 4 and -1 <= agreement["spearman"] <= 1 and 0 <= agreement["top5_overlap"] <= 1
+    assert (work / "round2" / "labels.jsonl").exists() and (work / "round2" / "retriever" / "model").exists()

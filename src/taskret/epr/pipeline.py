@@ -13,6 +13,9 @@ Layout of the work folder (every file can be inspected, and each stage can be ru
     round2/, round3/ ... with ``rounds`` > 1 (UDR's iterative mining): candidates.jsonl (the previous round's
                          retriever's top L), scoring/ (the new pairs only), labels.jsonl (from every pair scored
                          so far), retriever/ (trained on, starting from the previous round's encoder)
+    round_labeller/      with ``round_labeller``: model/ (a reward model trained on round 1's LM scores),
+                         reward_config.json, agreement.json; each later round then has reward_labels/ (shards/ of
+                         its logits, fit.json, scores.jsonl: the new pairs on the LM's scale) instead of scoring/
     index/               FAISS index of the training set (meta.json, index.faiss)
     eval/                predictions.jsonl, summary.json
     baseline/            predictions.jsonl, summary.json of ``baseline`` (BM25) on the same test inputs; the run ends
@@ -77,6 +80,9 @@ class EPRConfig(BaseModel):
                                           "share of round 1's (0.1: every round together at most 1.1x round 1's "
                                           "calls), the inputs whose previous retriever disagrees most with the LM "
                                           "first; null: every new pair")
+    round_labeller: Optional[dict] = Field(None, description="later rounds' new pairs labelled by a reward model "
+                                           "(taskret.epr.reward.RewardConfig fields) trained on round 1's LM scores, "
+                                           "not by the LM: no LM call after round 1 (the ladder's rung g)")
     listwise: Optional[dict] = Field(None, description="UDR's objective (taskret.epr.listwise.ListwiseConfig "
                                      "fields): every round's retriever learns the LM's order over sampled lists")
     training: dict = Field(default_factory=dict, description="TrainingConfig fields")
@@ -111,6 +117,16 @@ class EPRConfig(BaseModel):
         if self.reward_model is not None and self.labels != "lm":
             raise ValueError(f"a reward model learns from the scoring LM's scores; labels must be 'lm', not "
                              f"'{self.labels}'")
+        return self
+
+    @model_validator(mode="after")
+    def _round_labeller_needs_rounds(self) -> "EPRConfig":
+        if self.round_labeller is not None and (self.rounds < 2 or self.labels != "lm"):
+            raise ValueError("round_labeller labels the pairs of rounds after the first and learns from the LM's "
+                             f"scores: it needs rounds > 1 and labels 'lm' (rounds {self.rounds}, labels "
+                             f"'{self.labels}')")
+        if self.round_labeller is not None and self.round_budget is not None:
+            raise ValueError("round_labeller sends the LM no pair after round 1; round_budget has nothing to limit")
         return self
 
     @classmethod
@@ -349,6 +365,11 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
         if config.round_budget is not None:
             fresh = _within_budget(config, fresh, earlier_by_round, previous_dir, examples, work / "budget.json")
         scores = work / "scoring" / SCORES_FILE
+        if config.round_labeller is not None:
+            new_rows = _reward_labelled(config, task, fresh, earlier_by_round, work / "reward_labels", say, progress)
+            write_jsonl(out, lm_labels(merge_scores(earlier, new_rows), k=config.k))
+            return (f"{sum(len(r['candidates']) for r in new_rows)} new pairs labelled by the reward model, none by "
+                    f"the LM; labels from all rounds")
         if fresh:
             scores = run_scoring(fresh, examples, config.scoring_lm, work / "scoring",
                                  lm_options=config.scoring_lm_options, fmt=task.output_format,
@@ -363,6 +384,8 @@ def _next_round(config: EPRConfig, task: Task, queries: list, round_number: int,
     labels.run(label)
     if (work / "scoring" / SCORES_FILE).exists():
         score_files.append(work / "scoring" / SCORES_FILE)
+    if (work / "reward_labels" / SCORES_FILE).exists():  # round_labeller's: the next round and listwise read them
+        score_files.append(work / "reward_labels" / SCORES_FILE)
     retriever_dir = work / "retriever"
     continued = training.__class__(**{**training.to_dict(), "base_model": str(previous_dir / "model")})
 
@@ -416,6 +439,54 @@ def _within_budget(config: EPRConfig, fresh: list[dict], earlier_by_round: list[
                         "spearman_of_chosen": {r["id"]: round(disagreement.get(r["id"], 0.0), 4) for r in chosen}},
                compact=("inputs", "spearman_of_chosen"))
     return chosen
+
+
+def _reward_labelled(config: EPRConfig, task: Task, fresh: list[dict], earlier_by_round: list[list[dict]],
+                     work: Path, say, progress: bool) -> list[dict]:
+    """``round_labeller``'s labels for a later round's new pairs (:mod:`taskret.epr.reward_labels`), in
+    ``work/scores.jsonl`` with ``fit.json``. The reward model is trained once, on round 1's LM scores, in the work
+    folder's ``round_labeller/`` (model/, reward_config.json, agreement.json: its ranking against the LM's on
+    the inputs it held out)."""
+    from ..io import read_json, write_json, write_jsonl
+    from ..progress import progress_bar
+    from .reward import RewardConfig, ranking_agreement, reward_scores, train_reward_model
+    from .reward_labels import reward_labelled_rows
+    from .scoring import SCORES_FILE, read_scores
+
+    settings = RewardConfig(**{"seed": config.seed, **config.round_labeller})
+    root = Path(config.work_dir) / "round_labeller"
+    round1 = earlier_by_round[0]
+
+    def train(out: Path) -> str:
+        with progress_bar(len(round1) * settings.epochs, "round labeller", unit="inputs", enabled=progress) as step:
+            train_reward_model(task, round1, out, settings, progress=step)
+        return f"reward model on round 1's LM scores of {len(round1)} inputs"
+
+    Stage("round labeller", root, marker=root / "model", say=say, timings=_times(config)).run(train)
+
+    def agree(out: Path) -> str:
+        held = set(read_json(root / "reward_config.json")["held_out_ids"])
+        rows = [r for r in round1 if r["id"] in held]
+        pool = {e.id: e for e in task.train}
+        logits = reward_scores(root / "model", task, [pool[r["id"]] for r in rows],
+                               [[c["id"] for c in r["candidates"]] for r in rows])
+        agreement = ranking_agreement(rows, {"reward_model": {r["id"]: v.tolist() for r, v in zip(rows, logits)}})
+        write_json(out, {"what": "the round labeller's agreement with the scoring LM's ranking of round 1's pairs of "
+                                 "the inputs it held out of training", **agreement["reward_model"]})
+        return f"Spearman {agreement['reward_model']['spearman']} on {len(rows)} held-out inputs"
+
+    Stage("round labeller agreement", root / "agreement.json", say=say, timings=_times(config)).run(agree)
+    scores = work / SCORES_FILE
+    if scores.exists():
+        return read_scores(scores)
+    n = len(fresh)
+    with progress_bar(n, "reward labels", unit="inputs", enabled=progress) as advance:
+        rows, fit = reward_labelled_rows(root / "model", task, fresh, [r for rows in earlier_by_round for r in rows],
+                                         work, progress=advance)
+    write_jsonl(scores, rows)
+    say(f"reward labels: {fit['pairs_labelled']} pairs of {fit['inputs']} inputs, map slope {fit['slope']}, "
+        f"R2 within inputs {fit['r2_within_inputs']}")
+    return rows
 
 
 def _train_round(config: EPRConfig, round_number: int, stage: str, retriever_dir: Path, train, say) -> None:
