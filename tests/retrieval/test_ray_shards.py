@@ -91,3 +91,38 @@ def test_a_ray_temp_dir_too_long_for_its_sockets_is_refused_before_anything_star
         with start_local_cluster(num_cpus=1, temp_dir=long_dir, worker_nodes=2):
             pass
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before  # no `ray start` was left behind
+
+
+def test_the_service_over_ray_shards_marks_an_answer_without_a_killed_shard_as_partial(cluster, corpus, tmp_path):
+    """`taskret serve --shards` with a Ray address: one actor a shard; the answer equals the single index's, and
+    after a shard's actor is killed, it comes from the others and names the missing shard."""
+    import json
+
+    import ray
+    from fastapi.testclient import TestClient
+
+    from taskret.corpus import Document
+    from taskret.retrieval.ray_shards import index_bm25_shards_on_ray
+    from taskret.serve.app import create_app
+
+    ids, texts = corpus
+    cuts = list(zip(SPLITS, SPLITS[1:]))
+    index_bm25_shards_on_ray([(ids[a:b], texts[a:b]) for a, b in cuts], tmp_path / "index", tmp_path / "work",
+                             documents=[[Document(i, "", t) for i, t in zip(ids[a:b], texts[a:b])] for a, b in cuts])
+    config = tmp_path / "shards.json"
+    config.write_text(json.dumps({"shards": {f"shard-{n}": f"index/shard-{n}" for n in range(3)}, "ray": cluster,
+                                  "allow_partial": True, "timeout_s": 120}))
+    app = create_app(config)
+    try:
+        client = TestClient(app)
+        query = " ".join(texts[SPLITS[1] + 3].split()[:2])  # words of a shard-1 document
+        single = BM25Retriever().index_stream(ids, lambda: iter(texts)).retrieve([query], k=10)
+        whole = client.post("/retrieve", json={"query": query, "k": 10}).json()
+        assert whole["scores"] == pytest.approx(single.scores[0].tolist(), rel=1e-6) and "missing_shards" not in whole
+        assert set(whole["ids"]) & set(ids[SPLITS[1]:SPLITS[2]])
+        ray.kill(app.state.index.retriever._remote.actors["shard-1"])
+        partial = client.post("/retrieve", json={"query": query, "k": 10}).json()
+        assert partial["missing_shards"] == ["shard-1"]
+        assert not set(partial["ids"]) & set(ids[SPLITS[1]:SPLITS[2]])
+    finally:
+        app.state.index.retriever.close()

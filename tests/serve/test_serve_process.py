@@ -20,11 +20,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_server(index, cwd=None, args=()):
-    """`taskret serve --index INDEX [ARGS]` in a subprocess (from ``cwd``), answering /health: yields its URL."""
+def running_server(index, cwd=None, args=(), flag="--index"):
+    """`taskret serve --index INDEX [ARGS]` in a subprocess (from ``cwd``), answering /health: yields its URL.
+    ``flag="--shards"``: ``index`` is a shards config."""
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "2000"}
-    process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", "--index", str(index), "--port",
+    process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", flag, str(index), "--port",
                                 str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -321,8 +321,11 @@ def _selection_text(record: dict) -> str:
 
 @app.command()
 def serve(
-    index_dir: Path = typer.Option(..., "--index", help="an index directory written by `taskret index`, `taskret "
-                                   "epr index` or `taskret tart index`"),
+    index_dir: Optional[Path] = typer.Option(None, "--index", help="an index directory written by `taskret index`, "
+                                             "`taskret epr index` or `taskret tart index`"),
+    shards: Optional[Path] = typer.Option(None, "--shards", help="instead of --index: a shards config (JSON: shard "
+                                          "name -> index folder, and ray, allow_partial, timeout_s), every shard "
+                                          "searched and their top k merged (taskret.retrieval.sharded_index)"),
     host: str = typer.Option("127.0.0.1", help="address to listen on (loopback by default)"),
     port: int = typer.Option(8000, help="port to listen on"),
     lm: Optional[str] = typer.Option(None, help="count /prompt tokens with this LM's tokenizer (default: the index's "
@@ -376,6 +379,19 @@ def serve(
 
     if rerank is not None and no_rerank:
         raise ValueError("give --rerank or --no-rerank, not both")
+    if (index_dir is None) == (shards is None):
+        raise ValueError("give --index FOLDER or --shards CONFIG (one of them)")
+    if shards is not None:
+        from ..pipeline import read_config
+        from ..retrieval.sharded_index import ShardsConfig
+
+        if read_config(ShardsConfig, shards).ray is not None:
+            # one front: its Ray actors search the shards, and each worker would start a set of its own
+            if workers not in (None, 1):
+                raise ValueError("--shards with Ray: one worker (the shards' actors do the searching), not --workers "
+                                 f"{workers}")
+            workers = 1
+        index_dir = shards
     if select not in (None, "none", "dpp", "mmr"):
         raise ValueError(f"--select: dpp, mmr or none (got {select!r})")
     if select in (None, "none") and select_weight is not None:

@@ -31,14 +31,16 @@ def _statistics(texts: list[str], work: str):
     return corpus_statistics(iter(texts), Path(work))
 
 
-def _index_shard(ids: list[str], texts: list[str], statistics, work: str, out: str, k1: float, b: float) -> str:
-    return str(index_one_shard(ids, lambda: iter(texts), statistics, Path(work), Path(out), k1, b))
+def _index_shard(ids: list[str], texts: list[str], statistics, work: str, out: str, k1: float, b: float,
+                 documents: list | None) -> str:
+    return str(index_one_shard(ids, lambda: iter(texts), statistics, Path(work), Path(out), k1, b, documents))
 
 
 def index_bm25_shards_on_ray(shards: Sequence[tuple[list[str], list[str]]], out: Path, work: Path,
-                             k1: float = 1.5, b: float = 0.75) -> list[Path]:
+                             k1: float = 1.5, b: float = 0.75, documents: Sequence[list] | None = None) -> list[Path]:
     """Index each shard (``(ids, texts)``) as a BM25 index ``out/shard-N`` on the connected Ray cluster, with the
-    whole corpus's statistics (module docstring), saved to ``out/statistics.json`` too. Returns the folders."""
+    whole corpus's statistics (module docstring), saved to ``out/statistics.json`` too. ``documents``: each shard's
+    documents, to write document indexes with their texts (``taskret serve --shards``). Returns the folders."""
     import ray
 
     out, work = Path(out).resolve(), Path(work).resolve()
@@ -47,7 +49,8 @@ def index_bm25_shards_on_ray(shards: Sequence[tuple[list[str], list[str]]], out:
     parts = ray.get([statistics_task.remote(texts, str(work / f"statistics-{n}"))
                      for n, (_, texts) in enumerate(shards)])
     shared = ray.put(summed_statistics(parts, out))
-    done = ray.get([index_task.remote(ids, texts, shared, str(work / f"shard-{n}"), str(out / f"shard-{n}"), k1, b)
+    done = ray.get([index_task.remote(ids, texts, shared, str(work / f"shard-{n}"), str(out / f"shard-{n}"), k1, b,
+                                      None if documents is None else list(documents[n]))
                     for n, (ids, texts) in enumerate(shards)])
     return [Path(folder) for folder in done]
 

@@ -109,23 +109,33 @@ def summed_statistics(parts: Sequence, out: Path):
 
 
 def index_one_shard(ids: Sequence[str], texts: Callable[[], object], statistics, work: Path, out: Path,
-                    k1: float = 1.5, b: float = 0.75) -> Path:
-    """One shard's BM25 index in ``out``, scored with the whole corpus's ``statistics``: a Ray task's step too."""
+                    k1: float = 1.5, b: float = 0.75, documents: Sequence | None = None) -> Path:
+    """One shard's BM25 index in ``out``, scored with the whole corpus's ``statistics``: a Ray task's step too.
+    With ``documents`` (the shard's documents, :class:`~taskret.corpus.Document`, in ``ids``' order) ``out`` is a document
+    index with their texts, which ``taskret serve --shards`` opens (:mod:`taskret.retrieval.sharded_index`);
+    without, the retriever's files alone."""
     from .bm25 import BM25Retriever
+    from .index import save_index
 
-    BM25Retriever(k1=k1, b=b).index_shard(ids, texts, statistics, Path(work)).save(out)
+    retriever = BM25Retriever(k1=k1, b=b).index_shard(ids, texts, statistics, Path(work))
+    if documents is None:
+        retriever.save(out)
+    else:
+        save_index(out, retriever, documents, kind="documents", retriever_spec="bm25")
     return Path(out)
 
 
 def index_bm25_shards(shards: Sequence[tuple[Sequence[str], Callable[[], object]]], out: Path, work: Path,
-                      k1: float = 1.5, b: float = 0.75) -> list[Path]:
+                      k1: float = 1.5, b: float = 0.75, documents: Sequence[Sequence] | None = None) -> list[Path]:
     """Index each shard (``(ids, texts)``: ``texts()`` yields the shard's texts in order, on every call) as a BM25
     index in ``out/shard-N/``, scored with the whole corpus's statistics (module docstring), summed first into
-    ``out/statistics.json``. Returns the shards' folders. Each shard's steps are the ones a Ray task runs for it."""
+    ``out/statistics.json``. ``documents``: each shard's documents, to write document indexes with their texts
+    (:func:`index_one_shard`). Returns the shards' folders. Each shard's steps are the ones a Ray task runs for it."""
     from .bm25_segments import corpus_statistics
 
     out, work = Path(out), Path(work)
     total = summed_statistics([corpus_statistics(texts(), work / f"statistics-{number}")
                                for number, (_, texts) in enumerate(shards)], out)
-    return [index_one_shard(ids, texts, total, work / f"shard-{number}", out / f"shard-{number}", k1, b)
+    return [index_one_shard(ids, texts, total, work / f"shard-{number}", out / f"shard-{number}", k1, b,
+                            None if documents is None else documents[number])
             for number, (ids, texts) in enumerate(shards)]

@@ -70,6 +70,7 @@ from ..icl.selection import RECORDED as SELECT_RECORDED
 from ..icl.selection import BoundSelection, prompt_fit, resolve_selection
 from ..retrieval.base import RetrievalResult
 from ..retrieval.index import LoadedIndex, load_index
+from ..retrieval.sharded_index import load_sharded_index
 from ..tart.search import RECORDED, rerank_first_stage, resolve_rerank
 from .batching import BatchedSearch
 
@@ -124,6 +125,8 @@ class RetrieveResponse(BaseModel):
                                                                 "first-stage score ('scores' are the final ones)")
     note: Optional[str] = Field(None, description="what the service did not do as asked (an instruction no stage "
                                 "of this index reads is left out of the searched text)")
+    missing_shards: Optional[list[str]] = Field(None, description="a sharded index's shards that did not answer "
+                                                "(served with allow_partial): the results are the other shards' alone")
 
 
 class PromptRequest(_Request):
@@ -148,6 +151,8 @@ class PromptResponse(BaseModel):
     selection: Optional[dict] = Field(None, description="the set selection that chose the demonstrations among the "
                                       "top n_candidates (method, weight, n_candidates, ...); null: the ranking's top, "
                                       "in order")
+    missing_shards: Optional[list[str]] = Field(None, description="a sharded index's shards that did not answer "
+                                                "(served with allow_partial): the demonstrations come from the others")
 
 
 class GenerateRequest(PromptRequest):
@@ -335,7 +340,12 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
     These keyword arguments are the only way configuration enters (a multi-worker server passes the same to
     each worker); the first stage of ``/retrieve`` and ``/prompt`` is the one function
     ``app.state.first_stage(texts, k)``, for a batcher to take over."""
-    index = index_dir if isinstance(index_dir, LoadedIndex) else load_index(index_dir, mmap=mmap)
+    if isinstance(index_dir, LoadedIndex):
+        index = index_dir
+    elif Path(index_dir).is_file():  # a shards config (`taskret serve --shards`): its shards opened as one index
+        index = load_sharded_index(index_dir)
+    else:
+        index = load_index(index_dir, mmap=mmap)
     if query_encoder is not None:
         index.use_query_encoder(query_encoder)
     reranking = resolve_rerank(index, rerank, rerank_depth, rerank_weight)
@@ -463,6 +473,7 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
         texts = [request.query if unread else format_query(request.instruction, request.query)]
         first = await app.state.first_stage.async_call(texts, max(request.k, depth) if reranker else request.k)
         first_ranks = first_scores = None
+        missing = list(getattr(first, "missing", ())) or None
         if reranker is None:
             result = first.head(request.k)
         else:
@@ -476,7 +487,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
                                   titles=None if examples else [r.title for r in records],
                                   first_stage_ranks=first_ranks, first_stage_scores=first_scores,
                                   note=f"the instruction is not read by this index ({index.retriever.name}): "
-                                       "searched with the query alone" if unread else None)
+                                       "searched with the query alone" if unread else None,
+                                  missing_shards=missing)
         # Serialised here: the model was validated as it was built, and FastAPI would validate it a second time
         # and encode it through jsonable_encoder (~9% of a request in the profile); the schema still documents it.
         return Response(answer.model_dump_json(exclude_none=True), media_type="application/json")
@@ -502,7 +514,8 @@ def create_app(index_dir: str | os.PathLike | LoadedIndex, *, lm: str | None = N
         return PromptResponse(prompt=built.text, ids=built.demo_ids, texts=[demos[i][1] for i in built.demo_ids],
                               outputs=[demos[i][2] for i in built.demo_ids],
                               left_out=[i for i in retrieved if i not in used], n_tokens=built.n_tokens,
-                              token_budget=budget, token_counter=counter_name, selection=selected)
+                              token_budget=budget, token_counter=counter_name, selection=selected,
+                              missing_shards=list(getattr(first, "missing", ())) or None)
 
     @app.post("/prompt", response_model=PromptResponse)
     def prompt(request: PromptRequest) -> PromptResponse:

@@ -37,6 +37,7 @@ from concurrent.futures import Future
 from typing import Callable, NamedTuple, Sequence, Union
 
 from ..retrieval.base import RetrievalResult
+from ..retrieval.sharded_index import partial
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,9 @@ class BatchedSearch:
         for call in calls:
             rows = slice(start, start + len(call.texts))
             start = rows.stop
-            call.future.set_result(RetrievalResult(result.ids[rows], result.scores[rows]).head(call.k))
+            # a sharded index's answer that lacks shards says so to every request of its batch
+            call.future.set_result(partial(RetrievalResult(result.ids[rows], result.scores[rows]).head(call.k),
+                                           getattr(result, "missing", ())))
 
     def _answer_alone(self, call: _Call) -> None:
         try:

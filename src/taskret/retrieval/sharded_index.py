@@ -1,0 +1,178 @@
+"""An index held as shards, opened as one (``taskret serve --shards CONFIG``): every shard a taskret index folder of
+its own part of the corpus, each query sent to every shard and their top k merged (:mod:`taskret.retrieval.sharded`).
+
+The shards config is a JSON file::
+
+    {"shards": {"shard-0": "index/shard-0", "shard-1": "index/shard-1"},
+     "ray": null, "allow_partial": false, "timeout_s": 60}
+
+- ``shards``: name -> index folder (a relative path reads from the config file's folder), in the corpus's order.
+  BM25 shards are indexed with the whole corpus's statistics (:func:`~taskret.retrieval.sharded.index_bm25_shards`
+  with ``documents``), so the merged top k is the single index's; dense shards need nothing shared.
+- ``ray``: null searches every shard in this process, each memory-mapped. A Ray address (``auto``, ``HOST:PORT``)
+  searches each shard in an actor of its own, spread over the cluster's nodes
+  (:class:`~taskret.retrieval.ray_shards.RayShards`); the folders must then be reachable from every node (a shared
+  file system), and this process reads the result texts from them.
+- ``allow_partial``: a shard that fails or does not answer within ``timeout_s`` makes the search fail naming it;
+  with ``allow_partial``, the others answer and the result names the missing shards
+  (:attr:`ShardedRetriever.retrieve`'s ``missing``; the service's ``missing_shards``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import RetrievalResult
+from .index import IndexRecord, InvalidIndex, LoadedIndex, load_index
+from .sharded import ShardedSearch
+
+__all__ = ["ShardsConfig", "ShardedRetriever", "PartialResult", "load_sharded_index"]
+
+
+class ShardsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    shards: dict[str, str] = Field(description="shard name -> index folder, in the corpus's order", min_length=1)
+    ray: Optional[str] = Field(None, description="search each shard in a Ray actor: auto, HOST:PORT or ray://...")
+    allow_partial: bool = Field(False, description="answer from the shards that answered, naming the others")
+    timeout_s: float = Field(60.0, gt=0, description="seconds a Ray shard may take to answer")
+
+
+class PartialResult(RetrievalResult):
+    """A :class:`~taskret.retrieval.base.RetrievalResult` that may lack shards: ``missing`` names them."""
+
+    missing: tuple[str, ...] = ()
+
+
+def partial(result: RetrievalResult, missing: Sequence[str]) -> RetrievalResult:
+    """``result`` marked as lacking the shards ``missing`` (unchanged when none is)."""
+    if not missing:
+        return result
+    marked = PartialResult(result.ids, result.scores)
+    marked.missing = tuple(missing)
+    return marked
+
+
+class _ChainedIds(Sequence[str]):
+    """The shards' ids in shard order, as one read-only sequence (no copy of them)."""
+
+    def __init__(self, parts: Sequence[Sequence[str]]):
+        self._parts = list(parts)
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self._parts)
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            return [self[i] for i in range(*item.indices(len(self)))]
+        if item < 0:
+            item += len(self)
+        for part in self._parts:
+            if item < len(part):
+                return part[item]
+            item -= len(part)
+        raise IndexError("shard id index out of range")
+
+    def __iter__(self) -> Iterator[str]:
+        for part in self._parts:
+            yield from part
+
+
+class _ChainedRecords(Mapping[str, IndexRecord]):
+    """Each id's record from the shard that holds it."""
+
+    def __init__(self, indexes: Sequence[LoadedIndex]):
+        self._indexes = list(indexes)
+
+    def __getitem__(self, key: str) -> IndexRecord:
+        for index in self._indexes:
+            if key in index.records:
+                return index.records[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        for index in self._indexes:
+            yield from index.records
+
+    def __len__(self) -> int:
+        return sum(len(index.records) for index in self._indexes)
+
+
+class ShardedRetriever:
+    """The shards searched as one retriever (what the service and ``retrieve`` call): :meth:`retrieve` merges every
+    shard's top k; with ``allow_partial`` its result may be a :class:`PartialResult`."""
+
+    def __init__(self, indexes: dict[str, LoadedIndex], config: ShardsConfig):
+        first = next(iter(indexes.values())).retriever
+        self.name = f"shards of {first.name}"
+        self.reads_instruction = first.reads_instruction
+        self.ids = _ChainedIds([index.retriever.ids for index in indexes.values()])
+        self.config = config
+        self._indexes = indexes
+        if config.ray is None:
+            self._remote = None
+            searches = {name: _local_search(index) for name, index in indexes.items()}
+        else:
+            import ray
+
+            from .ray_shards import RayShards
+
+            if not ray.is_initialized():
+                ray.init(address=config.ray, logging_level="ERROR", log_to_driver=False)
+            self._remote = RayShards({name: index.directory for name, index in indexes.items()},
+                                     timeout_s=config.timeout_s, allow_partial=config.allow_partial)
+            searches = None
+        self._search = None if searches is None else ShardedSearch(searches, allow_partial=config.allow_partial)
+
+    def warm_up(self) -> None:
+        if self._remote is not None:
+            self._remote.where()  # every actor started (its shard loaded), or its error raised now
+        else:
+            for index in self._indexes.values():
+                index.retriever.warm_up()
+
+    def retrieve(self, queries: Sequence[str], k: int = 10) -> RetrievalResult:
+        found = (self._remote or self._search).retrieve(list(queries), k)
+        return partial(found.result, found.missing)
+
+    def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
+
+
+def _local_search(index: LoadedIndex):
+    def search(queries: list[str], k: int) -> RetrievalResult:
+        return index.retriever.retrieve(queries, k=k)
+    return search
+
+
+def load_sharded_index(config_path: str | os.PathLike) -> LoadedIndex:
+    """The shards a config file names (module docstring) opened as one index, each memory-mapped and checked as
+    :func:`~taskret.retrieval.index.load_index` checks an index; the shards must hold one kind (documents or
+    examples) and no id twice."""
+    from ..pipeline import read_config
+
+    config_path = Path(config_path)
+    config = read_config(ShardsConfig, config_path)
+    indexes = {}
+    for name, folder in config.shards.items():
+        path = Path(folder) if Path(folder).is_absolute() else config_path.parent / folder
+        indexes[name] = load_index(path, mmap=True)
+    kinds = {index.kind for index in indexes.values()}
+    if len(kinds) != 1:
+        raise InvalidIndex(f"{config_path}: its shards hold different kinds ({', '.join(sorted(kinds))})")
+    seen: set[str] = set()
+    for name, index in indexes.items():
+        twice = next((i for i in index.retriever.ids if i in seen), None)
+        if twice is not None:
+            raise InvalidIndex(f"{config_path}: id '{twice}' is in shard '{name}' and in an earlier shard")
+        seen.update(index.retriever.ids)
+    first = next(iter(indexes.values()))
+    return LoadedIndex(directory=config_path, retriever=ShardedRetriever(indexes, config), kind=first.kind,
+                       records=_ChainedRecords(list(indexes.values())),
+                       info={**first.info, "shards": list(config.shards)})
