@@ -126,3 +126,41 @@ def test_the_service_over_ray_shards_marks_an_answer_without_a_killed_shard_as_p
         assert not set(partial["ids"]) & set(ids[SPLITS[1]:SPLITS[2]])
     finally:
         app.state.index.retriever.close()
+
+
+def test_dense_shards_served_over_ray_merge_into_the_single_dense_index(cluster, corpus, tmp_path, tiny_bert_dir):
+    """Dense shards need no shared statistics: each shard a dense index of its part (the same encoder), one actor a
+    shard; the merged top 10 is the single exact index's."""
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from taskret.corpus import Document
+    from taskret.retrieval import DenseRetriever
+    from taskret.retrieval.index import save_index
+    from taskret.serve.app import create_app
+
+    ids, texts = corpus
+    ids, texts = ids[::10], texts[::10]  # 200 documents: the tiny encoder's vectors, exact search
+    cuts = [(0, 50), (50, 130), (130, 200)]
+
+    def dense() -> DenseRetriever:
+        return DenseRetriever(encoder=str(tiny_bert_dir), device="cpu", dtype="float32", index_type="flat")
+
+    for n, (a, b) in enumerate(cuts):
+        save_index(tmp_path / f"shard-{n}", dense().index_texts(ids[a:b], texts[a:b]),
+                   [Document(i, "", t) for i, t in zip(ids[a:b], texts[a:b])], kind="documents")
+    config = tmp_path / "shards.json"
+    config.write_text(json.dumps({"shards": {f"shard-{n}": f"shard-{n}" for n in range(3)}, "ray": cluster,
+                                  "timeout_s": 120}))
+    single = dense().index_texts(ids, texts)
+    app = create_app(config)
+    try:
+        client = TestClient(app)
+        for query in [" ".join(texts[q].split()[:3]) for q in (5, 77, 150)]:
+            answer = client.post("/retrieve", json={"query": query, "k": 10}).json()
+            expected = single.retrieve([query], k=10)
+            assert answer["scores"] == pytest.approx(expected.scores[0].tolist(), abs=1e-5)
+            assert answer["ids"] == expected.ids[0]
+    finally:
+        app.state.index.retriever.close()
