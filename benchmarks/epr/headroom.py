@@ -93,7 +93,7 @@ def detectable_at(n_full: int, mine: dict, other: dict, metric: str) -> float | 
     if metric in GRADED_METRICS:
         differences = [float(mine[i]) - float(other[i]) for i in mine]
         at_pilot = min_detectable_mean_difference(differences)
-        return None if at_pilot is None else round(at_pilot * (len(mine) / n_full) ** 0.5, 2)
+        return None if at_pilot is None else round(float(at_pilot) * (len(mine) / n_full) ** 0.5, 2)
     discordant = sum(bool(mine[i]) != bool(other[i]) for i in mine)
     return min_detectable_difference(n_full, round(discordant / len(mine) * n_full))
 
@@ -118,7 +118,7 @@ def assemble_one(name: str, lm_name: str, results: Path, n_full: int) -> dict | 
     return {**scores, "metric": metric, "n": summaries["bm25"]["n"], "n_full": n_full,
             "gap": round(difference, 2), "gap_ci95": gap["diff_ci95"], "gap_p": gap["p"],
             "min_detectable_diff_full_n": detectable,
-            "floor": detectable is None or difference < 2 * detectable,
+            "floor": bool(detectable is None or difference < 2 * detectable),  # a JSON bool, never numpy's
             "s_per_pair": round(sum(c["seconds"] for c in timed) / sum(c["pairs"] for c in timed), 3) if timed else None,
             "s_per_answer": round(sum(summaries[m]["wall_time_s"] for m in METHODS) / answers, 2),
             "generation_engine": (where or {}).get("engine", "transformers"), "machine": where}

@@ -70,6 +70,7 @@ def test_a_graded_metric_carries_the_spread_of_its_differences_to_the_full_n(hea
     at_100 = headroom.detectable_at(100, oracle, pilot, "chrf")
     at_400 = headroom.detectable_at(400, oracle, pilot, "chrf")
     assert at_400 == pytest.approx(at_100 / 2, abs=0.01)  # sqrt(N): four times the inputs, half the difference
+    assert type(at_100) is float and json.dumps({"floor": 5.0 < 2 * at_100})  # numpy's types do not reach JSON
 
 
 def test_the_page_renders_each_row_with_its_verdict_and_nothing_without_the_result(headroom, tmp_path, monkeypatch):
