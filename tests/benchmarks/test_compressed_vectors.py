@@ -1,0 +1,66 @@
+"""benchmarks/scale/compressed_vectors.py: vectors synthesised past the real ones at the calibrated distance, and an
+end-to-end run (build and search children) at a small size whose numbers are what they say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from . import import_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def script():
+    return import_script("benchmarks/scale", "compressed_vectors")
+
+
+def _clustered(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(60, dim))
+    vectors = centres[rng.integers(0, 60, size=n)] + 0.4 * rng.normal(size=(n, dim))
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_a_synthetic_vector_lies_as_far_from_its_source_as_a_real_one_from_its_nearest_neighbour(script, tmp_path):
+    base = _clustered(3000)
+    cosine = script.nearest_neighbour_cosine(base, sample=500)
+    sigma = script.noise_scale(cosine, base.shape[1])
+    out = tmp_path / "v.npy"
+    script.CHUNK = 1000  # several chunks: the shuffled order carries across them
+    script.synthesize(base, 7000, sigma, out, seed=3)
+    made = np.load(out)
+    assert made.shape == (7000, 32) and np.allclose(np.linalg.norm(made, axis=1), 1, atol=1e-5)
+    np.testing.assert_array_equal(made[:3000], base)  # the real vectors first, unchanged
+    order = np.random.default_rng(3).permutation(3000)
+    sources = base[order[np.arange(3000, 7000) % 3000]]
+    to_source = np.einsum("ij,ij->i", made[3000:], sources)
+    assert abs(float(np.median(to_source)) - cosine) < 0.02
+    assert len({tuple(np.round(r, 4)) for r in made[3000:]}) == 4000  # no copy is a duplicate
+
+
+def test_a_run_builds_searches_and_reports_recall_latency_and_resident_memory(tmp_path):
+    base = tmp_path / "base.npy"
+    np.save(base, _clustered(6000, seed=1))
+    out = tmp_path / "result.json"
+    command = [sys.executable, str(ROOT / "benchmarks/scale/compressed_vectors.py"), "--base", str(base), "--sizes",
+               "5000,9000", "--queries-n", "60", "--work", str(tmp_path / "work"), "--out", str(out)]
+    subprocess.run(command, check=True, cwd=ROOT, capture_output=True, timeout=600)
+    result = json.loads(out.read_text())
+    real, mixed = result["sizes"]["5000"], result["sizes"]["9000"]
+    assert real["real_vectors"] == 5000 and mixed["real_vectors"] == 6000
+    for row in (real, mixed):
+        assert 0.8 <= row["recall_at_10"] <= 1 and 0 < row["p50_ms"] <= row["p99_ms"]
+        assert row["queries"] == 60 and row["disk_gib"] > 0 and row["build_peak_rss_gib"] > 0
+        assert 0 < row["resident_before_index_gib"] <= row["resident_after_queries_gib"]
+        assert row["resident_share_of_disk"] > 0
+    assert 0 < result["noise_sigma"] and 0 < result["base_nn_cosine_median"] < 1
+    # a second run searches the built sizes again without building them
+    again = subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "5000: built before, searched again" in again.stdout
