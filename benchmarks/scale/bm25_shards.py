@@ -1,0 +1,145 @@
+"""What does BM25 cost when the corpus is split into shards (issue 78)? The same corpus indexed as 1, 2 and 4 BM25 shards
+scored with the whole corpus's statistics (taskret.retrieval.sharded.index_bm25_shards, each shard written with its
+documents), then served as one index (taskret.retrieval.sharded_index, the shards memory-mapped, as `taskret serve
+--shards` serves them): build time, peak RSS and disk per shard count; single-query p50 / p99 on one thread; resident
+memory after the queries; and the merged top 10 against the one-shard index (the same scores; the same documents
+wherever a score is not tied).
+
+The corpus and queries are scale.py's (every real document here pooled, extended past that by resampled real sentences;
+a seeded sample of the pooled tasks' real queries). Each build and each search runs in a child process of its own, its
+peak RSS from rusage. One shard is the single index: the corpus's statistics are its own.
+
+    python benchmarks/scale/bm25_shards.py --data-dir ../shared/data --sizes 1000000,10000000 --shards 1,2,4 \\
+        --work runs/bm25_shards --out benchmarks/results/bm25_shards.json
+
+A shard count whose ``shards.json`` exists under ``--work`` is searched again without being built again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py: the corpus, the queries, the child runner
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+from _common import command_line, machine, parser, write_result  # noqa: E402
+from scale import in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
+
+K = 10
+
+
+def _rows(corpus: Path, start: int, stop: int):
+    from taskret.corpus import iter_corpus
+
+    return itertools.islice(iter_corpus(corpus), start, stop)
+
+
+def build(corpus: Path, shards: int, folder: Path) -> dict:
+    """Child: ``corpus`` cut into ``shards`` contiguous parts, indexed with the corpus's statistics, each part a document
+    index with its texts; ``folder/shards.json`` names them (written last: its presence marks a finished build)."""
+    from taskret.corpus import doc_text, iter_corpus
+    from taskret.retrieval.sharded import index_bm25_shards
+
+    started = time.perf_counter()
+    ids = [doc.id for doc in iter_corpus(corpus)]
+    cuts = np.linspace(0, len(ids), shards + 1).astype(int).tolist()
+    parts = [(ids[a:b], (lambda a=a, b=b: (doc_text(d) for d in _rows(corpus, a, b))))
+             for a, b in zip(cuts, cuts[1:])]
+    folders = index_bm25_shards(parts, folder / "index", folder / "work",
+                                documents=[_rows(corpus, a, b) for a, b in zip(cuts, cuts[1:])])
+    (folder / "shards.json").write_text(json.dumps({"shards": {f.name: f"index/{f.name}" for f in folders}}))
+    disk = sum(p.stat().st_size for p in (folder / "index").rglob("*") if p.is_file()) / 2 ** 30
+    return {"build_s": round(time.perf_counter() - started, 1), "documents": len(ids), "disk_gib": round(disk, 3)}
+
+
+def search(folder: Path, queries: Path) -> dict:
+    """Child: the shards served as one index, each query alone on one thread; the top 11s go to ``tops.json``."""
+    from taskret.retrieval.sharded_index import load_sharded_index
+
+    texts = json.loads(queries.read_text())
+    index = load_sharded_index(folder / "shards.json")
+    index.retriever.warm_up()
+    index.retriever.retrieve(texts[:1], k=K)  # the first query compiles numba's scorer, where it is used
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        index.retriever.retrieve([text], k=K)
+        times.append(time.perf_counter() - started)
+    # one deeper than the top 10 for the comparison: a 10th score tied with the 11th is a tie too
+    found = index.retriever.retrieve(texts, k=K + 1)
+    (folder / "tops.json").write_text(json.dumps([{"ids": ids, "scores": [float(s) for s in scores]}
+                                                  for ids, scores in zip(found.ids, found.scores)]))
+    resident = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                    if line.startswith("VmRSS:")) / 2 ** 20
+    return {**percentiles(times), "queries": len(texts), "resident_after_queries_gib": round(resident, 3)}
+
+
+def agreement(tops: list[dict], single: list[dict]) -> dict:
+    """How the merged top 10s compare with the single index's: the largest score difference, and the share of
+    ranks whose document is the single index's where that rank's score is not tied."""
+    diff = max((abs(a - b) for t, s in zip(tops, single) for a, b in zip(t["scores"], s["scores"])), default=0.0)
+    same = [t["ids"][r] == s["ids"][r] for t, s in zip(tops, single) for r in range(min(K, len(t["ids"]), len(s["ids"])))
+            if s["scores"].count(s["scores"][r]) == 1]
+    return {"max_score_diff": round(diff, 6), "same_document_untied": round(float(np.mean(same)), 4) if same else None}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        step, *rest = sys.argv[2:]
+        result = build(Path(rest[0]), int(rest[1]), Path(rest[2])) if step == "build" else \
+            search(Path(rest[0]), Path(rest[1]))
+        print(json.dumps(result), flush=True)
+        return
+    options = parser(__doc__, out="benchmarks/results/bm25_shards.json", seed=0)
+    options.add_argument("--sizes", default="1000000,10000000", help="documents (default: %(default)s)")
+    options.add_argument("--shards", default="1,2,4", help="shard counts; 1 is the single index (default: %(default)s)")
+    options.add_argument("--queries", type=int, default=1000, help="real queries timed (default: %(default)s)")
+    options.add_argument("--work", default="runs/bm25_shards", help="corpora and indexes (kept: a rerun resumes)")
+    args = options.parse_args()
+    counts = sorted({int(s) for s in args.shards.split(",") if s} | {1})
+    folders = real_sources(Path(args.data_dir))
+    started = machine(threads=1)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    queries = work / "queries.json"
+    queries.write_text(json.dumps(real_queries(folders, args.queries, args.seed)))
+    env_one_thread = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    os.environ.update(env_one_thread)  # the children inherit it: one thread a search
+    sizes = {}
+    for n in [int(s) for s in args.sizes.split(",") if s]:
+        corpus = work / str(n) / "corpus.jsonl"
+        if not corpus.exists():
+            corpus.parent.mkdir(parents=True, exist_ok=True)
+            write_corpus(corpus, folders, n, args.seed)
+        rows = {}
+        for count in counts:
+            folder = work / str(n) / f"shards-{count}"
+            record = folder / "build.json"
+            if (folder / "shards.json").exists() and record.exists():
+                built = json.loads(record.read_text())
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                built, peak = in_child(["--child", "build", str(corpus), str(count), str(folder)], __file__)
+                built["build_peak_rss_gib"] = round(peak, 3)
+                record.write_text(json.dumps(built))
+            searched, peak = in_child(["--child", "search", str(folder), str(queries)], __file__)
+            rows[str(count)] = {**built, **searched, "search_peak_rss_gib": round(peak, 3)}
+            print(f"{n} documents, {count} shard(s): build {built['build_s']} s at {built['build_peak_rss_gib']} "
+                  f"GiB peak; p50 {searched['p50_ms']} ms", flush=True)
+        single = json.loads((work / str(n) / "shards-1" / "tops.json").read_text())
+        for count in counts[1:]:
+            tops = json.loads((work / str(n) / f"shards-{count}" / "tops.json").read_text())
+            rows[str(count)]["vs_single_index"] = agreement(tops, single)
+        sizes[str(n)] = rows
+    write_result(args.out, {"benchmark": "bm25_shards", "command": command_line(args, options), "machine": started,
+                            "threads": 1, "sizes": sizes})
+
+
+if __name__ == "__main__":
+    main()
