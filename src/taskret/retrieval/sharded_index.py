@@ -91,8 +91,10 @@ class _ChainedRecords(Mapping[str, IndexRecord]):
 
     def __getitem__(self, key: str) -> IndexRecord:
         for index in self._indexes:
-            if key in index.records:
+            try:
                 return index.records[key]
+            except KeyError:
+                continue
         raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
@@ -114,9 +116,10 @@ class ShardedRetriever:
         self.ids = _ChainedIds([index.retriever.ids for index in indexes.values()])
         self.config = config
         self._indexes = indexes
+        self._remote = None  # RayShards: the actors, to start and to stop
         if config.ray is None:
-            self._remote = None
-            searches = {name: _local_search(index) for name, index in indexes.items()}
+            self._search = ShardedSearch({name: index.retriever.retrieve for name, index in indexes.items()},
+                                         allow_partial=config.allow_partial)
         else:
             import ray
 
@@ -124,10 +127,8 @@ class ShardedRetriever:
 
             if not ray.is_initialized():
                 ray.init(address=config.ray, logging_level="ERROR", log_to_driver=False)
-            self._remote = RayShards({name: index.directory for name, index in indexes.items()},
-                                     timeout_s=config.timeout_s, allow_partial=config.allow_partial)
-            searches = None
-        self._search = None if searches is None else ShardedSearch(searches, allow_partial=config.allow_partial)
+            self._remote = self._search = RayShards({name: index.directory for name, index in indexes.items()},
+                                                    timeout_s=config.timeout_s, allow_partial=config.allow_partial)
 
     def warm_up(self) -> None:
         if self._remote is not None:
@@ -137,18 +138,13 @@ class ShardedRetriever:
                 index.retriever.warm_up()
 
     def retrieve(self, queries: Sequence[str], k: int = 10) -> RetrievalResult:
-        found = (self._remote or self._search).retrieve(list(queries), k)
+        found = self._search.retrieve(list(queries), k)
         return partial(found.result, found.missing)
 
     def close(self) -> None:
         if self._remote is not None:
             self._remote.close()
 
-
-def _local_search(index: LoadedIndex):
-    def search(queries: list[str], k: int) -> RetrievalResult:
-        return index.retriever.retrieve(queries, k=k)
-    return search
 
 
 def load_sharded_index(config_path: str | os.PathLike) -> LoadedIndex:
