@@ -6,8 +6,9 @@ memory after the queries; and the merged top 10 against the one-shard index (the
 wherever a score is not tied).
 
 The corpus and queries are scale.py's (every real document here pooled, extended past that by resampled real sentences;
-a seeded sample of the pooled tasks' real queries). Each build and each search runs in a child process of its own, its
-peak RSS from rusage. One shard is the single index: the corpus's statistics are its own.
+a seeded sample of the pooled tasks' real queries). The corpus is first cut into one file per shard, as a user with
+shards holds it (not timed). Each build and each search runs in a child process of its own, its peak RSS from rusage.
+One shard is the single index: the corpus's statistics are its own.
 
     python benchmarks/scale/bm25_shards.py --data-dir ../shared/data --sizes 1000000,10000000 --shards 1,2,4 \\
         --work runs/bm25_shards --out benchmarks/results/bm25_shards.json
@@ -34,28 +35,40 @@ from scale import in_child, percentiles, real_queries, real_sources, write_corpu
 K = 10
 
 
-def _rows(corpus: Path, start: int, stop: int):
-    from taskret.corpus import iter_corpus
+def split_corpus(corpus: Path, shards: int, folder: Path) -> list[Path]:
+    """``corpus`` cut into ``shards`` contiguous parts, one JSONL file each (``folder/part-N.jsonl``): the corpus as a
+    user with shards holds it, written before the build is timed. Kept: a rerun uses them."""
+    from taskret.io import atomic_path
 
-    return itertools.islice(iter_corpus(corpus), start, stop)
+    parts = [folder / f"part-{n}.jsonl" for n in range(shards)]
+    if all(p.exists() for p in parts):
+        return parts
+    with open(corpus, encoding="utf-8") as source:
+        count = sum(1 for _ in source)
+    cuts = np.linspace(0, count, shards + 1).astype(int).tolist()
+    with open(corpus, encoding="utf-8") as source:  # streamed: 10M documents do not fit in memory as lines
+        for path, a, b in zip(parts, cuts, cuts[1:]):
+            with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+                out.writelines(itertools.islice(source, b - a))
+    return parts
 
 
-def build(corpus: Path, shards: int, folder: Path) -> dict:
-    """Child: ``corpus`` cut into ``shards`` contiguous parts, indexed with the corpus's statistics, each part a document
-    index with its texts; ``folder/shards.json`` names them (written last: its presence marks a finished build)."""
+def build(parts: list[Path], folder: Path) -> dict:
+    """Child: the corpus's parts indexed with the whole corpus's statistics, each part a document index with its
+    texts; ``folder/shards.json`` names them (written last: its presence marks a finished build)."""
     from taskret.corpus import doc_text, iter_corpus
     from taskret.retrieval.sharded import index_bm25_shards
 
     started = time.perf_counter()
-    ids = [doc.id for doc in iter_corpus(corpus)]
-    cuts = np.linspace(0, len(ids), shards + 1).astype(int).tolist()
-    parts = [(ids[a:b], (lambda a=a, b=b: (doc_text(d) for d in _rows(corpus, a, b))))
-             for a, b in zip(cuts, cuts[1:])]
-    folders = index_bm25_shards(parts, folder / "index", folder / "work",
-                                documents=[_rows(corpus, a, b) for a, b in zip(cuts, cuts[1:])])
+    ids = [[doc.id for doc in iter_corpus(part)] for part in parts]
+    shards = [(part_ids, (lambda part=part: (doc_text(d) for d in iter_corpus(part))))
+              for part_ids, part in zip(ids, parts)]
+    folders = index_bm25_shards(shards, folder / "index", folder / "work",
+                                documents=[iter_corpus(part) for part in parts])
     (folder / "shards.json").write_text(json.dumps({"shards": {f.name: f"index/{f.name}" for f in folders}}))
     disk = sum(p.stat().st_size for p in (folder / "index").rglob("*") if p.is_file()) / 2 ** 30
-    return {"build_s": round(time.perf_counter() - started, 1), "documents": len(ids), "disk_gib": round(disk, 3)}
+    return {"build_s": round(time.perf_counter() - started, 1), "documents": sum(len(i) for i in ids),
+            "disk_gib": round(disk, 3)}
 
 
 def search(folder: Path, queries: Path) -> dict:
@@ -92,7 +105,7 @@ def agreement(tops: list[dict], single: list[dict]) -> dict:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         step, *rest = sys.argv[2:]
-        result = build(Path(rest[0]), int(rest[1]), Path(rest[2])) if step == "build" else \
+        result = build([Path(p) for p in rest[1:]], Path(rest[0])) if step == "build" else \
             search(Path(rest[0]), Path(rest[1]))
         print(json.dumps(result), flush=True)
         return
@@ -125,7 +138,8 @@ def main() -> None:
                 built = json.loads(record.read_text())
             else:
                 folder.mkdir(parents=True, exist_ok=True)
-                built, peak = in_child(["--child", "build", str(corpus), str(count), str(folder)], __file__)
+                parts = split_corpus(corpus, count, folder)
+                built, peak = in_child(["--child", "build", str(folder), *map(str, parts)], __file__)
                 built["build_peak_rss_gib"] = round(peak, 3)
                 record.write_text(json.dumps(built))
             searched, peak = in_child(["--child", "search", str(folder), str(queries)], __file__)
