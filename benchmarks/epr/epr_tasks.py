@@ -461,7 +461,10 @@ def held_out(name: str, results: Path, work: Path, lms: dict, args) -> None:
 
 def main() -> None:
     options = parser(__doc__, out="benchmarks/results/epr_tasks.json", lm="smollm2-135m", seed=0, icl=True)
-    options.add_argument("--work", default="runs/bench/epr_tasks", help="the EPR work folders (default: %(default)s)")
+    options.add_argument("--work", default="benchmarks/results/epr_tasks_work",
+                         help="the EPR work folders; under benchmarks/results so that their LM-score shards are committed "
+                         "and a clone elsewhere resumes (weights, checkpoints and indexes are git-ignored) "
+                         "(default: %(default)s)")
     options.add_argument("--results", default="benchmarks/results/epr_tasks",
                          help="kept scores, rankings and evaluations, committed (default: %(default)s)")
     options.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="(default: %(default)s)")

@@ -35,8 +35,14 @@ def headroom_table() -> list[str]:
                        f"| {row['n']} ({row['n_full']:,}) | {row['random']:.1f} | {row['bm25']:.1f} | "
                        f"{row['lm_oracle']:.1f} | {row['gap']:+.1f} [{low:+.1f}, {high:+.1f}] | "
                        f"{'' if detectable is None else f'{detectable:.2f}'} | {verdict} | {per_pair} | "
-                       f"{row['s_per_answer']:.2f} ({row.get('generation_engine', 'transformers')}) |")
+                       f"{row['s_per_answer']:.2f} ({row.get('generation_engine', 'transformers')}{_load(row)}) |")
     return out
+
+
+def _load(row: dict) -> str:
+    """The machine's load when the row's evaluations started, where recorded: a timing holds only under 1.5."""
+    load = row.get("load_average_at_start")
+    return "" if load is None else f"; load {load:.1f}"
 
 
 def _paired(row: dict, key: str) -> str:

@@ -48,7 +48,11 @@ def test_a_gap_twice_what_the_full_n_detects_passes_and_a_small_one_is_at_the_fl
     # 25 of 100 discordant carried to 859 inputs: McNemar detects about 4.7 points at 80% power
     assert 4 < row["min_detectable_diff_full_n"] < 6 and row["floor"] is False
     assert row["s_per_pair"] == pytest.approx(0.2) and row["s_per_answer"] == pytest.approx(0.5)
-    assert row["generation_engine"] == "llama.cpp"
+    assert row["generation_engine"] == "llama.cpp" and row["load_average_at_start"] is None  # not recorded then
+    for method, load in (("random", 0.4), ("bm25", 2.6), ("lm_oracle", 0.9)):  # the busiest start is the row's
+        summary = tmp_path / "wide" / "mtop" / "smollm2-135m" / method / "eval" / "summary.json"
+        summary.write_text(json.dumps({**json.loads(summary.read_text()), "load_average_at_start": load}))
+    assert headroom.assemble_one("mtop", "smollm2-135m", tmp_path / "wide", n_full=859)["load_average_at_start"] == 2.6
 
     _mtop(tmp_path / "narrow", {"random": range(5), "bm25": range(20), "lm_oracle": [*range(2, 22), 90, 91]})
     narrow = headroom.assemble_one("mtop", "smollm2-135m", tmp_path / "narrow", n_full=859)
@@ -89,4 +93,6 @@ def test_the_page_renders_each_row_with_its_verdict_and_nothing_without_the_resu
     narrow = next(line for line in lines if line.startswith("| geoquery |"))
     assert "| SmolLM2-135M | EM | 100 (859) | 5.0 | 20.0 | 45.0 | +25.0 [" in wide and "| passes |" in wide
     assert "| Gemma 3 270M |" in narrow and "| +2.0 [" in narrow and "| at the floor |" in narrow
-    assert "0.200 | 0.50 (llama.cpp) |" in wide
+    assert "0.200 | 0.50 (llama.cpp) |" in wide  # no load recorded: none said
+    rows["narrow"]["load_average_at_start"] = 2.6
+    assert "| 0.50 (llama.cpp; load 2.6) |" in next(line for line in renderer.headroom_table() if "| geoquery |" in line)

@@ -119,6 +119,7 @@ def test_evaluate_writes_predictions_and_summary(tmp_path, demo_task, tiny_lm):
     assert saved["metrics"]["em"] == pytest.approx(100.0 * sum(r["correct"] for r in rows) / 3)
     assert saved["context_window"] == 256 and saved["max_new_tokens"] == 8 and saved["note"] == "unit"
     assert saved["token_budget"] == 256 - 8
+    assert isinstance(saved["load_average_at_start"], float) and saved["load_average_at_start"] >= 0
     assert saved["mean_demos"] == pytest.approx(sum(len(r["prompt_ids"]) for r in rows) / 3)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["predictions.jsonl", "summary.json"]
     assert read_correct(tmp_path / "run" / "predictions.jsonl") == {r["id"]: r["correct"] for r in rows}

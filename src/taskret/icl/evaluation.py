@@ -22,6 +22,7 @@ read it as they read exact match; each row holds the options and their scores be
 from __future__ import annotations
 
 import math
+import os
 import string
 import time
 from pathlib import Path
@@ -268,6 +269,7 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
     budget = prompt_token_budget(context_window, max_new_tokens, lm.context_length)  # refuses no room early
     graded = graded_metrics_for(task, metrics)
     check_match_metrics(task)
+    load_at_start = os.getloadavg()[0]  # beside the wall time: other work on the machine slows it
     start = time.perf_counter()
     selected = None
     if selection is not None:
@@ -295,6 +297,7 @@ def evaluate(task: Task, retriever: Retriever | None, lm: LMBackend, examples: S
         "mean_demos": sum(len(p.prompt.demo_ids) for p in predictions) / max(len(predictions), 1),
         "mean_prompt_tokens": sum(p.prompt.n_tokens for p in predictions) / max(len(predictions), 1),
         "wall_time_s": round(wall, 2),
+        "load_average_at_start": round(load_at_start, 2),
         "examples_per_s": round(len(predictions) / wall, 3) if wall > 0 else None,
         "prompt_tokens_per_s": round(sum(p.prompt.n_tokens for p in predictions) / wall, 1) if wall > 0 else None,
         "generated_tokens_per_s": round(sum(lm.count_tokens(p.raw_generation) + 1 for p in predictions) / wall, 2)
