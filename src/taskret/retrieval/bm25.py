@@ -57,8 +57,6 @@ def _tokenize(texts: Sequence[str], return_ids: bool = True):
                           return_ids=return_ids)
 
 
-
-
 class _TokenStream:
     """bm25s.tokenize (lower-cased, English stop words out, stemmed) one text at a time, for a corpus read in a pass:
     each text becomes a compact array of term ids (4 bytes a token) and the texts are not kept. Terms are stemmed
