@@ -8,6 +8,11 @@ every rung evaluated on all 859 test inputs on one machine, each paired with the
     (e) + UDR's second round: the committed UDR run's round-2 candidates (mined by its round-1 retriever, the
         one (d) retrains here) and their 26,051 new LM scores; a listwise retriever trained on both rounds' scores
     (f) full UDR, three rounds (the committed run)
+    (g) e's round 2 labelled by a reward model trained on round 1's LM scores (``round_labeller``): no new LM call
+    (h) e's round 2 LM-scored within 1.1x plain EPR's calls (``round_budget``), on the inputs whose round-1
+        retriever ranks least like the LM
+    (g and h each run ``benchmarks/epr/configs/epr_ladder/RUNG.json`` in ``benchmarks/results/epr_ladder_e2e/RUNG``,
+    its round 1 d's files copied in; paired with e, whose round 2 they replace, and with d, which has none)
     and the references BM25 and LM-Oracle, so that each rung's share of the BM25 -> LM-Oracle gap is read on
     the same machine.
 
@@ -35,6 +40,7 @@ it where a stage ran on a GPU).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -55,6 +61,8 @@ from taskret.progress import progress_bar
 COMMITTED = Path("benchmarks/results/epr_full/mtop")
 EPR_SCORES = Path("benchmarks/results/epr_mtop_full/scoring/scores.jsonl")
 UDR_ROUNDS = [COMMITTED / "udr" / f"round{r}" / "scoring" / "scores.jsonl" for r in (2, 3)]
+#: Where the rungs run end to end on this machine keep their work folders (LM-score shards committed as they come).
+E2E = Path("benchmarks/results/epr_ladder_e2e")
 #: EPR's 61,850 LM scorings on the 2-core machine (AVX2 EPYC): 8.3-8.7 pairs/s on 2 Ray workers, ~2.0 h
 #: (docs/benchmarks.md, "The full MTOP pipeline takes ~2.3 h on 2 cores").
 SCORING_PAIRS_PER_S = 8.5
@@ -73,18 +81,28 @@ RUNGS: dict[str, tuple[str, str, list[Path], Path]] = {
     "e": ("+ UDR's round 2", "index:runs/bench/epr_ladder/e", [EPR_SCORES, UDR_ROUNDS[0]],
           Path("runs/bench/epr_ladder/e")),
     "f": ("full UDR (3 rounds)", f"committed:{COMMITTED}/udr/eval", [EPR_SCORES, *UDR_ROUNDS], COMMITTED / "udr"),
+    # g and h: e's round 2 by other means, each run in a work folder under benchmarks/results (its scores committed)
+    # that starts from d's round 1 (its candidates, LM scores, labels and retriever copied in, to the setting)
+    "g": ("+ round 2 labelled by a reward model trained on round 1's LM scores, no new LM call",
+          f"index:{E2E}/g", [E2E / "g" / "scoring" / "scores.jsonl"], E2E / "g"),
+    "h": ("+ round 2 LM-scored within 1.1x plain EPR's calls, on the inputs round 1 ranks least like the LM",
+          f"index:{E2E}/h", [E2E / "h" / "scoring" / "scores.jsonl", E2E / "h" / "round2" / "scoring" / "scores.jsonl"],
+          E2E / "h"),
 }
 REFERENCES = {"bm25": f"committed:{COMMITTED}/epr/baseline", "lm_oracle": f"oracle:{COMMITTED}/lm-oracle/oracle"}
 TRAINING_STAGES = ("training", "round 2 training", "round 3 training", "index", "round 2 candidates",
-                   "round 3 candidates")
+                   "round 3 candidates", "round labeller", "round labeller agreement")
 #: Stages a rung's work folder skipped because another rung ran them with the same settings, so the rung's cost
 #: counts that rung's measured time: e's round 1 is d's training. (e's round-2 mining, the committed run's on a GPU,
 #: is counted as two index stages: it encodes the same pool and the 1,237 queries with the same encoder.)
-STAGES_RUN_BY: dict[str, dict[str, str]] = {"e": {"training": "d"}}
+STAGES_RUN_BY: dict[str, dict[str, str]] = {"e": {"training": "d"}, "g": {"training": "d"}, "h": {"training": "d"}}
 MINED_LIKE_INDEX: dict[str, str] = {"e": "round 2 candidates"}
 #: The rung a rung adds its lever to, where that is not the rung listed before it: c is a branch off b (EPR's code's
 #: training settings), and d adds UDR's listwise loss to b's settings, not to c's.
-BUILDS_ON: dict[str, str] = {"d": "b"}
+BUILDS_ON: dict[str, str] = {"d": "b", "g": "e", "h": "e"}
+#: A rung also paired with a rung other than the one it builds on (``vs_RUNG``): g and h, which replace e's LM-scored
+#: round 2, against d, which has no round 2.
+ALSO_PAIRED: dict[str, str] = {"g": "d", "h": "d"}
 
 
 def _source(name: str, results: Path) -> str:
@@ -144,18 +162,34 @@ def _stage_times(name: str, results: Path) -> tuple[dict[str, dict], set[str]]:
     return stage_times(work)
 
 
+def _labelling_beyond_scoring(times: dict[str, dict], scoring_s: dict[str, float | None]) -> dict[str, float]:
+    """What each round's labels stage took besides its LM scoring (``scoring_s``, counted on its own): all of it for
+    a round that the LM did not score (g's round 2, labelled by its reward model), the rest (a budget's choice of
+    inputs, the labels' merge) where the scoring was measured, nothing where it was not (its hours are modelled)."""
+    out = {}
+    for stage, row in times.items():
+        number = 1 if stage == "labels" else int(stage.split()[1]) if re.fullmatch(r"round \d+ labels", stage) else 0
+        if not number:
+            continue
+        scored = scoring_s.get(str(number), 0.0)  # 0.0: no LM score file for this round
+        if scored is not None:
+            out[f"{stage} beyond LM scoring"] = round(max(0.0, row["wall_s"] - scored), 1)
+    return out
+
+
 def _cost(name: str, results: Path) -> dict:
     """LM scorings and hours from BM25 candidates to a built index on 2 cores (module docstring)."""
     pairs = distinct_pairs(RUNGS[name][2])
     times, gpu = _stage_times(name, results)
     stages = {s: times[s]["wall_s"] for s in TRAINING_STAGES if s in times}
+    # each round's LM scoring as its job measured it (None: scored before scoring_times.jsonl existed)
+    scoring_s = {str(r): scoring_seconds(path.parent) for r, path in enumerate(RUNGS[name][2], 1)}
+    stages.update(_labelling_beyond_scoring(times, scoring_s))
     for stage, other in STAGES_RUN_BY.get(name, {}).items():
         if stage not in stages:
             stages[stage] = _stage_times(other, results)[0][stage]["wall_s"]
     if name in MINED_LIKE_INDEX and "index" in stages:
         stages.setdefault(MINED_LIKE_INDEX[name], round(2 * stages["index"], 1))
-    # each round's LM scoring as its job measured it (None: scored before scoring_times.jsonl existed)
-    scoring_s = {str(r): scoring_seconds(path.parent) for r, path in enumerate(RUNGS[name][2], 1)}
     own = Path(RUNGS[name][3])
     cost = {"lm_calls": pairs, "stages_wall_s": stages, "scoring_s": scoring_s,
             # one run of the rung's config did it all: its own scores, stages and machine, nothing borrowed
@@ -193,11 +227,13 @@ def assemble(results: Path, names: list[str]) -> dict:
             previous = None
             continue
         row = {"adds": RUNGS[name][0], "em": round(summaries[name]["metrics"]["em"], 3), "n": summaries[name]["n"]}
-        for key, other in (("vs_prev", BUILDS_ON.get(name, previous)), ("vs_epr", "a" if name != "a" else None)):
+        pairs = [("vs_prev", BUILDS_ON.get(name, previous)), ("vs_epr", "a" if name != "a" else None)]
+        pairs += [(f"vs_{ALSO_PAIRED[name]}", ALSO_PAIRED[name])] if name in ALSO_PAIRED else []
+        for key, other in pairs:
             if other in correct:
                 paired = paired_comparison(correct[name], correct[other])
-                row[key] = {"only_method": paired["only_a"], "only_" + ("prev" if key == "vs_prev" else "epr"):
-                            paired["only_b"], "p": paired["p"], "diff_ci95": paired["diff_ci95"]}
+                row[key] = {"only_method": paired["only_a"], "only_" + key[3:]: paired["only_b"], "p": paired["p"],
+                            "diff_ci95": paired["diff_ci95"]}
                 if key == "vs_epr":
                     row["min_detectable_diff"] = paired["min_detectable_diff"]
         row.update(_cost(name, results))

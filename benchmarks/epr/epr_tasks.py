@@ -34,7 +34,9 @@ Three steps (--step; ``all`` runs them in turn), each resumable, writing under -
 step runs in another session, or on another machine where the evaluations then all run again):
 
 1. ``train``: ``taskret epr run CONFIG --stop-after index`` for plain EPR, then the recipe, in --work (a GPU is used
-   where torch sees one; the stages that ran on it are listed in ``stage_times_gpu.jsonl``); kept under
+   where torch sees one; the stages that ran on it are listed in ``stage_times_gpu.jsonl``). --work is under
+   benchmarks/results by default, so its LM-score shards are committed as they come and a stopped labelling resumes
+   in a fresh clone (weights, checkpoints and indexes are git-ignored and made again); kept under
    ``--results/TASK/METHOD/``: the candidates, LM scores and labels (plain EPR's), each later round's, the stage
    times, the configs, and every test input's top 100 (``rankings.jsonl``).
 2. ``evaluation``: each method on the test inputs (``TASK/METHOD/eval/``; the LM-Oracle's ranked chunks in

@@ -113,7 +113,7 @@ def epr_ladder_table() -> list[str]:
         if key not in row:
             return ""
         v = row[key]
-        other = v.get("only_prev", v.get("only_epr"))
+        other = next(count for key_, count in v.items() if key_.startswith("only_") and key_ != "only_method")
         low, high = v["diff_ci95"]
         return f"{v['only_method']} / {other}, {p_text(v['p'], 3)}, [{low:+.1f}, {high:+.1f}]"
 
@@ -138,7 +138,10 @@ def epr_ladder_table() -> list[str]:
             else p_text(row["vs_best_p"], 3))
         em = f"**{row['em']:.1f}**" if name == mtop["recommended"] else f"{row['em']:.1f}"
         share = [f"{100 * row['share_of_gap']:.0f}%"] if shares else []
-        lines.append("| " + " | ".join([name, row["adds"], em, *share, paired(row, "vs_prev"), best,
+        against = paired(row, "vs_prev") + "".join(f"; against {key[3:]}: {paired(row, key)}" for key in row
+                                                   if key.startswith("vs_") and key not in ("vs_prev", "vs_epr")
+                                                   and isinstance(row[key], dict))
+        lines.append("| " + " | ".join([name, row["adds"], em, *share, against, best,
                                          f"{row['lm_calls']:,}", cost(row)]) + " |")
     if mtop.get("bm25") is not None and mtop.get("lm_oracle") is not None:
         lines += ["", f"References on the same machine: BM25 {mtop['bm25']:.1f}, LM-Oracle {mtop['lm_oracle']:.1f} EM."]

@@ -82,6 +82,10 @@ LADDER_RECIPES = {
     "d": ("UDR's listwise loss, one round", "benchmarks/epr/configs/epr_ladder/d.json"),
     "e": ("UDR's listwise loss over 2 mining rounds", "benchmarks/epr/configs/epr_ladder/e.json"),
     "f": ("UDR's listwise loss over 3 mining rounds", "benchmarks/epr/configs/epr_full/mtop_udr.json"),
+    "g": ("UDR's listwise loss over 2 mining rounds, the second labelled by a reward model (no new LM call)",
+          "benchmarks/epr/configs/epr_ladder/g.json"),
+    "h": ("UDR's listwise loss over 2 mining rounds, the second LM-scored within 1.1x plain EPR's calls",
+          "benchmarks/epr/configs/epr_ladder/h.json"),
 }
 
 

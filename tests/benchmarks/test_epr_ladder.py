@@ -30,6 +30,15 @@ def _write(path: Path, rows) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
+def _evaluations(results: Path, verdicts: dict[str, list[bool]]) -> None:
+    """Each rung's evaluation on one machine, input ``tN`` solved where ``verdicts[rung][N]``."""
+    for name, correct in verdicts.items():
+        _write(results / name / "eval" / "predictions.jsonl",
+               [{"id": f"t{n}", "correct": c} for n, c in enumerate(correct)])
+        (results / name / "eval" / "summary.json").write_text(json.dumps(
+            {"n": len(correct), "metrics": {"em": 100.0 * sum(correct) / len(correct)}, "machine": {"cpu": "Some CPU"}}))
+
+
 def test_rankings_come_back_in_the_test_inputs_order_whatever_their_source(runs, tmp_path):
     test = [Example("t1", "x1", "y1"), Example("t2", "x2", "y2")]
     _write(tmp_path / "b" / "rankings.jsonl", [{"id": "t2", "ids": ["e3"], "scores": [0.5]},
@@ -123,6 +132,52 @@ def test_a_rung_that_skipped_a_stage_another_rung_ran_counts_that_rungs_time(lad
     assert ladder._cost("d", tmp_path)["stages_wall_s"] == {"training": 2000.0, "index": 10.0}
 
 
+def test_a_round_labelled_without_the_lm_counts_its_reward_model_and_a_budgeted_one_its_choice(ladder, tmp_path,
+                                                                                                  monkeypatch):
+    """g's round 2 is labelled by its reward model: the labeller's training and the whole labels stage count, and
+    no LM call is added. h's round 2 is LM-scored: its measured scoring counts once, and its labels stage only for
+    what it took beyond that (choosing the inputs within the budget). Both count d's round-1 training."""
+    round1 = tmp_path / "g" / "scoring" / "scores.jsonl"
+    _write(round1, [{"id": "q1", "candidates": [{"id": "c1"}, {"id": "c2"}]}])
+    _write(round1.parent / "scoring_times.jsonl", [{"wall_s": 7000.0}, {"wall_s": 200.0}])  # two sessions
+    h_rounds = [tmp_path / "h" / "scoring" / "scores.jsonl", tmp_path / "h" / "round2" / "scoring" / "scores.jsonl"]
+    _write(h_rounds[0], [{"id": "q1", "candidates": [{"id": "c1"}, {"id": "c2"}]}])
+    _write(h_rounds[0].parent / "scoring_times.jsonl", [{"wall_s": 7200.0}])
+    _write(h_rounds[1], [{"id": "q1", "candidates": [{"id": "c3"}]}])
+    _write(h_rounds[1].parent / "scoring_times.jsonl", [{"wall_s": 450.0}])
+    monkeypatch.setitem(ladder.RUNGS, "d", ("d", "index:d", [round1], tmp_path / "work_d"))
+    monkeypatch.setitem(ladder.RUNGS, "g", ("g", "index:g", [round1], tmp_path / "g"))
+    monkeypatch.setitem(ladder.RUNGS, "h", ("h", "index:h", h_rounds, tmp_path / "h"))
+    _write(tmp_path / "d" / "stage_times.jsonl", [{"stage": "training", "wall_s": 2000.0}])
+    _write(tmp_path / "g" / "stage_times.jsonl", [
+        {"stage": "labels", "wall_s": 7230.0}, {"stage": "round labeller", "wall_s": 300.0},
+        {"stage": "round 2 labels", "wall_s": 120.0}, {"stage": "round 2 training", "wall_s": 1000.0}])
+    _write(tmp_path / "h" / "stage_times.jsonl", [
+        {"stage": "labels", "wall_s": 7000.0},  # resumed: the last session's part only, under the scoring's sum
+        {"stage": "round 2 labels", "wall_s": 500.0}, {"stage": "round 2 training", "wall_s": 900.0}])
+    g = ladder._cost("g", tmp_path)
+    assert g["lm_calls"] == 2 and g["scoring_s"] == {"1": 7200.0}
+    assert g["stages_wall_s"] == {"round labeller": 300.0, "labels beyond LM scoring": 30.0,
+                                  "round 2 labels beyond LM scoring": 120.0, "round 2 training": 1000.0,
+                                  "training": 2000.0}
+    assert g["end_to_end"] is False  # its round 1 is d's
+    h = ladder._cost("h", tmp_path)
+    assert h["lm_calls"] == 3 and h["scoring_s"] == {"1": 7200.0, "2": 450.0}
+    assert h["stages_wall_s"] == {"labels beyond LM scoring": 0.0, "round 2 labels beyond LM scoring": 50.0,
+                                  "round 2 training": 900.0, "training": 2000.0}
+
+
+def test_g_and_h_are_paired_with_e_whose_round_2_they_replace_and_with_d(ladder, tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder, "_cost", lambda name, results: {"lm_calls": 1, "cpu_hours_to_index": 1.0})
+    verdicts = {"a": [False] * 6, "d": [True, True, False, False, False, False],
+                "e": [True, True, True, False, False, False], "g": [True, True, True, True, False, False]}
+    _evaluations(tmp_path, verdicts)
+    rows = ladder.assemble(tmp_path, ["a", "d", "e", "g"])["rungs"]
+    assert (rows["g"]["vs_prev"]["only_method"], rows["g"]["vs_prev"]["only_prev"]) == (1, 0)  # against e
+    assert (rows["g"]["vs_d"]["only_method"], rows["g"]["vs_d"]["only_d"]) == (2, 0)
+    assert "vs_d" not in rows["e"]
+
+
 def _rung(em: float, calls: int, **extra) -> dict:
     return {"em": em, "n": 859, "lm_calls": calls, "cpu_hours_to_index": calls / 20000,
             "vs_epr": {"p": 0.0004}, **extra}
@@ -153,11 +208,22 @@ def test_a_rung_is_paired_with_the_rung_it_adds_its_lever_to(ladder, tmp_path):
     """c branches off b; d adds the listwise loss to b, so d is paired with b, not with c listed before it."""
     verdicts = {"a": [True, False, False, False, False, False], "b": [True, True, False, False, False, False],
                 "c": [False, False, False, False, False, False], "d": [True, True, True, True, False, False]}
-    for name, correct in verdicts.items():
-        _write(tmp_path / name / "eval" / "predictions.jsonl",
-               [{"id": f"t{n}", "correct": c} for n, c in enumerate(correct)])
-        (tmp_path / name / "eval" / "summary.json").write_text(json.dumps(
-            {"n": 6, "metrics": {"em": 100.0 * sum(correct) / 6}, "machine": {"cpu": "Some CPU"}}))
+    _evaluations(tmp_path, verdicts)
     rungs = ladder.assemble(tmp_path, list(verdicts))["rungs"]
     assert (rungs["d"]["vs_prev"]["only_method"], rungs["d"]["vs_prev"]["only_prev"]) == (2, 0)  # against b
     assert (rungs["c"]["vs_prev"]["only_method"], rungs["c"]["vs_prev"]["only_prev"]) == (0, 2)  # against b
+
+
+def test_the_ladders_table_shows_g_against_e_and_against_d(ladder, tmp_path, monkeypatch):
+    renderer = import_script("benchmarks", "renderers.epr_beyond")
+    verdict = {"only_method": 2, "p": 0.5, "diff_ci95": [-1.0, 3.0]}
+    rungs = {"a": _rung(39.3, 61850), "g": _rung(44.0, 61850, adds="+ reward-labelled round 2",
+                                                  vs_prev={**verdict, "only_prev": 1}, vs_d={**verdict, "only_d": 0},
+                                                  vs_best_p=0.2, vs_best_p_holm=0.4)}
+    rungs["a"]["adds"] = "plain EPR"
+    monkeypatch.setattr(renderer, "load", lambda name: {"command": "python benchmarks/epr/epr_ladder.py",
+                                                        "machine": {"cpu": "Some CPU", "cores": 2},
+                                                        "mtop": {"n": 859, "recommended": "g", "rungs": rungs}}
+                        if name == "epr_ladder.json" else None)
+    row = next(line for line in renderer.epr_ladder_table() if line.startswith("| g |"))
+    assert "| 2 / 1, p=0.500, [-1.0, +3.0]; against d: 2 / 0, p=0.500, [-1.0, +3.0] |" in row and "**44.0**" in row
