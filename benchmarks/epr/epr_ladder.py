@@ -12,7 +12,8 @@ every rung evaluated on all 859 test inputs on one machine, each paired with the
     (h) e's round 2 LM-scored within 1.1x plain EPR's calls (``round_budget``), on the inputs whose round-1
         retriever ranks least like the LM
     (g and h each run ``benchmarks/epr/configs/epr_ladder/RUNG.json`` in ``benchmarks/results/epr_ladder_e2e/RUNG``,
-    its round 1 d's files copied in; paired with e, whose round 2 they replace, and with d, which has none)
+    its round 1 d's files copied in by ``--step seed``; paired with e, whose round 2 they replace, and with d,
+    which has none)
     and the references BM25 and LM-Oracle, so that each rung's share of the BM25 -> LM-Oracle gap is read on
     the same machine.
 
@@ -35,6 +36,9 @@ it where a stage ran on a GPU).
 
     python benchmarks/epr/epr_ladder.py --data-dir ../shared/data                    # both steps
     python benchmarks/epr/epr_ladder.py --data-dir ../shared/data --step rankings    # after the trainings
+    python benchmarks/epr/epr_ladder.py --step seed --rungs g,h   # d's round 1 into g's and h's work folders, then:
+    taskret epr run benchmarks/epr/configs/epr_ladder/g.json --work-dir benchmarks/results/epr_ladder_e2e/g \
+        --stop-after index
 """
 
 from __future__ import annotations
@@ -109,6 +113,30 @@ def _source(name: str, results: Path) -> str:
     """Where a rung's (or reference's) ranking is read for its evaluation: a trained rung's from step 1's file."""
     source = RUNGS[name][1] if name in RUNGS else REFERENCES[name]
     return f"file:{results / name / 'rankings.jsonl'}" if source.startswith("index:") else source
+
+
+#: What a rung that starts from d's round 1 (STAGES_RUN_BY) takes from d's work folder: its candidates, LM scores
+#: (with the measured scoring time), labels and trained retriever (where this machine has it: weights are not
+#: committed, so on a fresh clone the rung trains round 1 again and counts its own time).
+ROUND1_FILES = ("candidates.jsonl", "labels.jsonl", "scoring", "retriever")
+
+
+def seed_round1(name: str, source: Path) -> list[str]:
+    """Copy d's round 1 (``source``: its work folder) into rung ``name``'s work folder, each part only where the rung
+    lacks it; the parts copied. Refused where d's labels are not finished (a round 1 still being scored)."""
+    if not (source / "labels.jsonl").exists():
+        raise SystemExit(f"{name}: {source} has no finished round 1 (labels.jsonl); run d first: taskret epr run "
+                         f"benchmarks/epr/configs/epr_ladder/d.json --work-dir {source}")
+    target, copied = Path(RUNGS[name][3]), []
+    for part in ROUND1_FILES:
+        if (source / part).exists() and not (target / part).exists():
+            target.mkdir(parents=True, exist_ok=True)
+            if (source / part).is_dir():
+                shutil.copytree(source / part, target / part)
+            else:
+                shutil.copyfile(source / part, target / part)
+            copied.append(part)
+    return copied
 
 
 def rankings(test, results: Path, names: list[str]) -> None:
@@ -272,7 +300,10 @@ def main() -> None:
     options = parser(__doc__, out="benchmarks/results/epr_ladder.json", task="mtop", lm="smollm2-135m", icl=True)
     options.add_argument("--results", default="benchmarks/results/epr_ladder", help="rankings and evaluations")
     options.add_argument("--rungs", default=",".join(RUNGS), help="(default: %(default)s)")
-    options.add_argument("--step", choices=("rankings", "evaluation", "all"), default="all")
+    options.add_argument("--step", choices=("seed", "rankings", "evaluation", "all"), default="all",
+                         help="seed: copy d's round 1 (--round1-from) into the work folders of the --rungs that start "
+                         "from it (g, h), before their `taskret epr run` (default: %(default)s)")
+    options.add_argument("--round1-from", default=str(E2E / "d"), help="d's work folder (default: %(default)s)")
     options.add_argument("--references", default=",".join(REFERENCES), help="evaluated after the rungs, for the "
                          "share of the BM25 -> LM-Oracle gap (default: %(default)s; empty: none)")
     args = options.parse_args()
@@ -283,6 +314,12 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown rungs: {', '.join(unknown)}; expected some of {', '.join(RUNGS)}")
     results = Path(args.results)
+    if args.step == "seed":
+        for name in names:
+            if STAGES_RUN_BY.get(name, {}).get("training") == "d" and RUNGS[name][1].startswith(f"index:{E2E}"):
+                print(f"{name}: {', '.join(seed_round1(name, Path(args.round1_from))) or 'nothing'} copied from "
+                      f"{args.round1_from}", flush=True)
+        return
     info = machine()
     rankings(test, results, names)
     if args.step == "rankings":

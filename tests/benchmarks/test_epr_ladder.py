@@ -227,3 +227,22 @@ def test_the_ladders_table_shows_g_against_e_and_against_d(ladder, tmp_path, mon
                         if name == "epr_ladder.json" else None)
     row = next(line for line in renderer.epr_ladder_table() if line.startswith("| g |"))
     assert "| 2 / 1, p=0.500, [-1.0, +3.0]; against d: 2 / 0, p=0.500, [-1.0, +3.0] |" in row and "**44.0**" in row
+
+
+def test_g_starts_from_ds_round_1_copied_where_it_lacks_it_and_not_from_an_unfinished_one(ladder, tmp_path,
+                                                                                          monkeypatch):
+    d, g = tmp_path / "d", tmp_path / "g"
+    monkeypatch.setitem(ladder.RUNGS, "g", ("g", f"index:{g}", [], g))
+    with pytest.raises(SystemExit, match="no finished round 1"):
+        ladder.seed_round1("g", d)
+    _write(d / "candidates.jsonl", [{"id": "q1", "candidates": ["c1"]}])
+    _write(d / "labels.jsonl", [{"id": "q1"}])
+    _write(d / "scoring" / "scores.jsonl", [{"id": "q1", "candidates": []}])
+    _write(d / "scoring" / "scoring_times.jsonl", [{"wall_s": 10.0}])
+    (d / "retriever" / "model").mkdir(parents=True)
+    (d / "retriever" / "model" / "weights").write_text("w")
+    _write(g / "candidates.jsonl", [{"id": "mine"}])  # g's own part is kept
+    assert ladder.seed_round1("g", d) == ["labels.jsonl", "scoring", "retriever"]
+    assert (g / "candidates.jsonl").read_text() == '{"id": "mine"}\n'
+    assert (g / "scoring" / "scoring_times.jsonl").exists() and (g / "retriever" / "model" / "weights").read_text() == "w"
+    assert ladder.seed_round1("g", d) == []  # a second call copies nothing
