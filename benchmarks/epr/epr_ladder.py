@@ -196,10 +196,10 @@ def _labelling_beyond_scoring(times: dict[str, dict], scoring_s: dict[str, float
     inputs, the labels' merge) where the scoring was measured, nothing where it was not (its hours are modelled)."""
     out = {}
     for stage, row in times.items():
-        number = 1 if stage == "labels" else int(stage.split()[1]) if re.fullmatch(r"round \d+ labels", stage) else 0
-        if not number:
+        labels = re.fullmatch(r"(?:round (\d+) )?labels", stage)  # round 1's stage is "labels"
+        if labels is None:
             continue
-        scored = scoring_s.get(str(number), 0.0)  # 0.0: no LM score file for this round
+        scored = scoring_s.get(labels.group(1) or "1", 0.0)  # 0.0: no LM score file for this round
         if scored is not None:
             out[f"{stage} beyond LM scoring"] = round(max(0.0, row["wall_s"] - scored), 1)
     return out

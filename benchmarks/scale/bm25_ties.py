@@ -27,7 +27,6 @@ word-for-word copies of a judged one.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,33 +36,34 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py, engines.py
 from _common import command_line, machine, parser, write_result  # noqa: E402
+from bm25_engines import K1, B  # noqa: E402
 from engines import ndcg_at_10, real_qrels  # noqa: E402
-from scale import K, corpus_texts, real_query_items, real_sources, write_corpus  # noqa: E402
+from scale import K, real_query_items, real_sources, write_corpus  # noqa: E402
 
 from taskret.io import read_json  # noqa: E402
 
 ORDERS = ("by_row_ascending", "by_row_descending", "relevant_first", "relevant_last")
 
 
-def top10_by_order(scores: np.ndarray, relevant_rows: set[int]) -> tuple[dict[str, list[int]], dict]:
-    """The top 10 of ``scores`` under each of :data:`ORDERS` for the documents tied with the 10th score, and what the
-    tie holds: ``above`` (documents scoring more than the 10th), ``tied`` (scoring exactly the same), ``relevant_tied``
-    (judged documents among the tied)."""
+def top10_by_order(scores: np.ndarray, relevant_rows: set[int]) -> tuple[dict[str, list[int]], dict, list[int]]:
+    """The top 10 of ``scores`` under each of :data:`ORDERS` for the documents tied with the 10th score, what the
+    tie holds (``above``: documents scoring more than the 10th, ``tied``: scoring exactly the same, ``relevant_tied``:
+    judged documents among the tied), and the tied documents' rows, ascending."""
     positive = np.flatnonzero(scores > 0)
     if len(positive) <= K:  # fewer than 10 hits: no tie is cut
         top = positive[np.argsort(-scores[positive], kind="stable")].tolist()
-        return {order: top for order in ORDERS}, {"above": len(top), "tied": 0, "relevant_tied": 0}
+        return {order: top for order in ORDERS}, {"above": len(top), "tied": 0, "relevant_tied": 0}, []
     tenth = np.partition(scores[positive], len(positive) - K)[len(positive) - K]
     above = positive[scores[positive] > tenth]
     above = above[np.argsort(-scores[above], kind="stable")].tolist()
-    tied = np.flatnonzero(scores == tenth)  # ascending rows
+    tied = np.flatnonzero(scores == tenth).tolist()  # ascending rows
     room = K - len(above)
-    relevant = [r for r in tied.tolist() if r in relevant_rows]
-    others = [r for r in tied.tolist() if r not in relevant_rows]
-    orders = {"by_row_ascending": tied.tolist(), "by_row_descending": tied[::-1].tolist(),
+    relevant = [r for r in tied if r in relevant_rows]
+    others = [r for r in tied if r not in relevant_rows]
+    orders = {"by_row_ascending": tied, "by_row_descending": tied[::-1],
               "relevant_first": relevant + others, "relevant_last": others + relevant}
     return ({order: above + rows[:room] for order, rows in orders.items()},
-            {"above": len(above), "tied": len(tied), "relevant_tied": len(relevant)})
+            {"above": len(above), "tied": len(tied), "relevant_tied": len(relevant)}, tied)
 
 
 def copies_of(texts: list[str], rows: set[int], candidates: set[int]) -> int:
@@ -75,17 +75,16 @@ def copies_of(texts: list[str], rows: set[int], candidates: set[int]) -> int:
 def analyse(corpus: Path, folders: list[Path], n_queries: int, seed: int) -> dict:
     import bm25s
 
+    from taskret.corpus import doc_text, iter_corpus
     from taskret.retrieval.bm25 import _quiet_bm25s, _tokenize
 
     _quiet_bm25s()
-    texts = list(corpus_texts(corpus))
-    ids: list[str] = [""] * len(texts)
-    with open(corpus, encoding="utf-8") as lines:
-        for row, line in enumerate(lines):
-            ids[row] = json.loads(line)["_id"]
+    docs = [(doc.id, doc_text(doc)) for doc in iter_corpus(corpus)]  # one pass: the text each engine indexes, the id
+    ids, texts = [doc_id for doc_id, _ in docs], [text for _, text in docs]
+    del docs
     row_of = {doc_id: row for row, doc_id in enumerate(ids)}
     start = time.perf_counter()
-    index = bm25s.BM25(k1=1.5, b=0.75)
+    index = bm25s.BM25(k1=K1, b=B)
     index.index(_tokenize(texts), show_progress=False)
     index_s = time.perf_counter() - start
     items = real_query_items(folders, n_queries, seed)
@@ -98,15 +97,14 @@ def analyse(corpus: Path, folders: list[Path], n_queries: int, seed: int) -> dic
         known = [t for t in query if t in index.vocab_dict]
         scores = index.get_scores(known) if known else np.zeros(len(texts), dtype=np.float32)
         relevant_rows = {row_of[d] for d, grade in qrels[qid].items() if grade > 0 and d in row_of}
-        by_order, tie = top10_by_order(scores, relevant_rows)
+        by_order, tie, tied_rows = top10_by_order(scores, relevant_rows)
         for order in ORDERS:
             tops[order].append(by_order[order])
         if tie["above"] < K < tie["above"] + tie["tied"]:
             crossing += 1
             tied_total += tie["tied"]
             relevant_in_tie += tie["relevant_tied"] > 0
-            tenth = scores[by_order["by_row_ascending"][-1]]
-            copies += copies_of(texts, relevant_rows, set(np.flatnonzero(scores == tenth).tolist()))
+            copies += copies_of(texts, relevant_rows, set(tied_rows))
     qids = [qid for qid, _ in items]
     rows = {row for order in ORDERS for top in tops[order] for row in top}
     names = {row: ids[row] for row in rows}

@@ -18,13 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_each_order_of_a_tie_keeps_the_documents_above_it_and_fills_the_rest_its_way():
     ties = import_script("benchmarks/scale", "bm25_ties")
     scores = np.array([0.0, 2.0, 1.0, 1.0, 3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], dtype=np.float32)
-    tops, tie = ties.top10_by_order(scores, relevant_rows={2, 13})
+    tops, tie, tied_rows = ties.top10_by_order(scores, relevant_rows={2, 13})
     assert tie == {"above": 2, "tied": 11, "relevant_tied": 2}
+    assert tied_rows == [2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13]
     assert tops["by_row_ascending"] == [4, 1, 2, 3, 5, 6, 7, 8, 9, 10]
     assert tops["by_row_descending"] == [4, 1, 13, 12, 11, 10, 9, 8, 7, 6]
     assert tops["relevant_first"][:4] == [4, 1, 2, 13] and len(tops["relevant_first"]) == 10
     assert 2 not in tops["relevant_last"] and 13 not in tops["relevant_last"]
-    few, none_cut = ties.top10_by_order(np.array([0.0, 1.0, 2.0]), relevant_rows={1})
+    few, none_cut, _ = ties.top10_by_order(np.array([0.0, 1.0, 2.0]), relevant_rows={1})
     assert few["by_row_ascending"] == [2, 1] and none_cut["tied"] == 0  # under 10 hits: nothing is cut
 
 

@@ -146,7 +146,6 @@ class ShardedRetriever:
             self._remote.close()
 
 
-
 def load_sharded_index(config_path: str | os.PathLike) -> LoadedIndex:
     """The shards a config file names (module docstring) opened as one index, each memory-mapped and checked as
     :func:`~taskret.retrieval.index.load_index` checks an index; the shards must hold one kind (documents or
