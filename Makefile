@@ -31,9 +31,11 @@ demo: setup
 
 # Two workers (pytest-xdist), each test module kept on one of them so that its fixtures (a Ray cluster, a served
 # index) start once; tests pin torch to one thread, so the second core otherwise idles. TEST_WORKERS=0: one process.
+# A worker that dies (a crash, out of memory) ends the run with its test named: xdist's loadscope scheduler can wait
+# forever for a replacement worker (pytest-xdist#1378).
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope --max-worker-restart=0)
 
 # ruff, then the architecture: the layers of [tool.importlinter] in pyproject.toml and no import cycle in src/
 lint: setup
