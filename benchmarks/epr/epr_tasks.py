@@ -505,7 +505,7 @@ def main() -> None:
     if args.step == "train":
         return
     table = assemble(results, tasks, held)
-    result = {"benchmark": "epr_tasks", "command": command_line(args, options, leave_out=("data_dir", "work")),
+    result = {"benchmark": "epr_tasks", "command": command_line(args, options, leave_out=("data_dir", "work", "step")),
               "machine": table.pop("machine") or info,
               "load_average_at_start": info["load_average"], "lm": args.lm, "context_window": args.context_window,
               "max_new_tokens": args.max_new_tokens, "seed": args.seed, "limit": args.limit or None,

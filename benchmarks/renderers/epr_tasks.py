@@ -10,6 +10,7 @@ from .common import header, load, p_text
 
 METHOD_NAMES = {"bm25": "BM25", "epr": "plain EPR", "recipe": "the recipe", "lm_oracle": "LM-Oracle"}
 METRIC_NAMES = {"lf_em": "LF-EM", "chrf": "chrF", "em": "EM", "accuracy": "accuracy"}
+TASK_NAMES = {"trec": "TREC", "geoquery": "GeoQuery", "sst2": "SST-2", "sst5": "SST-5", "atis": "ATIS", "mtop": "MTOP"}
 LM_NAMES = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M"}
 
 

@@ -10,6 +10,7 @@ from taskret.icl.evaluation import mcnemar
 from . import common
 from .common import MACHINE, MTOP_TEST_INPUTS, correct, header, load, p_text
 from .epr_beyond import EPR_SHORT
+from .epr_tasks import METRIC_NAMES, TASK_NAMES, _paired
 from .setups import SETUPS_COMMAND
 
 # The README's results and the commands that reproduce them, in the order `make bench` runs them (the Makefile's
@@ -121,8 +122,24 @@ def readme_table() -> list[str]:
             mean = sum(sci[n]["no_instruction"] for n in students) / len(students)
             rows.append(f"| {claims}, the first stage alone | TART-dual distilled in 53 min on 2 cores | **{first:.1f}**, "
                         f"{len(students)} seeds {mean:.1f} (untrained MiniLM {minilm:.1f}) | {cite('docs', *(f'train_{n}' for n in students), 'tart_dual')} |")
+    tasks = load("epr_tasks.json") or {}
+    beyond_mtop = [(task, section) for task, section in tasks.items()
+                   if isinstance(section, dict) and {"bm25", "recipe"} <= section.get("methods", {}).keys()]
+    if beyond_mtop:  # the recipe on each other task at its whole test set, side by side in one row
+        README_COMMANDS["epr_tasks"] = tasks["command"]
+        cells = []
+        for task, section in beyond_mtop:
+            methods = section["methods"]
+            recipe, bm25 = methods["recipe"], methods["bm25"]
+            epr = (f"; plain EPR {methods['epr']['score']:.1f}, {p_text(recipe['vs_epr']['p'])}"
+                   if "epr" in methods and "vs_epr" in recipe else "")
+            cells.append(f"{TASK_NAMES.get(task, task)} {METRIC_NAMES.get(section['metric'], section['metric'])}, "
+                         f"{recipe['n']} inputs: **{recipe['score']:.1f}** (BM25 {bm25['score']:.1f}, "
+                         f"{_paired(recipe, 'vs_bm25')}{epr})")
+        rows.append(f"| In-context examples beyond MTOP, every test input | `listwise`, one round (no LM calls beyond plain EPR's) | "
+                    f"{'; '.join(cells)} | {cite('epr_tasks')} |")
     if not rows:
         return []
     return [*header("job, metric", "setup", "result (baseline)", "command"), *rows, "",
-            *(f"{i}. `{README_COMMANDS[key]}`" for i, key in enumerate(cited, 1)), "", *notes,
-            *([""] if notes else []), f"Machine: {MACHINE}."]
+            *(f"{i}. `{README_COMMANDS[key]}`" for i, key in enumerate(cited, 1)), "",
+            *([" ".join(notes), ""] if notes else []), f"Machine: {MACHINE}."]  # the notes as one paragraph

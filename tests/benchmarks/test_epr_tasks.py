@@ -203,3 +203,26 @@ def test_the_page_renders_the_result_and_nothing_without_it(tasks, tmp_path, mon
     lines = renderer.epr_tasks_table()
     recipe = next(line for line in lines if "| the recipe |" in line)
     assert "50.0 LF-EM" in recipe and "0.50" in recipe and "14 / 4" in recipe
+
+
+def test_the_readme_puts_each_task_beside_bm25_and_plain_epr_in_one_row_with_its_command(monkeypatch):
+    readme = import_script("benchmarks", "renderers.readme")
+
+    def method(score, **paired):
+        return {"score": score, "n": 500, **paired}
+
+    paired = {"vs_bm25": {"only_method": 56, "only_other": 11, "p": 0.0, "diff_ci95": [5.8, 12.2]},
+              "vs_epr": {"only_method": 12, "only_other": 8, "p": 0.5034, "diff_ci95": [-1.0, 2.6]}}
+    tasks = {"command": "python benchmarks/epr/epr_tasks.py --tasks trec,geoquery", "machine": {"cpu": "Some CPU"},
+             "trec": {"metric": "accuracy", "methods": {"bm25": method(87.0), "epr": method(95.2),
+                                                         "recipe": method(96.0, **paired)}},
+             "geoquery": {"metric": "em", "methods": {"bm25": method(30.0)}}}  # the recipe not evaluated yet
+    files: dict = {}
+    monkeypatch.setattr(readme, "load", files.get)
+    assert readme.readme_table() == []  # nothing measured, no block
+    files["epr_tasks.json"] = tasks
+    table = readme.readme_table()
+    row = next(line for line in table if "beyond MTOP" in line)
+    assert ("TREC accuracy, 500 inputs: **96.0** (BM25 87.0, 56 / 11, p<0.001, [+5.8, +12.2]; plain EPR 95.2, p=0.50)"
+            in row) and "GeoQuery" not in row and row.endswith("| [1] |")
+    assert "1. `python benchmarks/epr/epr_tasks.py --tasks trec,geoquery`" in table
