@@ -66,6 +66,11 @@ def _cost(cost: dict) -> str:
     return ", ".join(parts)
 
 
+def task_sections(d: dict) -> dict[str, dict]:
+    """epr_tasks.json's per-task sections (beside its command, machine and held-out parts)."""
+    return {task: section for task, section in d.items() if isinstance(section, dict) and "methods" in section}
+
+
 def epr_tasks_table() -> list[str]:
     """Each task's methods on all its test inputs, paired with BM25 and plain EPR; then the held-out tasks."""
     d = load("epr_tasks.json")
@@ -76,7 +81,7 @@ def epr_tasks_table() -> list[str]:
            "(Wilcoxon), p, the paired bootstrap's 95% interval of the difference):", "",
            *header("task", "method", "N", "score", "share of the BM25 -> LM-Oracle gap", "against BM25",
                    "against plain EPR", "cost of its retriever")]
-    tasks = [task for task, section in d.items() if isinstance(section, dict) and "methods" in section]
+    tasks = list(task_sections(d))
     for task in tasks:
         section = d[task]
         metric = METRIC_NAMES.get(section["metric"], section["metric"])

@@ -10,7 +10,7 @@ from taskret.icl.evaluation import mcnemar
 from . import common
 from .common import MACHINE, MTOP_TEST_INPUTS, correct, header, load, p_text
 from .epr_beyond import EPR_SHORT
-from .epr_tasks import METRIC_NAMES, TASK_NAMES, _paired
+from .epr_tasks import METRIC_NAMES, TASK_NAMES, _paired, task_sections
 from .setups import SETUPS_COMMAND
 
 # The README's results and the commands that reproduce them, in the order `make bench` runs them (the Makefile's
@@ -46,6 +46,7 @@ def readme_table() -> list[str]:
     """The README's results: at most six rows, each a number beside its baseline, each with its commands."""
     rows, notes = [], []
     cited: list[str] = []
+    commands = dict(README_COMMANDS)  # and those a result file records (epr_tasks.json's)
 
     def cite(*keys: str) -> str:
         marks = []
@@ -123,10 +124,10 @@ def readme_table() -> list[str]:
             rows.append(f"| {claims}, the first stage alone | TART-dual distilled in 53 min on 2 cores | **{first:.1f}**, "
                         f"{len(students)} seeds {mean:.1f} (untrained MiniLM {minilm:.1f}) | {cite('docs', *(f'train_{n}' for n in students), 'tart_dual')} |")
     tasks = load("epr_tasks.json") or {}
-    beyond_mtop = [(task, section) for task, section in tasks.items()
-                   if isinstance(section, dict) and {"bm25", "recipe"} <= section.get("methods", {}).keys()]
+    beyond_mtop = [(task, section) for task, section in task_sections(tasks).items()
+                   if {"bm25", "recipe"} <= section["methods"].keys()]
     if beyond_mtop:  # the recipe on each other task at its whole test set, side by side in one row
-        README_COMMANDS["epr_tasks"] = tasks["command"]
+        commands["epr_tasks"] = tasks["command"]
         cells = []
         for task, section in beyond_mtop:
             methods = section["methods"]
@@ -141,5 +142,5 @@ def readme_table() -> list[str]:
     if not rows:
         return []
     return [*header("job, metric", "setup", "result (baseline)", "command"), *rows, "",
-            *(f"{i}. `{README_COMMANDS[key]}`" for i, key in enumerate(cited, 1)), "",
+            *(f"{i}. `{commands[key]}`" for i, key in enumerate(cited, 1)), "",
             *([" ".join(notes), ""] if notes else []), f"Machine: {MACHINE}."]  # the notes as one paragraph
