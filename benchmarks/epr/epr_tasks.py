@@ -77,6 +77,7 @@ from _common import command_line, machine, parser, round_metrics, write_result  
 from epr_runs import INSTRUCTIONS, distinct_pairs, lm_oracle, ranking, stage_times, write_rankings  # noqa: E402
 
 from taskret.data import BENCHMARK_TASKS, GENERATION_TASKS, load_task, sample
+from taskret.epr.scoring import scoring_seconds
 from taskret.icl.compare import paired_comparison, paired_graded_comparison
 from taskret.icl.evaluation import GRADED_METRICS, TASK_HEADLINE, machine_differences
 from taskret.io import read_json, read_jsonl, write_json
@@ -93,7 +94,8 @@ DEFAULT_TASKS = tuple(name for name in TASKS if (CONFIGS / f"{name}.json").is_fi
 #: MTOP's labels and scores at this budget (all 1,237 training examples x 50), committed by the full recipe's run
 MTOP_LABELLED = Path("benchmarks/results/epr_mtop_full")
 #: what plain EPR keeps for every later method: its candidates, LM scores and labels
-SCORED = ("candidates.jsonl", "labels.jsonl", "scoring/scores.jsonl", "scoring/scoring_meta.json")
+SCORED = ("candidates.jsonl", "labels.jsonl", "scoring/scores.jsonl", "scoring/scoring_meta.json",
+          "scoring/scoring_times.jsonl")
 #: what every trained run keeps beside its rankings: where its time went and how its retriever was trained
 RUN_FILES = ("stage_times.jsonl", "stage_times_gpu.jsonl", "retriever/epr_config.json")
 ROUND_FILES = (*SCORED, "retriever/epr_config.json")
@@ -156,8 +158,12 @@ def _stage_cost(folder: Path, stages: Callable[[str], bool]) -> dict:
     CPU, minutes on a GPU (None where none did)."""
     times, gpu = stage_times(folder)
     ran = {s: row["wall_s"] for s, row in times.items() if stages(s)}
+    return {"stages_wall_s": ran, **_hours(ran, gpu)}
+
+
+def _hours(ran: dict[str, float], gpu: set[str]) -> dict:
     on_gpu = sum(wall for s, wall in ran.items() if s in gpu)
-    return {"stages_wall_s": ran, "cpu_hours": round(sum(wall for s, wall in ran.items() if s not in gpu) / 3600, 2),
+    return {"cpu_hours": round(sum(wall for s, wall in ran.items() if s not in gpu) / 3600, 2),
             "gpu_minutes": round(on_gpu / 60, 1) if any(s in gpu for s in ran) else None}
 
 
@@ -173,6 +179,12 @@ def labelling_cost(folder: Path) -> dict:
     cost = {"lm_calls": _lm_calls([scores]),
             "labelled_inputs": sum(1 for _ in read_jsonl(scores)) if scores.exists() else None}
     cost.update(_stage_cost(folder, lambda s: s in ("candidates", "labels")))
+    # A labelling resumed across sessions records only its last run's labels stage; every session's LM scoring is
+    # in scoring_times.jsonl, so the stage counts as that sum where it is the larger.
+    scored_s = scoring_seconds(folder / "scoring")
+    if scored_s is not None and scored_s > cost["stages_wall_s"].get("labels", 0.0):
+        cost["stages_wall_s"]["labels"] = scored_s
+        cost.update(_hours(cost["stages_wall_s"], stage_times(folder)[1]))
     if (folder / "machine.json").exists():  # where step 1 ran (the labels' stage times are there if it scored them)
         cost["train_step_machine"] = read_json(folder / "machine.json")
     return cost
