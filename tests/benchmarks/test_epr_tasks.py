@@ -226,3 +226,19 @@ def test_the_readme_puts_each_task_beside_bm25_and_plain_epr_in_one_row_with_its
     assert ("TREC accuracy, 500 inputs: **96.0** (BM25 87.0, 56 / 11, p<0.001, [+5.8, +12.2]; plain EPR 95.2, p=0.50)"
             in row) and "GeoQuery" not in row and row.endswith("| [1] |")
     assert "1. `python benchmarks/epr/epr_tasks.py --tasks trec,geoquery`" in table
+
+
+def test_a_labelling_resumed_across_sessions_costs_every_sessions_scoring(tasks, tmp_path):
+    """The labels stage a resumed run records is only its last session's; the shards' own times add up to all of it."""
+    folder = tmp_path / "epr"
+    _write(folder / "stage_times.jsonl", [{"stage": "candidates", "wall_s": 2.0},
+                                          {"stage": "labels", "wall_s": 1000.0},
+                                          {"stage": "training", "wall_s": 600.0}])
+    _write(folder / "scoring" / "scoring_times.jsonl",
+           [{"shards": [0], "pairs": 10, "wall_s": 2600.0}, {"shards": [1], "pairs": 10, "wall_s": 1000.0}])
+    cost = tasks.labelling_cost(folder)
+    assert cost["stages_wall_s"] == {"candidates": 2.0, "labels": 3600.0}
+    assert cost["cpu_hours"] == 1.0
+    # scored in one go: the stage (which also merges the labels) is the larger and stands
+    _write(folder / "scoring" / "scoring_times.jsonl", [{"shards": [0, 1], "pairs": 20, "wall_s": 990.0}])
+    assert tasks.labelling_cost(folder)["stages_wall_s"]["labels"] == 1000.0
