@@ -179,13 +179,14 @@ def labelling_cost(folder: Path) -> dict:
     scores = folder / "scoring" / "scores.jsonl"
     cost = {"lm_calls": _lm_calls([scores]),
             "labelled_inputs": sum(1 for _ in read_jsonl(scores)) if scores.exists() else None}
-    cost.update(_stage_cost(folder, lambda s: s in ("candidates", "labels")))
+    times, gpu = stage_times(folder)
+    ran = {s: times[s]["wall_s"] for s in ("candidates", "labels") if s in times}
     # A labelling resumed across sessions records only its last run's labels stage; every session's LM scoring is
     # in scoring_times.jsonl, so the stage counts as that sum where it is the larger.
     scored_s = scoring_seconds(folder / "scoring")
-    if scored_s is not None and scored_s > cost["stages_wall_s"].get("labels", 0.0):
-        cost["stages_wall_s"]["labels"] = scored_s
-        cost.update(_hours(cost["stages_wall_s"], stage_times(folder)[1]))
+    if scored_s is not None and scored_s > ran.get("labels", 0.0):
+        ran["labels"] = scored_s
+    cost.update(stages_wall_s=ran, **_hours(ran, gpu))
     if (folder / "machine.json").exists():  # where step 1 ran (the labels' stage times are there if it scored them)
         cost["train_step_machine"] = read_json(folder / "machine.json")
     return cost
