@@ -45,10 +45,14 @@ step runs in another session, or on another machine where the evaluations then a
 3. ``held_out``: the multitask retrievers (``held_out/TASK/multitask/``: rankings, training cost) and their
    evaluations; MTOP's BM25 and single-task evaluations in ``held_out/mtop/``, Break's and nl2bash's are step 2's.
 
+Each step ends by writing --out from every evaluation under --results (``report`` only writes it, with no LM, on any
+machine). A task's methods are paired only when one machine evaluated them all; different tasks may come from
+different machines, and then ``machine`` is None and ``machines`` names each task's (and each held-out row's).
+
 Writes --out: ``{TASK: {"metric", "n", "methods": {METHOD: {"score", "n", "vs_bm25": {"p", "diff_ci95", ...},
 "vs_epr": {...}, "gap_share", "cost"}}, "labelling_cost", "gap_share", "min_detectable_diff"}, "held_out": {TASK:
-{"multitask", "bm25", "single_task", "p_vs_bm25", ...}}, "held_out_mean", "machine", "command"}``. Costs: ``lm_calls``
-(distinct pairs the LM scored for the method's retriever; the LM-Oracle's 50 per input), the hours of the stages that
+{"multitask", "bm25", "single_task", "p_vs_bm25", ...}}, "held_out_mean", "machine", "machines", "command"}``.
+Costs: ``lm_calls`` (distinct pairs the LM scored for the method's retriever; the LM-Oracle's 50 per input), the hours of the stages that
 ran on the CPU (``cpu_hours``, from ``stage_times.jsonl``; the labels stage from every session's
 ``scoring/scoring_times.jsonl`` where it resumed) and the minutes of those that ran on a GPU; each evaluation's
 N generations come on top, the same for every method.
@@ -56,6 +60,7 @@ N generations come on top, the same for every method.
     python benchmarks/epr/epr_tasks.py --data-dir ../shared/data --step train        # labels, trainings, rankings
     python benchmarks/epr/epr_tasks.py --data-dir ../shared/data --step evaluation   # 4 methods x all test inputs
     python benchmarks/epr/epr_tasks.py --data-dir ../shared/data --step held_out     # 3 multitask retrievers
+    python benchmarks/epr/epr_tasks.py --data-dir ../shared/data --step report       # --out from what is evaluated
     python benchmarks/epr/epr_tasks.py --data-dir ../shared/data --tasks nl2bash --held-out '' --limit 5 \\
         --work /tmp/et --results /tmp/et/results --out /tmp/et.json --epr-config CONFIG --recipe CONFIG  # a smoke run
 """
@@ -212,7 +217,6 @@ def assemble_task(name: str, results: Path) -> tuple[dict, dict[str, dict]]:
     summaries = {m: read_json(folder / m / "eval" / "summary.json") for m in METHODS
                  if (folder / m / "eval" / "summary.json").exists()}
     values = {m: per_input(folder / m / "eval" / "predictions.jsonl", metric) for m in summaries}
-    one_machine({f"{name}/{m}": s for m, s in summaries.items()})
     first = next(iter(values), None)
     for m in values:
         if values[m].keys() != values[first].keys():
@@ -235,6 +239,7 @@ def assemble_task(name: str, results: Path) -> tuple[dict, dict[str, dict]]:
     recipe = methods.get("recipe", {})
     labels = labelling_cost(folder / "epr")
     section = {"metric": metric, "n": summaries[first]["n"] if first else 0, "methods": methods,
+               "machine": one_machine({f"{name}/{m}": s for m, s in summaries.items()}),
                "labelling_cost": labels, "label_budget": labels.get("lm_calls"), "gap_share": recipe.get("gap_share"),
                "min_detectable_diff": {f"recipe_{key}": recipe[key]["min_detectable_diff"] for key in ("vs_bm25", "vs_epr")
                                        if key in recipe}}
@@ -261,7 +266,8 @@ def assemble_held_out(name: str, results: Path) -> tuple[dict | None, dict[str, 
     summaries = {m: read_json(f / "summary.json") for m, f in folders.items()}
     values = {m: per_input(f / "predictions.jsonl", metric) for m, f in folders.items()}
     row: dict = {"metric": metric, "n": summaries["multitask"]["n"],
-                 **{m: round(s["metrics"][metric], 2) for m, s in summaries.items()}}
+                 **{m: round(s["metrics"][metric], 2) for m, s in summaries.items()},
+                 "machine": one_machine({f"held_out/{name}/{m}": s for m, s in summaries.items()})}
     for other in ("bm25", "single_task"):
         row[f"vs_{other}"] = compare(values["multitask"], values[other], metric)
         row[f"p_vs_{other}"] = row[f"vs_{other}"]["p"]
@@ -273,23 +279,28 @@ def assemble_held_out(name: str, results: Path) -> tuple[dict | None, dict[str, 
 
 
 def assemble(results: Path, tasks: list[str], held: list[str]) -> dict:
-    """Every section measured so far, all from one machine."""
+    """Every section measured so far. Each task's evaluations (and each held-out row's) come from one machine, where
+    they are paired; tasks may come from different machines (a long run moves between sessions), and then
+    ``machine`` is None and ``machines`` names each section's."""
     out: dict = {}
-    summaries: dict[str, dict] = {}
+    machines: dict[str, dict] = {}
     for name in tasks:
-        out[name], made = assemble_task(name, results)
-        summaries.update(made)
+        out[name], _ = assemble_task(name, results)
+        if out[name]["machine"] is not None:
+            machines[name] = out[name]["machine"]
     rows = {}
     for name in held:
-        row, made = assemble_held_out(name, results)
+        row, _ = assemble_held_out(name, results)
         if row is not None:
             rows[name] = row
-            summaries.update(made)
+            machines[f"held_out/{name}"] = row["machine"]
     if rows:
         out["held_out"] = rows
         out["held_out_mean"] = {m: round(sum(r[m] for r in rows.values()) / len(rows), 2)
                                 for m in ("multitask", "bm25", "single_task")}
-    out["machine"] = one_machine(summaries)
+    first = next(iter(machines.values()), None)
+    same = all(not machine_differences({"machine": m}, against=first) for m in machines.values())
+    out["machine"], out["machines"] = (first if same else None), machines
     return out
 
 
@@ -486,7 +497,9 @@ def main() -> None:
     options.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="(default: %(default)s)")
     options.add_argument("--held-out", default=",".join(("mtop", *DEFAULT_TASKS)), help="tasks held out of multitask training, one "
                          "at a time (default: %(default)s; empty: none)")
-    options.add_argument("--step", choices=("train", "evaluation", "held_out", "all"), default="all")
+    options.add_argument("--step", choices=("train", "evaluation", "held_out", "report", "all"), default="all",
+                         help="report: only write --out from the evaluations under --results, on any machine, no LM "
+                         "(default: %(default)s)")
     options.add_argument("--limit", type=int, default=0, help="a seeded sample of this many test inputs (smoke runs; "
                          "default 0: all)")
     options.add_argument("--epr-config", default=str(CONFIGS / "{task}.json"), help="plain EPR's config ({task}: the "
@@ -507,7 +520,7 @@ def main() -> None:
                       f"some of {', '.join(HELD_OUT)}")
     os.environ["TASKRET_DATA_DIR"] = args.data_dir  # where the pipeline's configs (no data_dir) read the tasks
     results, work, info, lms = Path(args.results), Path(args.work), machine(), {}
-    for name in tasks:
+    for name in tasks if args.step != "report" else ():
         task = load_task(TASKS[name], data_dir=args.data_dir)
         if args.step in ("train", "all"):
             train(name, args, results, work, list(task.test))
@@ -519,9 +532,11 @@ def main() -> None:
     if args.step == "train":
         return
     table = assemble(results, tasks, held)
+    common, machines = table.pop("machine"), table.pop("machines")
     result = {"benchmark": "epr_tasks", "command": command_line(args, options, leave_out=("data_dir", "work", "step")),
-              "machine": table.pop("machine") or info,
-              "load_average_at_start": info["load_average"], "lm": args.lm, "context_window": args.context_window,
+              "machine": common if machines else info, "machines": machines,
+              **({} if args.step == "report" else {"load_average_at_start": info["load_average"]}),  # no timing
+              "lm": args.lm, "context_window": args.context_window,
               "max_new_tokens": args.max_new_tokens, "seed": args.seed, "limit": args.limit or None,
               "configs": {name: {"epr": args.epr_config.replace("{task}", name),
                                  "recipe": args.recipe.replace("{task}", name)} for name in tasks}, **table}

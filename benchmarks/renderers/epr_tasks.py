@@ -20,7 +20,8 @@ def headroom_table() -> list[str]:
     d = load("headroom.json")
     if d is None or not d.get("tasks"):
         return []
-    out = [f"`{d['command']}` ({describe_machine(d['machine'])}; each row on {d['n']} seeded test inputs; gap = "
+    out = [f"`{d['command']}` ({describe_machine(d['machine'])}, each row's CPU kind beside its timings, which hold "
+           f"only there; each row on {d['n']} seeded test inputs; gap = "
            "LM-Oracle minus BM25 with its paired bootstrap 95% interval; detectable = the smallest difference the "
            "task's whole test set detects at 80% power, from the pilot's pairs; at the floor when the gap is under "
            "twice that):", "",
@@ -36,7 +37,8 @@ def headroom_table() -> list[str]:
                        f"| {row['n']} ({row['n_full']:,}) | {row['random']:.1f} | {row['bm25']:.1f} | "
                        f"{row['lm_oracle']:.1f} | {row['gap']:+.1f} [{low:+.1f}, {high:+.1f}] | "
                        f"{'' if detectable is None else f'{detectable:.2f}'} | {verdict} | {per_pair} | "
-                       f"{row['s_per_answer']:.2f} ({row.get('generation_engine', 'transformers')}{_load(row)}) |")
+                       f"{row['s_per_answer']:.2f} ({row.get('generation_engine', 'transformers')}"
+                       f"{_simd(row.get('machine') or {}).replace(',', ';')}{_load(row)}) |")
     return out
 
 
@@ -71,12 +73,33 @@ def task_sections(d: dict) -> dict[str, dict]:
     return {task: section for task, section in d.items() if isinstance(section, dict) and "methods" in section}
 
 
+def _simd(info: dict) -> str:
+    """The widest of the CPU's features that set the LM's speed and precision (an LM's outputs differ between them)."""
+    flags = set(info.get("cpu_flags") or ())
+    simd = next((name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx2", "AVX2"))
+                 if flag in flags), None)
+    return f", {simd}" if simd else ""
+
+
+def _machines(d: dict) -> str:
+    """The one machine every evaluation ran on, or each task's where tasks ran on different machines (a task's own
+    methods always on one: they are paired)."""
+    if d.get("machine"):
+        return describe_machine(d["machine"]) + _simd(d["machine"])
+    by_machine: dict[str, list[str]] = {}
+    for name, info in d.get("machines", {}).items():
+        line = describe_machine(info) + _simd(info) + (f", LM in {info['dtype']}" if info.get("dtype") else "")
+        task = name.removeprefix("held_out/")
+        by_machine.setdefault(line, []).append(("held-out " if task != name else "") + TASK_NAMES.get(task, task))
+    return "; ".join(f"{', '.join(names)} on {line}" for line, names in by_machine.items())
+
+
 def epr_tasks_table() -> list[str]:
     """Each task's methods on all its test inputs, paired with BM25 and plain EPR; then the held-out tasks."""
     d = load("epr_tasks.json")
     if d is None:
         return []
-    out = [f"`{d['command']}` ({describe_machine(d['machine'])}; SmolLM2-135M, every method on the same test inputs; "
+    out = [f"`{d['command']}` ({_machines(d)}; SmolLM2-135M, every method on the same test inputs; "
            "paired: inputs only it / only the other gets right (McNemar) or on which it / the other scores higher "
            "(Wilcoxon), p, the paired bootstrap's 95% interval of the difference):", "",
            *header("task", "method", "N", "score", "share of the BM25 -> LM-Oracle gap", "against BM25",

@@ -1,6 +1,7 @@
 """The recipe-beyond-MTOP benchmark's bookkeeping (benchmarks/epr/epr_tasks.py): each task paired by its own metric
 (Break's LF-EM verdicts with McNemar, nl2bash's sentence chrF with Wilcoxon), the share of the BM25 -> LM-Oracle gap,
-the held-out rows, one machine for every number, the recipe reusing plain EPR's scores, and the page's table."""
+the held-out rows, each task's methods on one machine (tasks may differ), the recipe reusing plain EPR's scores, and
+the page's table."""
 
 from __future__ import annotations
 
@@ -190,6 +191,28 @@ def test_the_recipe_runs_on_plain_eprs_scores_and_its_new_rounds_are_kept(tasks,
     args.recipe = _config(tmp_path / "recipe.json", n_candidates=8)  # its own scores: refused before anything runs
     with pytest.raises(SystemExit, match="n_candidates"):
         tasks.train("demo", args, results, work, [Example("t1", "x1", "y1")])
+
+
+def test_tasks_evaluated_on_different_machines_each_name_their_own_and_are_paired_within_themselves(
+        tasks, tmp_path, monkeypatch):
+    """A long run moves between machines: each task's methods on one machine, the tasks on two."""
+    _break_results(tmp_path)
+    other = {**MACHINE, "cpu": "Another CPU", "cpu_flags": ["avx2", "avx512_bf16"], "dtype": "bfloat16"}
+    for method, chrf in (("bm25", 20.0), ("epr", 24.0)):
+        rows = [{"id": f"c{n}", "correct": False, "chrf": chrf + n % 3} for n in range(12)]
+        _evaluation(tmp_path / "nl2bash" / method / "eval", rows, {"em": 0.0, "chrf": chrf + 1}, other)
+    table = tasks.assemble(tmp_path, ["break", "nl2bash"], [])
+    assert table["machine"] is None
+    assert table["machines"] == {"break": MACHINE, "nl2bash": other}
+    assert (table["break"]["machine"], table["nl2bash"]["machine"]) == (MACHINE, other)
+    assert table["nl2bash"]["methods"]["epr"]["vs_bm25"]["higher_method"] == 12
+    renderer = import_script("benchmarks", "renderers.epr_tasks")
+    monkeypatch.setattr(renderer, "load", lambda name: {"command": "python benchmarks/epr/epr_tasks.py", **table})
+    first = renderer.epr_tasks_table()[0]
+    assert "break on Some CPU" in first and "AVX2" in first
+    assert "nl2bash on Another CPU" in first and "AVX512-BF16, LM in bfloat16" in first
+    # one machine for all: named once, as before
+    assert tasks.assemble(tmp_path, ["break"], [])["machine"] == MACHINE
 
 
 def test_the_page_renders_the_result_and_nothing_without_it(tasks, tmp_path, monkeypatch):

@@ -93,6 +93,8 @@ def test_the_page_renders_each_row_with_its_verdict_and_nothing_without_the_resu
     narrow = next(line for line in lines if line.startswith("| geoquery |"))
     assert "| SmolLM2-135M | EM | 100 (859) | 5.0 | 20.0 | 45.0 | +25.0 [" in wide and "| passes |" in wide
     assert "| Gemma 3 270M |" in narrow and "| +2.0 [" in narrow and "| at the floor |" in narrow
-    assert "0.200 | 0.50 (llama.cpp) |" in wide  # no load recorded: none said
+    assert "0.200 | 0.50 (llama.cpp; AVX2) |" in wide  # no load recorded: none said
     rows["narrow"]["load_average_at_start"] = 2.6
-    assert "| 0.50 (llama.cpp; load 2.6) |" in next(line for line in renderer.headroom_table() if "| geoquery |" in line)
+    rows["narrow"]["machine"] = {**MACHINE, "cpu_flags": ["avx2", "avx512_bf16"]}  # a row from another session's CPU
+    assert "| 0.50 (llama.cpp; AVX512-BF16; load 2.6) |" in next(line for line in renderer.headroom_table()
+                                                               if "| geoquery |" in line)
