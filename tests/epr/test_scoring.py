@@ -154,6 +154,30 @@ def test_a_resumed_job_sums_each_sessions_measured_time_and_records_where_it_sco
     assert scoring_seconds(tmp_path / "never_scored") is None
 
 
+def test_a_job_resumed_at_another_precision_says_so(tmp_path, tiny_lm, examples, cand_rows, caplog):
+    """A job started where auto chose bfloat16 and resumed where it chose float32 mixes precisions: said once."""
+    by_id = {e.id: e for e in examples}
+    out = tmp_path / "scoring"
+    score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2)
+    (out / "shards" / "shard-00001.jsonl").unlink()
+    with caplog.at_level("WARNING", logger="taskret.epr.scoring"):
+        score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2)
+    assert not caplog.records  # the same precision: nothing to say
+    meta = json.loads((out / META_FILE).read_text())
+    here = meta["dtype"]
+    (out / META_FILE).write_text(json.dumps({**meta, "dtype": "bfloat16" if here != "bfloat16" else "float32"}))
+    (out / "shards" / "shard-00001.jsonl").unlink()
+    with caplog.at_level("WARNING", logger="taskret.epr.scoring"):
+        score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2)
+    (warning,) = caplog.records
+    assert f"resumed here in {here}" in warning.getMessage() and "dtype" in warning.getMessage()
+    assert read_jsonl_rows(out / TIMES_FILE)[-1]["dtype"] == here  # each session's own precision is on record
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="taskret.epr.scoring"):
+        score_candidates(cand_rows, by_id, tiny_lm, out, shard_size=2)  # nothing left to score: nothing mixed
+    assert not caplog.records
+
+
 def test_shard_order_changes_the_shards_not_the_scores(tmp_path, tiny_lm, examples, cand_rows):
     by_id = {e.id: e for e in examples}
     by_output = score_candidates(cand_rows, by_id, tiny_lm, tmp_path / "o", shard_size=2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -21,6 +22,8 @@ from ..data import Example
 from ..formats import OutputFormat
 from ..io import DataError, iter_records, read_json, read_jsonl, write_json, write_jsonl
 from ..progress import report_resumed
+
+logger = logging.getLogger(__name__)
 
 # A pending shard: (number, candidate rows, path of the shard file to write).
 PendingShard = tuple[int, list, Path]
@@ -147,9 +150,11 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
             raise ValueError(f"{out_dir} holds scores of another job ({previous}); use a new output folder")
         # A resumed job keeps the shard order it started with: its finished shards were cut that way.
         shard_order = previous["shard_order"]
+        started_in = previous.get("dtype")
     else:
         # where the job started: its dtype and machine (each session's own are in scoring_times.jsonl)
         write_json(meta_path, {**meta, "dtype": where.get("dtype"), "machine": where})
+        started_in = where.get("dtype")
     shards = order_shards(candidate_rows, examples, shard_size, shard_order)
     pending, resumed = [], 0
     for number, rows in enumerate(shards):
@@ -159,6 +164,12 @@ def score_candidates(candidate_rows: Sequence[dict], examples: Mapping[str, Exam
         else:
             pending.append((number, rows, path))
     report_resumed(progress, resumed)  # done before this run: counted, but not in the rate
+    if pending and started_in and where.get("dtype") and started_in != where["dtype"]:
+        # auto picks bfloat16 on a CPU with native bf16 and float32 elsewhere: a job that moves between such machines
+        # would label from scores of two precisions, which no single run gives
+        logger.warning("%s: started with the LM in %s, resumed here in %s: its new shards' scores differ in precision "
+                       "from the first ones (pin one with the LM option dtype, e.g. scoring_lm_options "
+                       "{\"dtype\": \"%s\"})", out_dir, started_in, where["dtype"], started_in)
     if pending:
         start = time.perf_counter()
         if shard_runner is not None:  # the runner's shards finish out of order: one line for the whole call
