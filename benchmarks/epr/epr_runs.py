@@ -67,7 +67,9 @@ def write_rankings(path: Path, test: Sequence[Example], ranked: RetrievalResult)
 def lm_oracle(task, examples: Sequence[Example], lm, folder: Path) -> RetrievalResult:
     """LM-Oracle's rankings (taskret.epr.methods.lm_oracle: BM25-Oracle's top 50 reranked by the LM's
     ``log P(gold | e, x)``, filled to 100 with BM25-Oracle's order), ORACLE_CHUNK test inputs at a time, each
-    chunk written to ``folder`` as it is done: a stopped ranking resumes at the first missing chunk."""
+    chunk written to ``folder`` as it is done: a stopped ranking resumes at the first missing chunk. A chunk the LM
+    ranked on another engine, device or precision (a session on another kind of machine) is ranked again: one
+    ranking, one precision."""
     import numpy as np
 
     from taskret.epr.methods import rank_test_examples
@@ -78,7 +80,7 @@ def lm_oracle(task, examples: Sequence[Example], lm, folder: Path) -> RetrievalR
         for number, start in enumerate(range(0, len(examples), ORACLE_CHUNK)):
             chunk, path = examples[start: start + ORACLE_CHUNK], folder / f"{number:05d}.json"
             done = read_json(path) if path.exists() else None
-            if done is None or done["inputs"] != [e.id for e in chunk]:
+            if done is None or done["inputs"] != [e.id for e in chunk] or done.get("runtime") != lm.runtime():
                 start = time.perf_counter()
                 ranked = rank_test_examples("lm-oracle", task, chunk, lm, n_candidates=50, fill_to=100)
                 done = {"inputs": [e.id for e in chunk], "ids": ranked.ids,

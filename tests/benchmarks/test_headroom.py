@@ -98,3 +98,22 @@ def test_the_page_renders_each_row_with_its_verdict_and_nothing_without_the_resu
     rows["narrow"]["machine"] = {**MACHINE, "cpu_flags": ["avx2", "avx512_bf16"]}  # a row from another session's CPU
     assert "| 0.50 (llama.cpp; AVX512-BF16; load 2.6) |" in next(line for line in renderer.headroom_table()
                                                                if "| geoquery |" in line)
+
+
+def test_an_oracle_chunk_ranked_in_another_precision_is_ranked_again(tmp_path, demo_task, tiny_lm):
+    """A stopped LM-Oracle resumes at its first missing chunk, but a chunk a session on another kind of machine ranked
+    (float32 there, bfloat16 here) is ranked again: one ranking, one precision."""
+    runs = import_script("benchmarks/epr", "epr_runs")
+    inputs = demo_task.test[:3]
+    folder = tmp_path / "oracle"
+    first = runs.lm_oracle(demo_task, inputs, tiny_lm, folder)
+    chunk = folder / "00000.json"
+    kept = json.loads(chunk.read_text())
+    assert kept["runtime"] == tiny_lm.runtime() and kept["pairs"] == 3 * 50
+    runs.lm_oracle(demo_task, inputs, tiny_lm, folder)
+    assert json.loads(chunk.read_text()) == kept  # the same runtime: kept, not ranked again
+    chunk.write_text(json.dumps({**kept, "runtime": {**kept["runtime"], "dtype": "bfloat16"}, "seconds": -1.0}))
+    again = runs.lm_oracle(demo_task, inputs, tiny_lm, folder)
+    redone = json.loads(chunk.read_text())
+    assert redone["runtime"] == tiny_lm.runtime() and redone["seconds"] >= 0
+    assert again.ids == first.ids
