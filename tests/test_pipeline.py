@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from taskret.io import DataError
-from taskret.pipeline import Stage, guard_config, read_config
+from taskret.pipeline import Stage, count_earlier_sessions, guard_config, read_config
 
 
 class Boom(RuntimeError):
@@ -83,6 +83,22 @@ class JobConfig(BaseModel):
     n: int = 4
     name: str = "job"
     workers: Optional[int] = None
+
+
+def test_a_stage_that_resumed_earlier_sessions_work_records_their_seconds_beside_its_own(tmp_path):
+    """A training resumed from a checkpoint counts the seconds that got it there (earlier_s) apart from this run's."""
+    times = tmp_path / "stage_times.jsonl"
+
+    def resumed(path):
+        count_earlier_sessions(600.0)  # the checkpoint's training seconds
+        path.write_text("model\n", encoding="utf-8")
+
+    Stage("training", tmp_path / "a.txt", timings=times).run(resumed)
+    Stage("index", tmp_path / "b.txt", timings=times).run(lambda path: path.write_text("x", encoding="utf-8") and None)
+    first, second = (json.loads(line) for line in times.read_text().splitlines())
+    assert first["stage"] == "training" and first["earlier_s"] == 600.0 and first["wall_s"] < 600
+    assert "earlier_s" not in second  # nothing resumed: no key
+    count_earlier_sessions(5.0)  # outside any stage: nowhere to count, nothing happens
 
 
 def test_guard_config_saves_then_refuses_another_config(tmp_path):

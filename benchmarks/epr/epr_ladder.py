@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
-from epr_runs import distinct_pairs, ranking, stage_times, write_rankings  # noqa: E402
+from epr_runs import distinct_pairs, ranking, stage_seconds, stage_times, write_rankings  # noqa: E402
 
 from taskret.backends.base import engine_of, generation_spec, load_lm  # noqa: E402
 from taskret.data import load_task
@@ -209,13 +209,13 @@ def _cost(name: str, results: Path) -> dict:
     """LM scorings and hours from BM25 candidates to a built index on 2 cores (module docstring)."""
     pairs = distinct_pairs(RUNGS[name][2])
     times, gpu = _stage_times(name, results)
-    stages = {s: times[s]["wall_s"] for s in TRAINING_STAGES if s in times}
+    stages = {s: stage_seconds(times[s]) for s in TRAINING_STAGES if s in times}
     # each round's LM scoring as its job measured it (None: scored before scoring_times.jsonl existed)
     scoring_s = {str(r): scoring_seconds(path.parent) for r, path in enumerate(RUNGS[name][2], 1)}
     stages.update(_labelling_beyond_scoring(times, scoring_s))
     for stage, other in STAGES_RUN_BY.get(name, {}).items():
         if stage not in stages:
-            stages[stage] = _stage_times(other, results)[0][stage]["wall_s"]
+            stages[stage] = stage_seconds(_stage_times(other, results)[0][stage])
     if name in MINED_LIKE_INDEX and "index" in stages:
         stages.setdefault(MINED_LIKE_INDEX[name], round(2 * stages["index"], 1))
     own = Path(RUNGS[name][3])

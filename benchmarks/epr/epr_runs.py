@@ -100,6 +100,12 @@ def distinct_pairs(score_files: Sequence[Path]) -> int:
     return len({(row["id"], c["id"]) for path in score_files for row in read_jsonl(path) for c in row["candidates"]})
 
 
+def stage_seconds(row: dict) -> float:
+    """A stage's whole wall time: this run's and, for a training resumed from a checkpoint, the earlier sessions' that
+    reached it (``earlier_s``)."""
+    return round(row["wall_s"] + row.get("earlier_s", 0.0), 1)
+
+
 def stage_times(folder: Path) -> tuple[dict[str, dict], set[str]]:
     """The stages a run's folder records (``stage_times.jsonl``: name -> its last row) and those of them that ran on
     a GPU machine, the folder then copied back (``stage_times_gpu.jsonl``); empty where the files are not there."""

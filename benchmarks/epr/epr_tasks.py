@@ -80,7 +80,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, round_metrics, write_result  # noqa: E402
-from epr_runs import INSTRUCTIONS, distinct_pairs, lm_oracle, ranking, stage_times, write_rankings  # noqa: E402
+from epr_runs import INSTRUCTIONS, distinct_pairs, lm_oracle, ranking, stage_seconds, stage_times, write_rankings  # noqa: E402
 
 from taskret.data import BENCHMARK_TASKS, GENERATION_TASKS, load_task, sample
 from taskret.epr.scoring import scoring_seconds
@@ -163,7 +163,7 @@ def _stage_cost(folder: Path, stages: Callable[[str], bool]) -> dict:
     """The wall time of the stages ``folder`` records that ``stages`` picks, split by where they ran: hours on the
     CPU, minutes on a GPU (None where none did)."""
     times, gpu = stage_times(folder)
-    ran = {s: row["wall_s"] for s, row in times.items() if stages(s)}
+    ran = {s: stage_seconds(row) for s, row in times.items() if stages(s)}
     return {"stages_wall_s": ran, **_hours(ran, gpu)}
 
 
@@ -185,7 +185,7 @@ def labelling_cost(folder: Path) -> dict:
     cost = {"lm_calls": _lm_calls([scores]),
             "labelled_inputs": sum(1 for _ in read_jsonl(scores)) if scores.exists() else None}
     times, gpu = stage_times(folder)
-    ran = {s: times[s]["wall_s"] for s in ("candidates", "labels") if s in times}
+    ran = {s: stage_seconds(times[s]) for s in ("candidates", "labels") if s in times}
     # A labelling resumed across sessions records only its last run's labels stage; every session's LM scoring is
     # in scoring_times.jsonl, so the stage counts as that sum where it is the larger.
     scored_s = scoring_seconds(folder / "scoring")

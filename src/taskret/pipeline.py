@@ -33,8 +33,8 @@ from pydantic import BaseModel
 
 from .io import DataError, atomic_path, read_json, write_json
 
-__all__ = ["Stage", "StoppedAfter", "guard_config", "explain_validation_error", "read_config", "stop_after",
-           "work_folder"]
+__all__ = ["Stage", "StoppedAfter", "count_earlier_sessions", "earlier_sessions", "guard_config",
+           "explain_validation_error", "read_config", "stop_after", "work_folder"]
 
 Config = TypeVar("Config", bound=BaseModel)
 
@@ -179,6 +179,29 @@ def _duration(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
 
 
+#: the seconds earlier sessions spent on the work a resumed stage goes on from (see :func:`earlier_sessions`)
+_EARLIER: ContextVar[list[float] | None] = ContextVar("taskret_earlier_seconds", default=None)
+
+
+def count_earlier_sessions(seconds: float | None) -> None:
+    """Record that the work now resuming took ``seconds`` in earlier sessions (a checkpoint's measured training
+    time), for the :class:`Stage` that resumed it: a job's cost is every session's time, not only the last one's."""
+    collected = _EARLIER.get()
+    if collected is not None and seconds:
+        collected.append(float(seconds))
+
+
+@contextmanager
+def earlier_sessions() -> Iterator[list[float]]:
+    """Within the block, :func:`count_earlier_sessions` adds to the list it yields (one stage's run)."""
+    collected: list[float] = []
+    token = _EARLIER.set(collected)
+    try:
+        yield collected
+    finally:
+        _EARLIER.reset(token)
+
+
 @dataclass
 class Stage:
     """One stage of a job: ``name`` (in its progress line) and ``output``, a file, or a folder whose
@@ -208,20 +231,24 @@ class Stage:
             self._maybe_stop()
             return False
         start, cpu = time.perf_counter(), time.process_time()
-        if self.marker is None:
-            with atomic_path(self.output) as tmp:
-                made = make(tmp)
-        else:
-            made = make(self.output)
-            if not self.marker.exists():
-                raise RuntimeError(f"stage {self.name} finished without writing {self.marker}")
+        with earlier_sessions() as earlier:
+            if self.marker is None:
+                with atomic_path(self.output) as tmp:
+                    made = make(tmp)
+            else:
+                made = make(self.output)
+                if not self.marker.exists():
+                    raise RuntimeError(f"stage {self.name} finished without writing {self.marker}")
         line = " ".join(part for part in (made, "->", str(self.output)) if part)
         wall = time.perf_counter() - start
         self.say(f"{self.name}: {line} ({_duration(wall)})")
         if self.timings is not None:
+            # earlier_s: what earlier sessions spent on the work this run resumed (a training's checkpoint), not in
+            # wall_s; the stage's whole cost is the sum
             with open(self.timings, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"stage": self.name, "wall_s": round(wall, 1),
-                                         "cpu_s": round(time.process_time() - cpu, 1), "made": made}) + "\n")
+                                         "cpu_s": round(time.process_time() - cpu, 1), "made": made,
+                                         **({"earlier_s": round(sum(earlier), 1)} if earlier else {})}) + "\n")
         self._maybe_stop()
         return True
 

@@ -265,3 +265,13 @@ def test_a_labelling_resumed_across_sessions_costs_every_sessions_scoring(tasks,
     # scored in one go: the stage (which also merges the labels) is the larger and stands
     _write(folder / "scoring" / "scoring_times.jsonl", [{"shards": [0, 1], "pairs": 20, "wall_s": 990.0}])
     assert tasks.labelling_cost(folder)["stages_wall_s"]["labels"] == 1000.0
+
+
+def test_a_training_resumed_from_an_earlier_sessions_checkpoint_costs_both_sessions(tasks, tmp_path):
+    """The recipe's training stopped at a checkpoint in one session and finished in the next: its hours are both."""
+    _write(tmp_path / "recipe" / "stage_times.jsonl", [
+        {"stage": "training", "wall_s": 3000.0, "cpu_s": 5900.0, "made": "390 steps", "earlier_s": 600.0},
+        {"stage": "index", "wall_s": 60.0, "cpu_s": 100.0, "made": "5000 examples"}])
+    cost = tasks.method_cost(tmp_path, "recipe", 200)
+    assert cost["stages_wall_s"] == {"training": 3600.0, "index": 60.0}
+    assert cost["cpu_hours"] == pytest.approx((3600 + 60) / 3600, abs=0.01)

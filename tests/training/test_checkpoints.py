@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from taskret.pipeline import earlier_sessions
 from taskret.training.checkpoints import CHECKPOINTS, MARKER, NOT_FINGERPRINTED, fingerprint
 from taskret.training.config import DPRSettings, TrainerSettings, check_training_values
 from taskret.training.fit import LOG_FILE
@@ -111,8 +112,11 @@ def test_a_stopped_trainer_run_resumes_at_its_checkpoint_and_ends_as_an_uninterr
     (half / MARKER).unlink()
     (half / "model.safetensors").write_bytes(b"cut short")
 
-    with caplog.at_level(logging.INFO, logger="taskret.training"):
+    trained_s = json.loads((out / CHECKPOINTS / "checkpoint-4" / MARKER).read_text())["trained_s"]
+    assert trained_s > 0  # the training seconds up to the checkpoint, for the stage that resumes it
+    with caplog.at_level(logging.INFO, logger="taskret.training"), earlier_sessions() as earlier:
         folder = run_dual(config, tiny_bert_dir, out)
+    assert earlier == [trained_s]
     assert "resumed from step 4 of 6" in caplog.text and "not a complete checkpoint" in caplog.text
     assert_same_weights(weights(folder), weights(reference))
     assert not (out / CHECKPOINTS).exists()  # removed once the model is in place
@@ -229,9 +233,11 @@ def test_a_stopped_listwise_run_resumes_at_its_checkpoint_and_ends_as_an_uninter
         train_listwise(examples, rows, out, config, progress=stop_after(4))
     assert sorted(p.name for p in (out / CHECKPOINTS).iterdir()) == ["checkpoint-4"]
     (out / CHECKPOINTS / ".checkpoint-5.x.tmp").mkdir()  # a save the process died in, before its rename
+    trained_s = json.loads((out / CHECKPOINTS / "checkpoint-4" / MARKER).read_text())["trained_s"]
     counted = []
-    with caplog.at_level(logging.INFO, logger="taskret.training"):
+    with caplog.at_level(logging.INFO, logger="taskret.training"), earlier_sessions() as earlier:
         folder = train_listwise(examples, rows, out, config, progress=counted.append)
+    assert trained_s > 0 and earlier == [trained_s]  # the seconds that reached step 4, counted for the stage
     assert "resumed from step 4 of 6" in caplog.text
     assert counted == [11, 3, 2]  # the inputs of the 4 steps done (3 + 3 + 2, then 3), then the last two steps
     assert_same_weights(weights(folder), weights(reference))

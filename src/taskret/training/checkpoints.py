@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..pipeline import count_earlier_sessions
 from ..progress import note
 from .config import check_checkpoint_minutes
 
@@ -89,6 +90,15 @@ class Checkpoints:
         check_checkpoint_minutes(minutes)
         self.folder, self.run, self.minutes, self.shown = Path(folder), run, float(minutes), shown
         self.last_save = time.monotonic()
+        # training seconds up to the checkpoint this run resumed from (earlier sessions'), and when this run began:
+        # each marker records the sum, so that a run resumed over several sessions costs all of them
+        self.earlier_s, self.started = 0.0, time.monotonic()
+
+    def resumed(self, record: dict) -> None:
+        """This run goes on from the checkpoint whose marker is ``record``: its training seconds count as earlier
+        sessions' work (:func:`taskret.pipeline.count_earlier_sessions`, for the stage's time record)."""
+        self.earlier_s, self.started = float(record.get("trained_s") or 0.0), time.monotonic()
+        count_earlier_sessions(self.earlier_s)
 
     def say(self, text: str, warning: bool = False) -> None:
         if self.shown:
@@ -130,7 +140,8 @@ class Checkpoints:
     def mark(self, path: Path, record: dict) -> None:
         """Make the checkpoint ``path`` complete: write its marker (the fingerprint and ``record``) last, then remove
         every other entry of the folder (the previous checkpoint, another run's, leftovers)."""
-        _write_json_atomic(path / MARKER, {**record, "fingerprint": self.run})
+        trained_s = round(self.earlier_s + time.monotonic() - self.started, 1)
+        _write_json_atomic(path / MARKER, {**record, "trained_s": trained_s, "fingerprint": self.run})
         for entry in self.folder.iterdir():
             if entry != path:
                 _remove(entry)
@@ -215,6 +226,7 @@ class LoopCheckpoints(Checkpoints):
         self.say(f"resumed from step {record['step']} of {record['total_steps']} (checkpoint {path})")
         self.last_save = time.monotonic()
         self.resumed_from = int(record["step"])
+        self.resumed(record)
         return {"step": self.resumed_from, **record["loop"]}
 
 

@@ -246,6 +246,8 @@ def fit(build_model: Callable[[], Any], build_loss: Callable[[Any], Any], train_
                           "n_rows": len(train_dataset), "n_blocks": len(blocks)}, _data_items(train_dataset, blocks))
     checkpoints = Checkpoints(out_dir / CHECKPOINTS, run_id, checkpoint_minutes, shown=shown)
     resume_path, record = checkpoints.latest() or (None, None)
+    if record is not None:
+        checkpoints.resumed(record)
     work = Path(tempfile.mkdtemp(prefix=".train-", dir=out_dir))
     try:
         with quiet(progress or logged_to is not None):  # library_logs() has turned the bars off, kept the logs
