@@ -106,7 +106,7 @@ bench: setup
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret data download trec
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret data download geoquery
 	$(BIN)/python benchmarks/epr/epr_tasks.py --data-dir $(DATA_DIR) --lm smollm2-135m --seed 0 --context-window 640 \
-		--max-new-tokens 128 --results benchmarks/results/epr_tasks --tasks trec,geoquery --held-out '' --limit 0 \
+		--max-new-tokens 128 --results benchmarks/results/epr_tasks --tasks trec,geoquery,nl2bash --held-out '' --limit 0 \
 		--epr-config 'benchmarks/epr/configs/epr_tasks/{task}.json' --recipe 'benchmarks/epr/configs/epr_tasks/{task}_recipe.json' \
 		--multitask-config benchmarks/epr/configs/epr_tasks/multitask.json \
 		--mtop-single-task committed:benchmarks/results/epr_full/mtop/udr/eval
