@@ -52,10 +52,11 @@ different machines, and then ``machine`` is None and ``machines`` names each tas
 Writes --out: ``{TASK: {"metric", "n", "methods": {METHOD: {"score", "n", "vs_bm25": {"p", "diff_ci95", ...},
 "vs_epr": {...}, "gap_share", "cost"}}, "labelling_cost", "gap_share", "min_detectable_diff"}, "held_out": {TASK:
 {"multitask", "bm25", "single_task", "p_vs_bm25", ...}}, "held_out_mean", "machine", "machines", "command"}``.
-Costs: ``lm_calls`` (distinct pairs the LM scored for the method's retriever; the LM-Oracle's 50 per input), the hours of the stages that
-ran on the CPU (``cpu_hours``, from ``stage_times.jsonl``; the labels stage from every session's
-``scoring/scoring_times.jsonl`` where it resumed) and the minutes of those that ran on a GPU; each evaluation's
-N generations come on top, the same for every method.
+Costs: ``lm_calls`` (distinct pairs the LM scored for the method's retriever; the LM-Oracle's 50 per input), the
+hours of the stages that ran on the CPU (``cpu_hours``, from ``stage_times.jsonl``, with the earlier sessions' part of
+a resumed training, ``earlier_s``; the labels stage from every session's ``scoring/scoring_times.jsonl`` where it
+resumed) and the minutes of those that ran on a GPU; each evaluation's N generations come on top, the same for every
+method.
 
     python benchmarks/epr/epr_tasks.py --data-dir ../shared/data --step train        # labels, trainings, rankings
     python benchmarks/epr/epr_tasks.py --data-dir ../shared/data --step evaluation   # 4 methods x all test inputs
