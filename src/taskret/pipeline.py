@@ -211,7 +211,9 @@ class Stage:
     output: Path
     marker: Path | None = None
     say: Callable[[str], None] = _silent
-    timings: Path | None = None  # a JSONL file that gets {"stage", "wall_s", "cpu_s", "made"} when the stage runs
+    # a JSONL file that gets {"stage", "wall_s", "cpu_s", "made"} when the stage runs (and "earlier_s" when it resumed
+    # work that earlier sessions spent those seconds on: count_earlier_sessions)
+    timings: Path | None = None
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)

@@ -21,7 +21,8 @@ Layout of the work folder (every file can be inspected, and each stage can be ru
     baseline/            predictions.jsonl, summary.json of ``baseline`` (BM25) on the same test inputs; the run ends
                          with one line pairing the two (EM with McNemar, each graded metric with Wilcoxon)
     logs/run.log         the libraries' logs and warnings, the trainer's log dicts (appended by every run)
-    stage_times.jsonl    one line per stage run: {"stage", "wall_s", "cpu_s", "made"} (what each stage cost)
+    stage_times.jsonl    one line per stage run: {"stage", "wall_s", "cpu_s", "made"} (what each stage cost; a
+                         training resumed from a checkpoint adds "earlier_s", the earlier sessions' seconds)
     pipeline_config.json the config the folder was made with; a run with another is refused, except for where
                          the work runs (work_dir, ray*): a work folder copied elsewhere resumes
 """
