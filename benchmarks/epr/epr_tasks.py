@@ -211,9 +211,9 @@ def method_cost(folder: Path, method: str, n: int) -> dict:
             **_stage_cost(own, lambda s: s not in NOT_TRAINING and s not in ("candidates", "labels"))}
 
 
-def assemble_task(name: str, results: Path) -> tuple[dict, dict[str, dict]]:
-    """One task's section of the result from its evaluations under ``results/name``, and their summaries (for the
-    one-machine check across the result)."""
+def assemble_task(name: str, results: Path) -> dict:
+    """One task's section of the result from its evaluations under ``results/name``, all made on one machine (its
+    ``machine``)."""
     folder, metric = results / name, metric_of(TASKS[name])
     summaries = {m: read_json(folder / m / "eval" / "summary.json") for m in METHODS
                  if (folder / m / "eval" / "summary.json").exists()}
@@ -244,7 +244,7 @@ def assemble_task(name: str, results: Path) -> tuple[dict, dict[str, dict]]:
                "labelling_cost": labels, "label_budget": labels.get("lm_calls"), "gap_share": recipe.get("gap_share"),
                "min_detectable_diff": {f"recipe_{key}": recipe[key]["min_detectable_diff"] for key in ("vs_bm25", "vs_epr")
                                        if key in recipe}}
-    return section, {f"{name}/{m}": s for m, s in summaries.items()}
+    return section
 
 
 def held_out_folders(name: str, results: Path) -> dict[str, Path]:
@@ -258,12 +258,12 @@ def held_out_folders(name: str, results: Path) -> dict[str, Path]:
             "single_task": own / "single_task" / "eval"}
 
 
-def assemble_held_out(name: str, results: Path) -> tuple[dict | None, dict[str, dict]]:
+def assemble_held_out(name: str, results: Path) -> dict | None:
     """A held-out task's row: the three retrievers' scores, the multitask one paired with BM25 and with the
     single-task one; None until all three are evaluated."""
     folders, metric = held_out_folders(name, results), metric_of(HELD_OUT[name])
     if not all((f / "summary.json").exists() for f in folders.values()):
-        return None, {}
+        return None
     summaries = {m: read_json(f / "summary.json") for m, f in folders.items()}
     values = {m: per_input(f / "predictions.jsonl", metric) for m, f in folders.items()}
     row: dict = {"metric": metric, "n": summaries["multitask"]["n"],
@@ -276,7 +276,7 @@ def assemble_held_out(name: str, results: Path) -> tuple[dict | None, dict[str, 
     for extra, path in (("training", kept / "training.json"), ("trained_on", kept / "tasks.json")):
         if path.exists():
             row[extra] = read_json(path)
-    return row, {f"held_out/{name}/{m}": s for m, s in summaries.items()}
+    return row
 
 
 def assemble(results: Path, tasks: list[str], held: list[str]) -> dict:
@@ -286,12 +286,12 @@ def assemble(results: Path, tasks: list[str], held: list[str]) -> dict:
     out: dict = {}
     machines: dict[str, dict] = {}
     for name in tasks:
-        out[name], _ = assemble_task(name, results)
+        out[name] = assemble_task(name, results)
         if out[name]["machine"] is not None:
             machines[name] = out[name]["machine"]
     rows = {}
     for name in held:
-        row, _ = assemble_held_out(name, results)
+        row = assemble_held_out(name, results)
         if row is not None:
             rows[name] = row
             machines[f"held_out/{name}"] = row["machine"]

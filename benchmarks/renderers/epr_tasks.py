@@ -38,7 +38,7 @@ def headroom_table() -> list[str]:
                        f"{row['lm_oracle']:.1f} | {row['gap']:+.1f} [{low:+.1f}, {high:+.1f}] | "
                        f"{'' if detectable is None else f'{detectable:.2f}'} | {verdict} | {per_pair} | "
                        f"{row['s_per_answer']:.2f} ({row.get('generation_engine', 'transformers')}"
-                       f"{_simd(row.get('machine') or {}).replace(',', ';')}{_load(row)}) |")
+                       f"{_prefixed('; ', _simd(row.get('machine') or {}))}{_load(row)}) |")
     return out
 
 
@@ -74,21 +74,25 @@ def task_sections(d: dict) -> dict[str, dict]:
 
 
 def _simd(info: dict) -> str:
-    """The widest of the CPU's features that set the LM's speed and precision (an LM's outputs differ between them)."""
+    """The widest of the CPU's features that set the LM's speed and precision (an LM's outputs differ between them),
+    or "" where the machine record has no flags."""
     flags = set(info.get("cpu_flags") or ())
-    simd = next((name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx2", "AVX2"))
-                 if flag in flags), None)
-    return f", {simd}" if simd else ""
+    return next((name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx2", "AVX2"))
+                 if flag in flags), "")
+
+
+def _prefixed(separator: str, text: str) -> str:
+    return f"{separator}{text}" if text else ""
 
 
 def _machines(d: dict) -> str:
     """The one machine every evaluation ran on, or each task's where tasks ran on different machines (a task's own
     methods always on one: they are paired)."""
     if d.get("machine"):
-        return describe_machine(d["machine"]) + _simd(d["machine"])
+        return describe_machine(d["machine"]) + _prefixed(", ", _simd(d["machine"]))
     by_machine: dict[str, list[str]] = {}
     for name, info in d.get("machines", {}).items():
-        line = describe_machine(info) + _simd(info) + (f", LM in {info['dtype']}" if info.get("dtype") else "")
+        line = describe_machine(info) + _prefixed(", ", _simd(info)) + _prefixed(", LM in ", info.get("dtype") or "")
         task = name.removeprefix("held_out/")
         by_machine.setdefault(line, []).append(("held-out " if task != name else "") + TASK_NAMES.get(task, task))
     return "; ".join(f"{', '.join(names)} on {line}" for line, names in by_machine.items())

@@ -51,7 +51,7 @@ def _break_results(results: Path) -> None:
 
 def test_break_is_paired_by_lf_em_with_mcnemar_and_its_gap_share(tasks, tmp_path):
     _break_results(tmp_path)
-    section, _ = tasks.assemble_task("break", tmp_path)
+    section = tasks.assemble_task("break", tmp_path)
     methods = section["methods"]
     assert section["metric"] == "lf_em" and section["n"] == 40
     assert [methods[m]["score"] for m in ("bm25", "epr", "recipe", "lm_oracle")] == [25.0, 35.0, 50.0, 75.0]
@@ -73,7 +73,7 @@ def test_nl2bash_is_paired_by_sentence_chrf_with_wilcoxon_and_an_interval_in_poi
     _nl2bash_method(tmp_path / "nl2bash" / "bm25", base)
     _nl2bash_method(tmp_path / "nl2bash" / "epr", [v + (1.0 if n % 3 else -0.5) for n, v in enumerate(base)])
     _nl2bash_method(tmp_path / "nl2bash" / "recipe", [v + 5.0 + (n % 4) for n, v in enumerate(base)])
-    section, _ = tasks.assemble_task("nl2bash", tmp_path)
+    section = tasks.assemble_task("nl2bash", tmp_path)
     recipe = section["methods"]["recipe"]
     assert section["metric"] == "chrf" and recipe["vs_bm25"]["higher_method"] == 30
     assert recipe["vs_bm25"]["p"] < 0.001
