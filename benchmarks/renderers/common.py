@@ -13,9 +13,10 @@ RESULTS = BENCHMARKS / "results"
 README = BENCHMARKS.parent / "README.md"
 
 # the earlier runs (EPR, the first TART tables) had AVX2 only; the TART runs from the 256-token students on had
-# AVX512-BF16 (float32 encoders either way): the CPU times of the two are not comparable step for step
+# AVX512-BF16 (float32 encoders either way): the CPU times of the two are not comparable step for step; so had the
+# beyond-MTOP row's nl2bash cell (its LM in bfloat16 there; TREC's and GeoQuery's on AVX2 in float32)
 MACHINE = ("x86_64 AMD EPYC, 2 cores (AVX2 for the earlier runs, AVX512-BF16 for the TART runs from the 256-token "
-           "students on), 24 GiB, no GPU, Python 3.11, torch 2.13 CPU")
+           "students on and for nl2bash beyond MTOP, its LM in bfloat16), 24 GiB, no GPU, Python 3.11, torch 2.13 CPU")
 
 
 def load(name: str):
