@@ -55,7 +55,7 @@ from epr_runs import distinct_pairs, ranking, stage_seconds, stage_times, write_
 
 from taskret.backends.base import engine_of, generation_spec, load_lm  # noqa: E402
 from taskret.data import load_task
-from taskret.epr.scoring import scoring_seconds
+from taskret.epr.scoring import META_FILE, scoring_seconds
 from taskret.icl.compare import holm_adjusted, paired_comparison
 from taskret.icl.evaluation import evaluate, machine_differences, mcnemar, read_correct
 from taskret.io import read_json
@@ -190,6 +190,14 @@ def _stage_times(name: str, results: Path) -> tuple[dict[str, dict], set[str]]:
     return stage_times(work)
 
 
+def _round1_times(name: str, other: str, results: Path) -> dict[str, dict]:
+    """The stages of the round 1 that rung ``name`` took from rung ``other``: the rung's own record of them
+    (``RUNG/round1/stage_times.jsonl``) where that round 1 is an earlier run of the other's config than the one
+    RUNGS names today (e's: the ladder's first d, trained on plain EPR's scores), else the other rung's."""
+    kept = results / name / "round1"
+    return stage_times(kept)[0] if (kept / "stage_times.jsonl").exists() else _stage_times(other, results)[0]
+
+
 def _labelling_beyond_scoring(times: dict[str, dict], scoring_s: dict[str, float | None]) -> dict[str, float]:
     """What each round's labels stage took besides its LM scoring (``scoring_s``, counted on its own): all of it for
     a round that the LM did not score (g's round 2, labelled by its reward model), the rest (a budget's choice of
@@ -215,7 +223,7 @@ def _cost(name: str, results: Path) -> dict:
     stages.update(_labelling_beyond_scoring(times, scoring_s))
     for stage, other in STAGES_RUN_BY.get(name, {}).items():
         if stage not in stages:
-            stages[stage] = stage_seconds(_stage_times(other, results)[0][stage])
+            stages[stage] = stage_seconds(_round1_times(name, other, results)[stage])
     if name in MINED_LIKE_INDEX and "index" in stages:
         stages.setdefault(MINED_LIKE_INDEX[name], round(2 * stages["index"], 1))
     own = Path(RUNGS[name][3])
@@ -232,6 +240,10 @@ def _cost(name: str, results: Path) -> dict:
         cost["gpu_stages"] = sorted(gpu)
     elif cost["end_to_end"]:
         cost["cpu_hours_to_index"] = round((sum(scoring_s.values()) + sum(stages.values())) / 3600, 2)
+        meta = RUNGS[name][2][0].parent / META_FILE
+        if meta.exists():  # the machine its hours are measured on (others' scoring is modelled at AVX2's rate)
+            recorded = read_json(meta)
+            cost["built_on"] = {**(recorded.get("machine") or {}), "dtype": recorded.get("dtype")}
     else:  # the LM scoring modelled: the pairs at a constant rate, the stages as recorded
         cost["cpu_hours_to_index"] = round((pairs / SCORING_PAIRS_PER_S + sum(stages.values())) / 3600, 2)
         cost["scoring_modelled_pairs_per_s"] = SCORING_PAIRS_PER_S

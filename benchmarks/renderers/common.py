@@ -19,6 +19,14 @@ MACHINE = ("x86_64 AMD EPYC, 2 cores (AVX2 for the earlier runs, AVX512-BF16 for
            "students on and for nl2bash beyond MTOP, its LM in bfloat16), 24 GiB, no GPU, Python 3.11, torch 2.13 CPU")
 
 
+def simd_kind(info: dict) -> str:
+    """The widest of the CPU's features that set the LM's speed and precision (an LM's outputs differ between them),
+    or "" where the machine record has no flags."""
+    flags = set(info.get("cpu_flags") or ())
+    return next((name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx2", "AVX2"))
+                 if flag in flags), "")
+
+
 def load(name: str):
     path = RESULTS / name
     return json.loads(path.read_text()) if path.exists() else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _common import describe_machine
 
-from .common import MTOP_TEST_INPUTS, header, load, p_text
+from .common import MTOP_TEST_INPUTS, header, load, p_text, simd_kind
 
 EPR_VARIANTS = {  # epr_beyond.json's methods, as the benchmark page names them
     "epr": "plain EPR (300 x 8 LM-scored pairs, BM25 candidates)",
@@ -99,6 +99,16 @@ def epr_beyond_table() -> list[str]:
     return out
 
 
+def _built_on(row: dict) -> str:
+    """Where an end-to-end rung's index was built, where that is recorded: the CPU, its kind and the scoring LM's
+    precision (its hours are that machine's, beside rows whose scoring ran elsewhere)."""
+    built = row.get("built_on")
+    if not built:
+        return ""
+    kind = simd_kind(built)
+    return f" on {built.get('cpu', '?')}{f' {kind}' if kind else ''}, LM scoring in {built.get('dtype', '?')}"
+
+
 def epr_ladder_table() -> list[str]:
     """The ladder (benchmarks/epr/epr_ladder.py): each rung one lever on the one before, all on one machine;
     the final epr_ladder.json, else the rungs measured so far (epr_ladder_partial.json)."""
@@ -122,7 +132,8 @@ def epr_ladder_table() -> list[str]:
             return (f"{row['cpu_hours_to_index']:.1f}, of which LM scoring {row['lm_calls'] / row['scoring_modelled_pairs_per_s'] / 3600:.1f} "
                     f"h modelled at {row['scoring_modelled_pairs_per_s']} pairs/s")
         if row.get("cpu_hours_to_index") is not None:
-            return f"{row['cpu_hours_to_index']:.1f}" + (", measured end to end" if row.get("end_to_end") else "")
+            return f"{row['cpu_hours_to_index']:.1f}" + (f", measured end to end{_built_on(row)}" if row.get("end_to_end")
+                                                         else "")
         scoring = (f", {row['gpu_scoring_minutes']} of them LM scoring" if row.get("gpu_scoring_minutes") is not None
                    else "")
         return f"not on 2 cores: its rounds ran {row.get('gpu_minutes', '?')} min on a GPU{scoring}"

@@ -132,6 +132,42 @@ def test_a_rung_that_skipped_a_stage_another_rung_ran_counts_that_rungs_time(lad
     assert ladder._cost("d", tmp_path)["stages_wall_s"] == {"training": 2000.0, "index": 10.0}
 
 
+def test_a_rung_whose_round_1_was_an_earlier_run_of_ds_config_counts_that_runs_training(ladder, tmp_path,
+                                                                                        monkeypatch):
+    """e's round 1 is the ladder's first d; once d's row comes from another run of its config (end to end, on
+    another machine), e keeps counting the training it started from, which it holds in ``e/round1/``."""
+    scores = tmp_path / "round1.jsonl"
+    _write(scores, [{"id": "q1", "candidates": [{"id": "c1"}]}])
+    monkeypatch.setitem(ladder.RUNGS, "d", ("d", "index:d", [scores], tmp_path / "work_d"))
+    monkeypatch.setitem(ladder.RUNGS, "e", ("e", "index:e", [scores], tmp_path / "work_e"))
+    _write(tmp_path / "d" / "stage_times.jsonl", [{"stage": "training", "wall_s": 1500.0}])  # today's d
+    _write(tmp_path / "e" / "stage_times.jsonl", [{"stage": "round 2 training", "wall_s": 1000.0}])
+    assert ladder._cost("e", tmp_path)["stages_wall_s"]["training"] == 1500.0
+    _write(tmp_path / "e" / "round1" / "stage_times.jsonl", [{"stage": "training", "wall_s": 2000.0}])
+    assert ladder._cost("e", tmp_path)["stages_wall_s"]["training"] == 2000.0
+
+
+def test_an_end_to_end_rung_names_the_machine_its_hours_were_measured_on(ladder, tmp_path, monkeypatch):
+    """A rung run from its own config measures its LM scoring; its row records where (the scoring's machine and the
+    LM's precision), and the ladder's table says so in the cell, beside rows whose scoring is modelled."""
+    from renderers import epr_beyond
+
+    work = tmp_path / "e2e_d"
+    _write(work / "scoring" / "scores.jsonl", [{"id": "q1", "candidates": [{"id": "c1"}, {"id": "c2"}]}])
+    _write(work / "scoring" / "scoring_times.jsonl", [{"wall_s": 3600.0}])
+    (work / "scoring" / "scoring_meta.json").write_text(json.dumps(
+        {"dtype": "bfloat16", "machine": {"cpu": "Some EPYC", "cpu_flags": ["avx2", "avx512_bf16"]}}))
+    _write(work / "stage_times.jsonl", [{"stage": "training", "wall_s": 1800.0}, {"stage": "index", "wall_s": 0.0}])
+    monkeypatch.setitem(ladder.RUNGS, "d", ("d", f"index:{work}", [work / "scoring" / "scores.jsonl"], work))
+    cost = ladder._cost("d", tmp_path)
+    assert cost["end_to_end"] is True and cost["cpu_hours_to_index"] == 1.5
+    assert cost["built_on"]["dtype"] == "bfloat16" and cost["built_on"]["cpu"] == "Some EPYC"
+    row = {"adds": "d", "em": 44.0, "n": 2, "lm_calls": 2, **cost}
+    monkeypatch.setattr(epr_beyond, "load", lambda name: {"command": "c", "machine": {"cpu": "Some EPYC"}, "mtop": {
+        "n": 2, "recommended": "d", "rungs": {"d": row}}} if name == "epr_ladder.json" else None)
+    assert "1.5, measured end to end on Some EPYC AVX512-BF16, LM scoring in bfloat16 |" in epr_beyond.epr_ladder_table()[-1]
+
+
 def test_a_round_labelled_without_the_lm_counts_its_reward_model_and_a_budgeted_one_its_choice(ladder, tmp_path,
                                                                                                   monkeypatch):
     """g's round 2 is labelled by its reward model: the labeller's training and the whole labels stage count, and
