@@ -27,6 +27,9 @@ another session on the same kind of machine):
    on another machine (CPU, torch, transformers or the LM's dtype differ: ``summary.json``'s ``machine``) is run
    again, never mixed in.
 
+``--step report`` writes the result from the evaluations already there, with no LM, on any machine (they must still
+come from one machine: the pairing refuses two).
+
 The result (``--out``) holds each rung's EM, ``vs_prev`` and ``vs_epr`` (McNemar, paired bootstrap interval),
 ``min_detectable_diff``, ``lm_calls`` (the LM scorings of training pairs its retriever needs, EPR's included;
 each evaluation's 859 generations come on top, the same for every rung) and ``cpu_hours_to_index`` (hours of a
@@ -308,13 +311,20 @@ def recommended(rungs: dict) -> str | None:
                key=lambda r: (rungs[r]["lm_calls"], rungs[r].get("cpu_hours_to_index") or float("inf")))
 
 
+def _earlier_load(out: Path) -> list | None:
+    """A report's load average: the one the evaluations' run recorded in the result it rewrites (a report's own
+    load measures nothing it reports)."""
+    return read_json(out).get("load_average_at_start") if out.exists() else None
+
+
 def main() -> None:
     options = parser(__doc__, out="benchmarks/results/epr_ladder.json", task="mtop", lm="smollm2-135m", icl=True)
     options.add_argument("--results", default="benchmarks/results/epr_ladder", help="rankings and evaluations")
     options.add_argument("--rungs", default=",".join(RUNGS), help="(default: %(default)s)")
-    options.add_argument("--step", choices=("seed", "rankings", "evaluation", "all"), default="all",
+    options.add_argument("--step", choices=("seed", "rankings", "evaluation", "report", "all"), default="all",
                          help="seed: copy d's round 1 (--round1-from) into the work folders of the --rungs that start "
-                         "from it (g, h), before their `taskret epr run` (default: %(default)s)")
+                         "from it (g, h), before their `taskret epr run`; report: --out from the evaluations "
+                         "already in --results, with no LM, on any machine (default: %(default)s)")
     options.add_argument("--round1-from", default=str(E2E / "d"), help="d's work folder (default: %(default)s)")
     options.add_argument("--references", default=",".join(REFERENCES), help="evaluated after the rungs, for the "
                          "share of the BM25 -> LM-Oracle gap (default: %(default)s; empty: none)")
@@ -333,17 +343,21 @@ def main() -> None:
                       f"{args.round1_from}", flush=True)
         return
     info = machine()
-    rankings(test, results, names)
-    if args.step == "rankings":
-        return
     references = [n.strip() for n in args.references.split(",") if n.strip()]
     if set(references) - set(REFERENCES):
         raise SystemExit(f"unknown references: {', '.join(sorted(set(references) - set(REFERENCES)))}")
-    evaluations(task, test, results, [*names, *references], args)
+    if args.step != "report":
+        rankings(test, results, names)
+        if args.step == "rankings":
+            return
+        evaluations(task, test, results, [*names, *references], args)
     table = assemble(results, names)
     rungs = table["rungs"]
-    result = {"benchmark": "epr_ladder", "command": command_line(args, options), "machine": table["machine"] or info,
-              "load_average_at_start": info["load_average"],
+    # the command that makes the evaluations (a report only rewrites the file from them, and its load is no
+    # measure of theirs)
+    result = {"benchmark": "epr_ladder", "command": command_line(args, options, leave_out=("data_dir", "round1_from")).replace("--step report", "--step all"),
+              "machine": table["machine"] or info,
+              "load_average_at_start": _earlier_load(Path(args.out)) if args.step == "report" else info["load_average"],
               args.task: {"n": len(test), "bm25": table.get("bm25"), "lm_oracle": table.get("lm_oracle"),
                           "recommended_rule": RECOMMENDED_RULE, "recommended": recommended(rungs), "rungs": rungs}}
     speed = Path("benchmarks/results/listwise_speed.json")
