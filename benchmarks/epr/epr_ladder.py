@@ -4,7 +4,9 @@ every rung evaluated on all 859 test inputs on one machine, each paired with the
     (a) plain EPR as taskret ran it (demonstrations by their input; lr 5e-5, 10 epochs, batch 120)
     (b) + demonstrations encoded and indexed as input and output (``field: both``, EPR's code's ``setup_type=qa``)
     (c) + EPR's code's training settings (lr 1.34e-4, batch 60, 30 epochs, 15.7% warm-up, the LM's best positive)
-    (d) + UDR's listwise loss, one round, no new LM call (UDR's own settings: lr 1.3e-4, batch 32, 10 epochs)
+    (d) + UDR's listwise loss, one round, no new LM call (UDR's own settings: lr 1.3e-4, batch 32, 10 epochs): the
+        recommended recipe, run end to end from its own config (``taskret epr run benchmarks/epr/configs/epr_ladder/
+        d.json --work-dir benchmarks/results/epr_ladder_e2e/d``: its own candidates and LM scores, hours measured)
     (e) + UDR's second round: the committed UDR run's round-2 candidates (mined by its round-1 retriever, the
         one (d) retrains here) and their 26,051 new LM scores; a listwise retriever trained on both rounds' scores
     (f) full UDR, three rounds (the committed run)
@@ -83,8 +85,9 @@ RUNGS: dict[str, tuple[str, str, list[Path], Path]] = {
           Path("runs/bench/epr_ladder/b")),
     "c": ("+ EPR's code's training settings", "index:runs/bench/epr_ladder/c", [EPR_SCORES],
           Path("runs/bench/epr_ladder/c")),
-    "d": ("+ UDR's listwise loss, one round", "index:runs/bench/epr_ladder/d", [EPR_SCORES],
-          Path("runs/bench/epr_ladder/d")),
+    # d end to end from its own config (its own BM25 candidates and LM scores, measured): the recommended recipe's
+    # row. The ladder's first d (trained on plain EPR's scores, its LM scoring modelled) is kept in d_first/.
+    "d": ("+ UDR's listwise loss, one round", f"index:{E2E}/d", [E2E / "d" / "scoring" / "scores.jsonl"], E2E / "d"),
     "e": ("+ UDR's round 2", "index:runs/bench/epr_ladder/e", [EPR_SCORES, UDR_ROUNDS[0]],
           Path("runs/bench/epr_ladder/e")),
     "f": ("full UDR (3 rounds)", f"committed:{COMMITTED}/udr/eval", [EPR_SCORES, *UDR_ROUNDS], COMMITTED / "udr"),
@@ -355,8 +358,8 @@ def main() -> None:
     rungs = table["rungs"]
     # the command that makes the evaluations (a report only rewrites the file from them, and its load is no
     # measure of theirs)
-    result = {"benchmark": "epr_ladder", "command": command_line(args, options, leave_out=("data_dir", "round1_from")).replace("--step report", "--step all"),
-              "machine": table["machine"] or info,
+    command = command_line(args, options, leave_out=("data_dir", "round1_from")).replace("--step report", "--step all")
+    result = {"benchmark": "epr_ladder", "command": command, "machine": table["machine"] or info,
               "load_average_at_start": _earlier_load(Path(args.out)) if args.step == "report" else info["load_average"],
               args.task: {"n": len(test), "bm25": table.get("bm25"), "lm_oracle": table.get("lm_oracle"),
                           "recommended_rule": RECOMMENDED_RULE, "recommended": recommended(rungs), "rungs": rungs}}

@@ -99,7 +99,7 @@ def epr_beyond_table() -> list[str]:
     return out
 
 
-def _built_on(row: dict) -> str:
+def built_on(row: dict) -> str:
     """Where an end-to-end rung's index was built, where that is recorded: the CPU, its kind and the scoring LM's
     precision (its hours are that machine's, beside rows whose scoring ran elsewhere)."""
     built = row.get("built_on")
@@ -132,7 +132,7 @@ def epr_ladder_table() -> list[str]:
             return (f"{row['cpu_hours_to_index']:.1f}, of which LM scoring {row['lm_calls'] / row['scoring_modelled_pairs_per_s'] / 3600:.1f} "
                     f"h modelled at {row['scoring_modelled_pairs_per_s']} pairs/s")
         if row.get("cpu_hours_to_index") is not None:
-            return f"{row['cpu_hours_to_index']:.1f}" + (f", measured end to end{_built_on(row)}" if row.get("end_to_end")
+            return f"{row['cpu_hours_to_index']:.1f}" + (f", measured end to end{built_on(row)}" if row.get("end_to_end")
                                                          else "")
         scoring = (f", {row['gpu_scoring_minutes']} of them LM scoring" if row.get("gpu_scoring_minutes") is not None
                    else "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from _common import describe_machine
 
 from .common import header, load, p_text
+from .epr_beyond import built_on
 
 SETUPS_COMMAND = "python benchmarks/documents/setups.py --tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs"
 
@@ -107,5 +108,6 @@ def _recipe_row() -> list[str]:
         return [f"| `examples-epr:DIR`, the recommended recipe | in-context examples, trained | the same, {what} "
                 f"(`{config}`) | MTOP exact match {rung['em']:.1f} on all {rung['n']} inputs ({'; '.join(against)}) | "
                 f"{rung['lm_calls']:,} LM-scored pairs, {rung['cpu_hours_to_index']:.1f} h on 2 cores "
-                f"({final['machine']['cpu']}{'' if rung.get('end_to_end') else '; LM scoring modelled, not measured'}) |"]
+                + (f"(measured end to end{built_on(rung)}) |" if rung.get("end_to_end")
+                   else f"({final['machine']['cpu']}; LM scoring modelled, not measured) |")]
     return []

@@ -234,8 +234,9 @@ def test_the_readme_names_the_ladders_pick_as_the_recipe(monkeypatch):
     assert "46.6, p=0.71, Holm p=0.71)" in row
     # the ladder's machine, not the block's; hours that model the LM scoring say so in the cell
     assert "87,901 LM-scored pairs, 4.4 h on 2 cores (Some CPU; LM scoring modelled, not measured)" in row
-    ladder["mtop"]["rungs"]["e"]["end_to_end"] = True
-    assert "4.4 h on 2 cores (Some CPU) |" in setups._recipe_row()[0]
+    ladder["mtop"]["rungs"]["e"]["end_to_end"] = True  # measured: on the machine that built it, not the ladder's
+    ladder["mtop"]["rungs"]["e"]["built_on"] = {"cpu": "Build CPU", "cpu_flags": ["avx2"], "dtype": "float32"}
+    assert "4.4 h on 2 cores (measured end to end on Build CPU AVX2, LM scoring in float32) |" in setups._recipe_row()[0]
     for rung, (_what, config) in setups.LADDER_RECIPES.items():  # every rung the ladder may pick has a config to run
         assert (Path(__file__).resolve().parents[2] / config).exists(), (rung, config)
 
