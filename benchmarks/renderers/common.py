@@ -27,6 +27,16 @@ def simd_kind(info: dict) -> str:
                  if flag in flags), "")
 
 
+def built_on(row: dict) -> str:
+    """Where an end-to-end rung's index was built, where that is recorded: the CPU, its kind and the scoring LM's
+    precision (its hours are that machine's, beside rows whose scoring ran elsewhere)."""
+    built = row.get("built_on")
+    if not built:
+        return ""
+    kind = simd_kind(built)
+    return f" on {built.get('cpu', '?')}{f' {kind}' if kind else ''}, LM scoring in {built.get('dtype', '?')}"
+
+
 def load(name: str):
     path = RESULTS / name
     return json.loads(path.read_text()) if path.exists() else None

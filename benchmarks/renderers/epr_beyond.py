@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _common import describe_machine
 
-from .common import MTOP_TEST_INPUTS, header, load, p_text, simd_kind
+from .common import MTOP_TEST_INPUTS, built_on, header, load, p_text
 
 EPR_VARIANTS = {  # epr_beyond.json's methods, as the benchmark page names them
     "epr": "plain EPR (300 x 8 LM-scored pairs, BM25 candidates)",
@@ -97,16 +97,6 @@ def epr_beyond_table() -> list[str]:
         means = {m: sum(rows[m]["chrf"] for rows in held.values()) / len(held) for m in next(iter(held.values()))}
         out += ["", "Mean chrF over the held-out tasks: " + ", ".join(f"{m} {v:.1f}" for m, v in means.items()) + "."]
     return out
-
-
-def built_on(row: dict) -> str:
-    """Where an end-to-end rung's index was built, where that is recorded: the CPU, its kind and the scoring LM's
-    precision (its hours are that machine's, beside rows whose scoring ran elsewhere)."""
-    built = row.get("built_on")
-    if not built:
-        return ""
-    kind = simd_kind(built)
-    return f" on {built.get('cpu', '?')}{f' {kind}' if kind else ''}, LM scoring in {built.get('dtype', '?')}"
 
 
 def epr_ladder_table() -> list[str]:

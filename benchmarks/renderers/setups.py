@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from _common import describe_machine
 
-from .common import header, load, p_text
-from .epr_beyond import built_on
+from .common import built_on, header, load, p_text
 
 SETUPS_COMMAND = "python benchmarks/documents/setups.py --tasks scifact,berri-lite/pubmedqa,berri-lite/medical_question_pairs"
 
