@@ -63,7 +63,7 @@ from taskret.data import load_task
 from taskret.epr.scoring import META_FILE, scoring_seconds
 from taskret.icl.compare import holm_adjusted, paired_comparison
 from taskret.icl.evaluation import evaluate, machine_differences, mcnemar, read_correct
-from taskret.io import read_json
+from taskret.io import read_json, read_jsonl
 from taskret.models import dtype_name
 from taskret.progress import progress_bar
 
@@ -167,8 +167,30 @@ def rankings(test, results: Path, names: list[str]) -> None:
             print(f"{name}: {len(test)} rankings -> {path}", flush=True)
 
 
+def own_evaluation(name: str, test, results: Path, args) -> Path | None:
+    """The evaluation that a rung's own end-to-end run (``taskret epr run`` without ``--stop-after``) made in its
+    work folder, where it is this ladder's: every test input, the ladder's prompt settings, this machine, and the
+    demonstrations ranked as the rung's rankings file ranks them. Else None (the ladder evaluates the rung itself)."""
+    source = RUNGS[name][1] if name in RUNGS else ""
+    own = Path(source[6:]) / "eval" if source.startswith(f"index:{E2E}") else None
+    if own is None or not (own / "summary.json").exists() or not (own / "predictions.jsonl").exists():
+        return None
+    summary = read_json(own / "summary.json")
+    settings = (summary.get("n"), summary.get("context_window"), summary.get("max_new_tokens"))
+    if settings != (len(test), args.context_window, args.max_new_tokens) or machine_differences(
+            summary, dtype_name("auto"), engine=engine_of(generation_spec(args.lm))):
+        return None
+    ranked = {row["id"]: row["ids"] for row in read_jsonl(results / name / "rankings.jsonl")}
+    rows = read_jsonl(own / "predictions.jsonl")
+    if any(ranked.get(row["id"], [])[:len(row["retrieved_ids"])] != row["retrieved_ids"] for row in rows):
+        return None
+    return own
+
+
 def evaluations(task, test, results: Path, names: list[str], args) -> None:
-    """Step 2: each rung's (and reference's) evaluation on this machine, unless one made here exists."""
+    """Step 2: each rung's (and reference's) evaluation on this machine, unless one made here exists. A rung whose
+    end-to-end run evaluated it here takes that run's evaluation (:func:`own_evaluation`): its row is then one
+    run of its config, candidates to exact match."""
     lm = None
     for name in names:
         source, out = _source(name, results), results / name / "eval"
@@ -182,6 +204,13 @@ def evaluations(task, test, results: Path, names: list[str], args) -> None:
                 print(f"{name}: evaluated on this machine, kept", flush=True)
                 continue
             print(f"{name}: evaluated on another machine ({elsewhere}), evaluated again", flush=True)
+        own = own_evaluation(name, test, results, args)
+        if own is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            for part in ("predictions.jsonl", "summary.json"):
+                shutil.copyfile(own / part, out / part)
+            print(f"{name}: its end-to-end run's evaluation ({own}) taken", flush=True)
+            continue
         lm = lm or load_lm(generation_spec(args.lm))
         with progress_bar(len(test), f"{name}: evaluating") as advance:
             evaluate(task, None, lm, test, out, retriever_name=f"ladder:{name}", context_window=args.context_window,

@@ -27,6 +27,11 @@ def simd_kind(info: dict) -> str:
                  if flag in flags), "")
 
 
+def prefixed(separator: str, text: str) -> str:
+    """``text`` after ``separator``, or nothing where there is no text (an optional part of a cell)."""
+    return f"{separator}{text}" if text else ""
+
+
 def built_on(row: dict) -> str:
     """Where an end-to-end rung's index was built, where that is recorded: the CPU, its kind and the scoring LM's
     precision (its hours are that machine's, beside rows whose scoring ran elsewhere)."""
@@ -34,7 +39,7 @@ def built_on(row: dict) -> str:
     if not built:
         return ""
     kind = simd_kind(built)
-    return f" on {built.get('cpu', '?')}{f' {kind}' if kind else ''}, LM scoring in {built.get('dtype', '?')}"
+    return f" on {built.get('cpu', '?')}{prefixed(' ', kind)}, LM scoring in {built.get('dtype', '?')}"
 
 
 def load(name: str):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from _common import describe_machine
 
-from .common import header, load, p_text, simd_kind
+from .common import header, load, p_text, prefixed, simd_kind
 
 METHOD_NAMES = {"bm25": "BM25", "epr": "plain EPR", "recipe": "the recipe", "lm_oracle": "LM-Oracle"}
 METRIC_NAMES = {"lf_em": "LF-EM", "chrf": "chrF", "em": "EM", "accuracy": "accuracy"}
@@ -38,7 +38,7 @@ def headroom_table() -> list[str]:
                        f"{row['lm_oracle']:.1f} | {row['gap']:+.1f} [{low:+.1f}, {high:+.1f}] | "
                        f"{'' if detectable is None else f'{detectable:.2f}'} | {verdict} | {per_pair} | "
                        f"{row['s_per_answer']:.2f} ({row.get('generation_engine', 'transformers')}"
-                       f"{_prefixed('; ', simd_kind(row.get('machine') or {}))}{_load(row)}) |")
+                       f"{prefixed('; ', simd_kind(row.get('machine') or {}))}{_load(row)}) |")
     return out
 
 
@@ -73,18 +73,14 @@ def task_sections(d: dict) -> dict[str, dict]:
     return {task: section for task, section in d.items() if isinstance(section, dict) and "methods" in section}
 
 
-def _prefixed(separator: str, text: str) -> str:
-    return f"{separator}{text}" if text else ""
-
-
 def _machines(d: dict) -> str:
     """The one machine every evaluation ran on, or each task's where tasks ran on different machines (a task's own
     methods always on one: they are paired)."""
     if d.get("machine"):
-        return describe_machine(d["machine"]) + _prefixed(", ", simd_kind(d["machine"]))
+        return describe_machine(d["machine"]) + prefixed(", ", simd_kind(d["machine"]))
     by_machine: dict[str, list[str]] = {}
     for name, info in d.get("machines", {}).items():
-        line = describe_machine(info) + _prefixed(", ", simd_kind(info)) + _prefixed(", LM in ", info.get("dtype") or "")
+        line = describe_machine(info) + prefixed(", ", simd_kind(info)) + prefixed(", LM in ", info.get("dtype") or "")
         task = name.removeprefix("held_out/")
         by_machine.setdefault(line, []).append(("held-out " if task != name else "") + TASK_NAMES.get(task, task))
     return "; ".join(f"{', '.join(names)} on {line}" for line, names in by_machine.items())

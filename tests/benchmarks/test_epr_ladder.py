@@ -283,3 +283,35 @@ def test_g_starts_from_ds_round_1_copied_where_it_lacks_it_and_not_from_an_unfin
     assert (g / "candidates.jsonl").read_text() == '{"id": "mine"}\n'
     assert (g / "scoring" / "scoring_times.jsonl").exists() and (g / "retriever" / "model" / "weights").read_text() == "w"
     assert ladder.seed_round1("g", d) == []  # a second call copies nothing
+
+
+def test_an_end_to_end_rung_takes_its_own_runs_evaluation_only_where_it_is_the_ladders(ladder, tmp_path, monkeypatch):
+    """``taskret epr run`` of d's config, run to the end, evaluated d on every test input: the ladder takes that
+    evaluation (d's row is then one run, candidates to exact match) only where it was made on this machine, with the
+    ladder's prompt settings and the demonstrations d's rankings file holds; otherwise the ladder evaluates d."""
+    from types import SimpleNamespace
+
+    from taskret.backends.base import engine_of, generation_spec
+    from taskret.icl.evaluation import machine_info
+    from taskret.models import dtype_name
+
+    e2e, results = tmp_path / "e2e", tmp_path / "ladder"
+    monkeypatch.setattr(ladder, "E2E", e2e)
+    monkeypatch.setitem(ladder.RUNGS, "d", ("d", f"index:{e2e / 'd'}", [], e2e / "d"))
+    test = [Example("t1", "x1", "y1"), Example("t2", "x2", "y2")]
+    args = SimpleNamespace(lm="smollm2-135m", context_window=640, max_new_tokens=128)
+    here = {**machine_info(), "dtype": dtype_name("auto"), "engine": engine_of(generation_spec(args.lm))}
+    _write(results / "d" / "rankings.jsonl", [{"id": "t1", "ids": ["e1", "e2", "e3"]}, {"id": "t2", "ids": ["e2"]}])
+    _write(e2e / "d" / "eval" / "predictions.jsonl", [{"id": "t1", "retrieved_ids": ["e1", "e2"], "correct": True},
+                                                      {"id": "t2", "retrieved_ids": ["e2"], "correct": False}])
+    summary = {"n": 2, "context_window": 640, "max_new_tokens": 128, "machine": here}
+    (e2e / "d" / "eval" / "summary.json").write_text(json.dumps(summary))
+    assert ladder.own_evaluation("d", test, results, args) == e2e / "d" / "eval"
+    assert ladder.own_evaluation("d", test[:1], results, args) is None  # a sample, not every test input
+    assert ladder.own_evaluation("d", test, results, SimpleNamespace(**{**vars(args), "max_new_tokens": 64})) is None
+    (e2e / "d" / "eval" / "summary.json").write_text(json.dumps({**summary, "machine": {**here, "cpu": "Other"}}))
+    assert ladder.own_evaluation("d", test, results, args) is None
+    (e2e / "d" / "eval" / "summary.json").write_text(json.dumps(summary))
+    _write(results / "d" / "rankings.jsonl", [{"id": "t1", "ids": ["e2", "e1"]}, {"id": "t2", "ids": ["e2"]}])
+    assert ladder.own_evaluation("d", test, results, args) is None  # other demonstrations than d's ranking
+    assert ladder.own_evaluation("bm25", test, results, args) is None  # a reference has no run of its own
