@@ -52,6 +52,7 @@ import json
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
@@ -62,10 +63,19 @@ from taskret.backends.base import engine_of, generation_spec, load_lm  # noqa: E
 from taskret.data import load_task
 from taskret.epr.scoring import META_FILE, scoring_seconds
 from taskret.icl.compare import holm_adjusted, paired_comparison
-from taskret.icl.evaluation import evaluate, machine_differences, mcnemar, read_correct
-from taskret.io import read_json, read_jsonl
+from taskret.icl.evaluation import (
+    choose_selection_weight,
+    evaluate,
+    machine_differences,
+    machine_info,
+    mcnemar,
+    read_correct,
+)
+from taskret.io import read_json, read_jsonl, write_json
 from taskret.models import dtype_name
 from taskret.progress import progress_bar
+from taskret.retrieval import make_retriever
+from taskret.retrieval.set_selection import Selection
 
 COMMITTED = Path("benchmarks/results/epr_full/mtop")
 EPR_SCORES = Path("benchmarks/results/epr_mtop_full/scoring/scores.jsonl")
@@ -217,6 +227,72 @@ def evaluations(task, test, results: Path, names: list[str], args) -> None:
                      max_new_tokens=args.max_new_tokens, progress=advance, retrieved=ranking(source, test))
 
 
+#: The folder (under --results) of CEIL's set selection on the recommended rung's retriever (issue 77, item 4).
+DPP = "dpp"
+
+
+def _here(summary: dict, lm: str) -> bool:
+    """Whether an evaluation (or tuning) ``summary`` was made on this machine, with this LM's precision and engine."""
+    return not machine_differences(summary, dtype_name("auto"), engine=engine_of(generation_spec(lm)))
+
+
+def dpp_evaluation(task, test, results: Path, on: str, args) -> None:
+    """Step dpp: CEIL's DPP over rung ``on``'s top --select-candidates at inference, its trade-off chosen among
+    --tune-weights on --tune-n held-out *training* inputs (never on test; ``dpp/tuning.json``), then evaluated on every
+    test input (``dpp/eval``), to be paired with ``on``'s evaluation. Kept where made on this machine."""
+    out = results / DPP
+    if (out / "eval" / "summary.json").exists() and _here(read_json(out / "eval" / "summary.json"), args.lm):
+        print(f"{DPP}: evaluated on this machine, kept", flush=True)
+        return
+    source = RUNGS[on][1]
+    work = Path(source[6:]) if source.startswith("index:") else None
+    if work is None or not (work / "index" / "meta.json").exists():
+        raise SystemExit(f"{DPP}: rung {on}'s retriever is not on this machine (its index: {work or source}); "
+                         f"run taskret epr run benchmarks/epr/configs/epr_ladder/{on}.json first")
+    retriever = make_retriever(f"epr:{work}", seed=args.seed)
+    lm = load_lm(generation_spec(args.lm))
+    tuning_file = out / "tuning.json"
+    tuning = read_json(tuning_file) if tuning_file.exists() else None
+    weights = [float(w) for w in args.tune_weights.split(",") if w.strip()]
+    if tuning is None or tuning.get("on") != on or tuning.get("weights") != weights or not _here(tuning, args.lm):
+        start = time.perf_counter()
+        with progress_bar(len(weights) * min(args.tune_n, len(task.train)), f"{DPP}: tuning on training inputs") as advance:
+            weight, scores = choose_selection_weight(
+                task, retriever, lm, Selection("dpp", n_candidates=args.select_candidates), weights, n=args.tune_n,
+                seed=args.seed, context_window=args.context_window, max_new_tokens=args.max_new_tokens,
+                progress=advance)
+        tuning = {"on": on, "n": min(args.tune_n, len(task.train)), "weights": weights, "chosen": weight,
+                  "scores": {str(w): round(v, 2) for w, v in scores.items()},
+                  "wall_s": round(time.perf_counter() - start, 1),
+                  "machine": {**machine_info(), "dtype": dtype_name("auto"), "engine": engine_of(generation_spec(args.lm))}}
+        write_json(tuning_file, tuning)
+    with progress_bar(len(test), f"{DPP}: evaluating") as advance:
+        evaluate(task, retriever, lm, test, out / "eval", retriever_name=f"ladder:{on}+dpp",
+                 context_window=args.context_window, max_new_tokens=args.max_new_tokens, progress=advance,
+                 selection=Selection("dpp", tuning["chosen"], args.select_candidates))
+
+
+def dpp_row(results: Path, correct: dict[str, dict[str, bool]], machine_of: dict | None) -> dict | None:
+    """The DPP's row, paired with the rung it selects from, where both are evaluated (on one machine)."""
+    eval_dir, tuning_file = results / DPP / "eval", results / DPP / "tuning.json"
+    if not (eval_dir / "predictions.jsonl").exists() or not tuning_file.exists():
+        return None
+    summary, tuning = read_json(eval_dir / "summary.json"), read_json(tuning_file)
+    on = tuning["on"]
+    if on not in correct:
+        return None
+    elsewhere = machine_differences(summary, against=machine_of)
+    if elsewhere:
+        raise SystemExit(f"{DPP}: evaluated on another machine than {on} ({elsewhere}); evaluate both on one machine")
+    paired = paired_comparison(read_correct(eval_dir / "predictions.jsonl"), correct[on])
+    return {"on": on, "adds": f"CEIL's DPP over {on}'s top {summary['selection']['n_candidates']} at inference",
+            "em": round(summary["metrics"]["em"], 3), "n": summary["n"], "selection": summary["selection"],
+            f"vs_{on}": {"only_method": paired["only_a"], f"only_{on}": paired["only_b"], "p": paired["p"],
+                         "diff_ci95": paired["diff_ci95"]},
+            "tuning": {k: tuning[k] for k in ("n", "weights", "chosen", "scores", "wall_s")},
+            "lm_calls_to_tune": tuning["n"] * len(tuning["weights"])}
+
+
 def _stage_times(name: str, results: Path) -> tuple[dict[str, dict], set[str]]:
     """A rung's recorded stages (``{stage: row}``) and those of them that ran on a GPU."""
     work = RUNGS[name][3]
@@ -324,7 +400,8 @@ def assemble(results: Path, names: list[str]) -> dict:
         gap = references["lm_oracle"] - references["bm25"]
         for row in rows.values():
             row["share_of_gap"] = round((row["em"] - references["bm25"]) / gap, 3)
-    return {"rungs": rows, "machine": first["machine"] if first else None, **references}
+    dpp = dpp_row(results, correct, first["machine"] if first else None)
+    return {"rungs": rows, "machine": first["machine"] if first else None, **references, **({DPP: dpp} if dpp else {})}
 
 
 #: How the recommendation reads the rungs' tests against the best one (written into the result).
@@ -350,13 +427,21 @@ def _earlier_load(out: Path) -> list | None:
 
 
 def main() -> None:
-    options = parser(__doc__, out="benchmarks/results/epr_ladder.json", task="mtop", lm="smollm2-135m", icl=True)
+    options = parser(__doc__, out="benchmarks/results/epr_ladder.json", task="mtop", lm="smollm2-135m", seed=0,
+                     icl=True)
     options.add_argument("--results", default="benchmarks/results/epr_ladder", help="rankings and evaluations")
     options.add_argument("--rungs", default=",".join(RUNGS), help="(default: %(default)s)")
-    options.add_argument("--step", choices=("seed", "rankings", "evaluation", "report", "all"), default="all",
+    options.add_argument("--step", choices=("seed", "rankings", "evaluation", "dpp", "report", "all"), default="all",
                          help="seed: copy d's round 1 (--round1-from) into the work folders of the --rungs that start "
-                         "from it (g, h), before their `taskret epr run`; report: --out from the evaluations "
-                         "already in --results, with no LM, on any machine (default: %(default)s)")
+                         "from it (g, h), before their `taskret epr run`; dpp: CEIL's DPP on --dpp-on's retriever, "
+                         "tuned on training inputs; report: --out from the evaluations already in --results, with no "
+                         "LM, on any machine (default: %(default)s)")
+    options.add_argument("--dpp-on", default="d", help="the rung whose retriever the DPP selects from (default: "
+                         "%(default)s, the recommended recipe)")
+    options.add_argument("--select-candidates", type=int, default=50, help="the retriever's top K the DPP selects from")
+    options.add_argument("--tune-weights", default="0.5,0.7,0.8,0.9,0.95", help="DPP trade-offs tried on training "
+                         "inputs (default: %(default)s)")
+    options.add_argument("--tune-n", type=int, default=100, help="held-out training inputs the trade-off is chosen on")
     options.add_argument("--round1-from", default=str(E2E / "d"), help="d's work folder (default: %(default)s)")
     options.add_argument("--references", default=",".join(REFERENCES), help="evaluated after the rungs, for the "
                          "share of the BM25 -> LM-Oracle gap (default: %(default)s; empty: none)")
@@ -378,11 +463,15 @@ def main() -> None:
     references = [n.strip() for n in args.references.split(",") if n.strip()]
     if set(references) - set(REFERENCES):
         raise SystemExit(f"unknown references: {', '.join(sorted(set(references) - set(REFERENCES)))}")
-    if args.step != "report":
+    if args.step == "dpp":
+        dpp_evaluation(task, test, results, args.dpp_on, args)
+    elif args.step != "report":
         rankings(test, results, names)
         if args.step == "rankings":
             return
         evaluations(task, test, results, [*names, *references], args)
+        if args.step == "all":
+            dpp_evaluation(task, test, results, args.dpp_on, args)
     table = assemble(results, names)
     rungs = table["rungs"]
     # the command that makes the evaluations (a report only rewrites the file from them, and its load is no
@@ -391,7 +480,8 @@ def main() -> None:
     result = {"benchmark": "epr_ladder", "command": command, "machine": table["machine"] or info,
               "load_average_at_start": _earlier_load(Path(args.out)) if args.step == "report" else info["load_average"],
               args.task: {"n": len(test), "bm25": table.get("bm25"), "lm_oracle": table.get("lm_oracle"),
-                          "recommended_rule": RECOMMENDED_RULE, "recommended": recommended(rungs), "rungs": rungs}}
+                          "recommended_rule": RECOMMENDED_RULE, "recommended": recommended(rungs), "rungs": rungs,
+                          **({DPP: table[DPP]} if DPP in table else {})}}
     speed = Path("benchmarks/results/listwise_speed.json")
     if speed.exists():
         variants = json.loads(speed.read_text())["variants"]

@@ -146,4 +146,11 @@ def epr_ladder_table() -> list[str]:
                                          f"{row['lm_calls']:,}", cost(row)]) + " |")
     if mtop.get("bm25") is not None and mtop.get("lm_oracle") is not None:
         lines += ["", f"References on the same machine: BM25 {mtop['bm25']:.1f}, LM-Oracle {mtop['lm_oracle']:.1f} EM."]
+    dpp = mtop.get("dpp")
+    if dpp:  # CEIL's set selection on a rung's retriever, at inference (no LM call but the tuning's)
+        tuning = dpp["tuning"]
+        lines += ["", f"{dpp['adds']} (trade-off {tuning['chosen']} chosen among {', '.join(map(str, tuning['weights']))} "
+                  f"on {tuning['n']} held-out training inputs, {dpp['lm_calls_to_tune']:,} LM generations): "
+                  f"{dpp['em']:.1f} EM against {dpp['on']}'s {mtop['rungs'][dpp['on']]['em']:.1f}; only it / only "
+                  f"{dpp['on']}: {paired(dpp, 'vs_' + dpp['on'])}."]
     return lines

@@ -315,3 +315,46 @@ def test_an_end_to_end_rung_takes_its_own_runs_evaluation_only_where_it_is_the_l
     _write(results / "d" / "rankings.jsonl", [{"id": "t1", "ids": ["e2", "e1"]}, {"id": "t2", "ids": ["e2"]}])
     assert ladder.own_evaluation("d", test, results, args) is None  # other demonstrations than d's ranking
     assert ladder.own_evaluation("bm25", test, results, args) is None  # a reference has no run of its own
+
+
+def _dpp(results: Path, correct: list[bool], machine: dict, on: str = "d") -> None:
+    """The DPP's evaluation over rung ``on``'s top 50 and its tuning on training inputs, as ``--step dpp`` writes."""
+    _write(results / "dpp" / "eval" / "predictions.jsonl", [{"id": f"t{n}", "correct": c} for n, c in enumerate(correct)])
+    (results / "dpp" / "eval" / "summary.json").write_text(json.dumps(
+        {"n": len(correct), "metrics": {"em": 100.0 * sum(correct) / len(correct)}, "machine": machine,
+         "selection": {"method": "dpp", "weight": 0.9, "n_candidates": 50}}))
+    (results / "dpp" / "tuning.json").write_text(json.dumps(
+        {"on": on, "n": 100, "weights": [0.5, 0.9], "chosen": 0.9, "scores": {"0.5": 30.0, "0.9": 32.0},
+         "wall_s": 60.0, "machine": machine}))
+
+
+def test_the_dpp_row_is_paired_with_the_rung_it_selects_from_and_rendered_under_the_ladder(ladder, tmp_path,
+                                                                                         monkeypatch):
+    from renderers import epr_beyond
+
+    machine = {"cpu": "Some CPU"}
+    _evaluations(tmp_path, {"a": [False, False, True, False], "d": [True, False, True, False]})
+    _dpp(tmp_path, [True, True, True, False], machine)
+    monkeypatch.setattr(ladder, "_cost", lambda name, results: {"lm_calls": 10, "cpu_hours_to_index": 1.0})
+    table = ladder.assemble(tmp_path, ["a", "d"])
+    dpp = table["dpp"]
+    assert dpp["on"] == "d" and dpp["em"] == 75.0 and dpp["vs_d"]["only_method"] == 1 and dpp["vs_d"]["only_d"] == 0
+    assert dpp["lm_calls_to_tune"] == 200 and dpp["tuning"]["chosen"] == 0.9
+    result = {"command": "c", "machine": machine, "mtop": {"n": 4, "recommended": "d", "rungs": table["rungs"],
+                                                           "dpp": dpp}}
+    monkeypatch.setattr(epr_beyond, "load", lambda name: result if name == "epr_ladder.json" else None)
+    line = epr_beyond.epr_ladder_table()[-1]
+    assert line.startswith("CEIL's DPP over d's top 50 at inference (trade-off 0.9 chosen among 0.5, 0.9 on 100 held-out")
+    assert "75.0 EM against d's 50.0; only it / only d: 1 / 0" in line
+    _dpp(tmp_path, [True, True, True, False], {"cpu": "Another CPU"})  # not on the ladder's machine: not paired
+    with pytest.raises(SystemExit, match="dpp: evaluated on another machine"):
+        ladder.assemble(tmp_path, ["a", "d"])
+
+
+def test_the_dpp_step_needs_the_rungs_retriever_on_this_machine(ladder, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setitem(ladder.RUNGS, "d", ("d", f"index:{tmp_path / 'e2e_d'}", [], tmp_path / "e2e_d"))
+    args = SimpleNamespace(lm="smollm2-135m", seed=0)
+    with pytest.raises(SystemExit, match="rung d's retriever is not on this machine"):
+        ladder.dpp_evaluation(None, [], tmp_path, "d", args)
