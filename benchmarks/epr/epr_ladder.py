@@ -19,7 +19,7 @@ every rung evaluated on all 859 test inputs on one machine, each paired with the
     and the references BM25 and LM-Oracle, so that each rung's share of the BM25 -> LM-Oracle gap is read on
     the same machine.
 
-Two steps, each resumable, each writing files under ``--results`` (committed, so that the second can run in
+Three steps, each resumable, each writing files under ``--results`` (committed, so that a later one can run in
 another session on the same kind of machine):
 
 1. ``rankings``: the trained rungs' (b-e) top 100 training examples for every test input (``RUNG/rankings.jsonl``),
@@ -27,9 +27,13 @@ another session on the same kind of machine):
    and the references keep the rankings their committed evaluations recorded.
 2. ``evaluation``: SmolLM2-135M on every test input with each rung's ranking (``RUNG/eval/``). An evaluation made
    on another machine (CPU, torch, transformers or the LM's dtype differ: ``summary.json``'s ``machine``) is run
-   again, never mixed in.
+   again, never mixed in. A rung whose ``taskret epr run`` went on to its evaluation (d) takes that evaluation
+   where it is the ladder's (:func:`own_evaluation`).
+3. ``dpp`` (after the evaluations): CEIL's DPP over the recommended rung's (``--dpp-on``) top 50 at inference, its
+   trade-off chosen among ``--tune-weights`` on ``--tune-n`` held-out training inputs, never on test (``dpp/``); a
+   row paired with that rung.
 
-``--step report`` writes the result from the evaluations already there, with no LM, on any machine (they must still
+``--step all`` runs the three; ``--step report`` writes the result from the evaluations already there, with no LM, on any machine (they must still
 come from one machine: the pairing refuses two).
 
 The result (``--out``) holds each rung's EM, ``vs_prev`` and ``vs_epr`` (McNemar, paired bootstrap interval),
