@@ -104,6 +104,12 @@ def _recipe_row() -> list[str]:
             holm = f", Holm {p_text(rung['vs_best_p_holm'])}" if "vs_best_p_holm" in rung else ""
             against.append(f"the best rung, {LADDER_RECIPES[best][0]}, {rungs[best]['em']:.1f}, "
                            f"{p_text(rung['vs_best_p'])}{holm}")
+        # what the next lever adds to the pick, and at what cost: the rung paired with it as the one it builds on
+        following = next((r for r, row in rungs.items() if (row.get("vs_prev") or {}).get("rung") == pick), None)
+        if following in LADDER_RECIPES:
+            extra = rungs[following]["lm_calls"] / rung["lm_calls"] - 1
+            against.append(f"{LADDER_RECIPES[following][0]}: {rungs[following]['em'] - rung['em']:+.1f} EM, "
+                           f"{p_text(rungs[following]['vs_prev']['p'])}, for {100 * extra:.0f}% more LM calls")
         return [f"| `examples-epr:DIR`, the recommended recipe | in-context examples, trained | the same, {what} "
                 f"(`{config}`) | MTOP exact match {rung['em']:.1f} on all {rung['n']} inputs ({'; '.join(against)}) | "
                 f"{rung['lm_calls']:,} LM-scored pairs, {rung['cpu_hours_to_index']:.1f} h on 2 cores "

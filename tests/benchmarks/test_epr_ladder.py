@@ -237,6 +237,12 @@ def test_the_readme_names_the_ladders_pick_as_the_recipe(monkeypatch):
     ladder["mtop"]["rungs"]["e"]["end_to_end"] = True  # measured: on the machine that built it, not the ladder's
     ladder["mtop"]["rungs"]["e"]["built_on"] = {"cpu": "Build CPU", "cpu_flags": ["avx2"], "dtype": "float32"}
     assert "4.4 h on 2 cores (measured end to end on Build CPU AVX2, LM scoring in float32) |" in setups._recipe_row()[0]
+    # the pick's next lever, paired with it, and what it costs in LM calls
+    ladder["mtop"]["recommended"] = "d"
+    ladder["mtop"]["rungs"]["d"] = _rung(45.4, 61850, vs_best_p=0.7, vs_best_p_holm=0.9)
+    ladder["mtop"]["rungs"]["e"]["vs_prev"] = {"only_method": 36, "only_prev": 33, "p": 0.81, "rung": "d"}
+    assert ("UDR's listwise loss over 2 mining rounds: +0.7 EM, p=0.81, for 42% more LM calls)"
+            in setups._recipe_row()[0])
     for rung, (_what, config) in setups.LADDER_RECIPES.items():  # every rung the ladder may pick has a config to run
         assert (Path(__file__).resolve().parents[2] / config).exists(), (rung, config)
 
