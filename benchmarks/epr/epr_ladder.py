@@ -388,7 +388,8 @@ def assemble(results: Path, names: list[str]) -> dict:
             if other in correct:
                 paired = paired_comparison(correct[name], correct[other])
                 row[key] = {"only_method": paired["only_a"], "only_" + key[3:]: paired["only_b"], "p": paired["p"],
-                            "diff_ci95": paired["diff_ci95"], "rung": other}
+                            "diff_ci95": paired["diff_ci95"], "rung": other,
+                            "min_detectable_diff": paired["min_detectable_diff"]}
                 if key == "vs_epr":
                     row["min_detectable_diff"] = paired["min_detectable_diff"]
         row.update(_cost(name, results))

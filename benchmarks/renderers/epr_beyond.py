@@ -99,6 +99,25 @@ def epr_beyond_table() -> list[str]:
     return out
 
 
+def _detectable(mtop: dict) -> list[str]:
+    """The smallest EM difference each pairing detects at 80% power (its discordant inputs), and the rung-to-rung
+    differences below it, where the result records them."""
+    def span(values: list[float]) -> str:
+        return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
+
+    rungs = mtop["rungs"]
+    vs_epr = [row["min_detectable_diff"] for row in rungs.values() if row.get("min_detectable_diff") is not None]
+    steps = {name: row["vs_prev"] for name, row in rungs.items() if (row.get("vs_prev") or {}).get("rung") in rungs
+             and row["vs_prev"].get("min_detectable_diff") is not None}
+    if not vs_epr or not steps:
+        return []
+    below = [f"{name}'s {rungs[name]['em'] - rungs[v['rung']]['em']:+.2f} against {v['rung']}" for name, v in steps.items()
+             if abs(rungs[name]["em"] - rungs[v["rung"]]["em"]) < v["min_detectable_diff"]]
+    return ["", f"At N={mtop['n']} the smallest difference these discordances detect at 80% power is {span(vs_epr)} EM "
+            f"against plain EPR and {span([v['min_detectable_diff'] for v in steps.values()])} EM between a rung and the "
+            "one it adds to" + (f"; {', '.join(below)} are below it." if below else ".")]
+
+
 def epr_ladder_table() -> list[str]:
     """The ladder (benchmarks/epr/epr_ladder.py): each rung one lever on the one before, all on one machine;
     the final epr_ladder.json, else the rungs measured so far (epr_ladder_partial.json)."""
@@ -146,6 +165,7 @@ def epr_ladder_table() -> list[str]:
                                          f"{row['lm_calls']:,}", cost(row)]) + " |")
     if mtop.get("bm25") is not None and mtop.get("lm_oracle") is not None:
         lines += ["", f"References on the same machine: BM25 {mtop['bm25']:.1f}, LM-Oracle {mtop['lm_oracle']:.1f} EM."]
+    lines += _detectable(mtop)
     dpp = mtop.get("dpp")
     if dpp:  # CEIL's set selection on a rung's retriever, at inference (no LM call but the tuning's)
         tuning = dpp["tuning"]

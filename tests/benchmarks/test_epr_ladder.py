@@ -364,3 +364,19 @@ def test_the_dpp_step_needs_the_rungs_retriever_on_this_machine(ladder, tmp_path
     args = SimpleNamespace(lm="smollm2-135m", seed=0)
     with pytest.raises(SystemExit, match="rung d's retriever is not on this machine"):
         ladder.dpp_evaluation(None, [], tmp_path, "d", args)
+
+
+def test_the_ladder_says_what_its_n_detects_and_which_steps_fall_below_it(ladder, tmp_path, monkeypatch):
+    """The detectable differences come from the paired tests in the result, not typed into the page."""
+    from renderers import epr_beyond
+
+    _evaluations(tmp_path, {"a": [True] * 10 + [False] * 30, "b": [True] * 20 + [False] * 20,
+                            "d": [True] * 17 + [False] * 13 + [True] * 2 + [False] * 8})
+    monkeypatch.setattr(ladder, "_cost", lambda name, results: {"lm_calls": 10, "cpu_hours_to_index": 1.0})
+    rungs = ladder.assemble(tmp_path, ["a", "b", "d"])["rungs"]
+    assert rungs["d"]["vs_prev"]["rung"] == "b" and rungs["d"]["vs_prev"]["min_detectable_diff"] > 5
+    result = {"command": "c", "machine": {"cpu": "Some CPU"}, "mtop": {"n": 40, "recommended": "b", "rungs": rungs}}
+    monkeypatch.setattr(epr_beyond, "load", lambda name: result if name == "epr_ladder.json" else None)
+    line = epr_beyond.epr_ladder_table()[-1]
+    assert line.startswith("At N=40 the smallest difference these discordances detect at 80% power is ")
+    assert line.endswith("; d's -2.50 against b are below it.")  # b's +25 over a is not
