@@ -38,6 +38,7 @@ SECTIONS = (
     ("epr", (epr.icl_table, epr.epr_scale_table, epr.epr_table, epr.lm_transfer_table, epr.analysis_table)),
     ("epr-v2", (epr_beyond.epr_beyond_table, lambda: speed.scoring_speed_table("scoring_speed_amx.json"),
                 lambda: speed.scoring_precision_table("scoring_precision_amx.json"))),
+    ("epr-ladder-answer", (epr_beyond.epr_ladder_answer,)),
     ("epr-ladder", (epr_beyond.epr_ladder_table,)),
     ("epr-tasks", (epr_tasks.headroom_table, epr_tasks.epr_tasks_table)),
     ("scifact", (scifact.tart_berri_table,)),

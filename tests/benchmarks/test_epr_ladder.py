@@ -380,3 +380,31 @@ def test_the_ladder_says_what_its_n_detects_and_which_steps_fall_below_it(ladder
     line = epr_beyond.epr_ladder_table()[-1]
     assert line.startswith("At N=40 the smallest difference these discordances detect at 80% power is ")
     assert line.endswith("; d's -2.50 against b are below it.")  # b's +25 over a is not
+
+
+def test_the_ladders_answer_is_written_from_the_result_and_says_whether_the_target_is_met(monkeypatch):
+    from renderers import epr_beyond
+
+    def rung(adds, em, calls, share, prev=None, **extra):
+        return {"adds": adds, "em": em, "n": 859, "lm_calls": calls, "share_of_gap": share, **extra,
+                **({"vs_prev": {"only_method": 30, f"only_{prev}": 20, "p": 0.2, "rung": prev}} if prev else {})}
+
+    rungs = {"a": rung("plain EPR", 39.3, 61850, 0.45, vs_best_p=0.0001, vs_best_p_holm=0.0002),
+             "d": rung("+ UDR's listwise loss, one round", 45.4, 61850, 0.64, "a", vs_best_p=0.37, vs_best_p_holm=0.74,
+                       end_to_end=True, cpu_hours_to_index=2.03, scoring_s={"1": 4500.0},
+                       built_on={"cpu": "Some EPYC", "cpu_flags": ["avx512_bf16"], "dtype": "bfloat16"}),
+             "f": rung("full UDR", 46.4, 95301, 0.68, "d", vs_epr={"only_method": 98, "only_epr": 37, "p": 0.0001})}
+    result = {"command": "c", "machine": {"cpu": "Some EPYC", "cores": 2, "cpu_flags": ["avx512_bf16"],
+                                          "dtype": "bfloat16"},
+              "mtop": {"n": 859, "bm25": 24.7, "lm_oracle": 56.9, "recommended": "d", "rungs": rungs}}
+    monkeypatch.setattr(epr_beyond, "load", lambda name: result if name == "epr_ladder.json" else None)
+    answer = epr_beyond.epr_ladder_answer()[0]
+    assert "(Some EPYC, 2 cores, Python ?, AVX512-BF16, LM in bfloat16)" in answer
+    assert "the best rung, f (full UDR), gets 46.4 EM against plain EPR's 39.3 (98 / 37, p<0.001)" in answer
+    assert "d (UDR's listwise loss, one round) +6.1 (30 / 20, p=0.200)" in answer
+    assert "**Recommended: rung d**" in answer and "45.4 EM against f's 46.4 (p=0.370, Holm p=0.740), 64% of" in answer
+    assert "2.03 h from BM25 candidates to its index, measured in one run of its config on Some EPYC" in answer
+    assert "**The target is not met**: the best rung at <= 1.1x plain EPR's LM calls (d) reaches 64%" in answer
+    assert answer.endswith("the best rung of all (f) reaches 68%, 12 points short of the project's 80% goal.")
+    rungs["d"]["share_of_gap"] = 0.66
+    assert "**The target is met**" in epr_beyond.epr_ladder_answer()[0]
