@@ -33,8 +33,8 @@ another session on the same kind of machine):
    trade-off chosen among ``--tune-weights`` on ``--tune-n`` held-out training inputs, never on test (``dpp/``); a
    row paired with that rung.
 
-``--step all`` runs the three; ``--step report`` writes the result from the evaluations already there, with no LM, on any machine (they must still
-come from one machine: the pairing refuses two).
+``--step all`` runs the three; ``--step report`` writes the result from the evaluations already there, with no LM,
+on any machine (they must still come from one machine: the pairing refuses two).
 
 The result (``--out``) holds each rung's EM, ``vs_prev`` and ``vs_epr`` (McNemar, paired bootstrap interval),
 ``min_detectable_diff``, ``lm_calls`` (the LM scorings of training pairs its retriever needs, EPR's included;
@@ -181,6 +181,11 @@ def rankings(test, results: Path, names: list[str]) -> None:
             print(f"{name}: {len(test)} rankings -> {path}", flush=True)
 
 
+def _here(summary: dict, lm: str) -> bool:
+    """Whether an evaluation (or tuning) ``summary`` was made on this machine, with this LM's precision and engine."""
+    return not machine_differences(summary, dtype_name("auto"), engine=engine_of(generation_spec(lm)))
+
+
 def own_evaluation(name: str, test, results: Path, args) -> Path | None:
     """The evaluation that a rung's own end-to-end run (``taskret epr run`` without ``--stop-after``) made in its
     work folder, where it is this ladder's: every test input, the ladder's prompt settings, this machine, and the
@@ -191,8 +196,7 @@ def own_evaluation(name: str, test, results: Path, args) -> Path | None:
         return None
     summary = read_json(own / "summary.json")
     settings = (summary.get("n"), summary.get("context_window"), summary.get("max_new_tokens"))
-    if settings != (len(test), args.context_window, args.max_new_tokens) or machine_differences(
-            summary, dtype_name("auto"), engine=engine_of(generation_spec(args.lm))):
+    if settings != (len(test), args.context_window, args.max_new_tokens) or not _here(summary, args.lm):
         return None
     ranked = {row["id"]: row["ids"] for row in read_jsonl(results / name / "rankings.jsonl")}
     rows = read_jsonl(own / "predictions.jsonl")
@@ -235,15 +239,11 @@ def evaluations(task, test, results: Path, names: list[str], args) -> None:
 DPP = "dpp"
 
 
-def _here(summary: dict, lm: str) -> bool:
-    """Whether an evaluation (or tuning) ``summary`` was made on this machine, with this LM's precision and engine."""
-    return not machine_differences(summary, dtype_name("auto"), engine=engine_of(generation_spec(lm)))
-
-
-def dpp_evaluation(task, test, results: Path, on: str, args) -> None:
+def dpp_evaluation(task, test, results: Path, on: str, args, required: bool = True) -> None:
     """Step dpp: CEIL's DPP over rung ``on``'s top --select-candidates at inference, its trade-off chosen among
     --tune-weights on --tune-n held-out *training* inputs (never on test; ``dpp/tuning.json``), then evaluated on every
-    test input (``dpp/eval``), to be paired with ``on``'s evaluation. Kept where made on this machine."""
+    test input (``dpp/eval``), to be paired with ``on``'s evaluation. Kept where made on this machine. Without the
+    rung's retriever here: refused, or (not ``required``, as a step of ``--step all``) skipped with a word."""
     out = results / DPP
     if (out / "eval" / "summary.json").exists() and _here(read_json(out / "eval" / "summary.json"), args.lm):
         print(f"{DPP}: evaluated on this machine, kept", flush=True)
@@ -251,8 +251,12 @@ def dpp_evaluation(task, test, results: Path, on: str, args) -> None:
     source = RUNGS[on][1]
     work = Path(source[6:]) if source.startswith("index:") else None
     if work is None or not (work / "index" / "meta.json").exists():
-        raise SystemExit(f"{DPP}: rung {on}'s retriever is not on this machine (its index: {work or source}); "
-                         f"run taskret epr run benchmarks/epr/configs/epr_ladder/{on}.json first")
+        why = (f"{DPP}: rung {on}'s retriever is not on this machine (its index: {work or source}); run taskret epr "
+               f"run benchmarks/epr/configs/epr_ladder/{on}.json first")
+        if required:
+            raise SystemExit(why)
+        print(f"{why}; skipped", flush=True)
+        return
     retriever = make_retriever(f"epr:{work}", seed=args.seed)
     lm = load_lm(generation_spec(args.lm))
     tuning_file = out / "tuning.json"
@@ -476,7 +480,7 @@ def main() -> None:
             return
         evaluations(task, test, results, [*names, *references], args)
         if args.step == "all":
-            dpp_evaluation(task, test, results, args.dpp_on, args)
+            dpp_evaluation(task, test, results, args.dpp_on, args, required=False)
     table = assemble(results, names)
     rungs = table["rungs"]
     # the command that makes the evaluations (a report only rewrites the file from them, and its load is no

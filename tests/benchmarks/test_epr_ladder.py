@@ -364,6 +364,8 @@ def test_the_dpp_step_needs_the_rungs_retriever_on_this_machine(ladder, tmp_path
     args = SimpleNamespace(lm="smollm2-135m", seed=0)
     with pytest.raises(SystemExit, match="rung d's retriever is not on this machine"):
         ladder.dpp_evaluation(None, [], tmp_path, "d", args)
+    ladder.dpp_evaluation(None, [], tmp_path, "d", args, required=False)  # a step of --step all: skipped
+    assert not (tmp_path / "dpp").exists()
 
 
 def test_the_ladder_says_what_its_n_detects_and_which_steps_fall_below_it(ladder, tmp_path, monkeypatch):
