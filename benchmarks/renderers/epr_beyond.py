@@ -104,6 +104,11 @@ def epr_beyond_table() -> list[str]:
 RECIPE_TARGET_SHARE, GOAL_SHARE, CALLS_ALLOWED = 0.66, 0.80, 1.1
 
 
+def _only_other(v: dict) -> int:
+    """A paired test's count of inputs only the other method gets right (its key names the other: ``only_RUNG``)."""
+    return next(count for key, count in v.items() if key.startswith("only_") and key != "only_method")
+
+
 def _machine_line(info: dict) -> str:
     """The ladder's machine: CPU, cores, versions, its kind and the LM's precision (its outputs differ with them)."""
     return describe_machine(info) + prefixed(", ", simd_kind(info)) + prefixed(", LM in ", info.get("dtype") or "")
@@ -120,8 +125,7 @@ def epr_ladder_answer() -> list[str]:
     row, plain = rungs[pick], rungs.get("a")
 
     def pair(v: dict) -> str:
-        other = next(count for key, count in v.items() if key.startswith("only_") and key != "only_method")
-        return f"{v['only_method']} / {other}, {p_text(v['p'], 3)}"
+        return f"{v['only_method']} / {_only_other(v)}, {p_text(v['p'], 3)}"
 
     share = (lambda r: f"{100 * rungs[r]['share_of_gap']:.0f}%") if "share_of_gap" in row else (lambda r: "?")
     text = [f"**Answer.** Measured on one machine ({_machine_line(d['machine'])}) over all {mtop['n']} MTOP test inputs"]
@@ -186,9 +190,8 @@ def epr_ladder_table() -> list[str]:
         if key not in row:
             return ""
         v = row[key]
-        other = next(count for key_, count in v.items() if key_.startswith("only_") and key_ != "only_method")
         low, high = v["diff_ci95"]
-        return f"{v['only_method']} / {other}, {p_text(v['p'], 3)}, [{low:+.1f}, {high:+.1f}]"
+        return f"{v['only_method']} / {_only_other(v)}, {p_text(v['p'], 3)}, [{low:+.1f}, {high:+.1f}]"
 
     def cost(row: dict) -> str:
         if row.get("cpu_hours_to_index") is not None and row.get("scoring_modelled_pairs_per_s"):
