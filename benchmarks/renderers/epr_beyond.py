@@ -159,7 +159,7 @@ def epr_ladder_answer() -> list[str]:
 
 def _detectable(mtop: dict) -> list[str]:
     """The smallest EM difference each pairing detects at 80% power (its discordant inputs), and the rung-to-rung
-    differences below it, where the result records them."""
+    differences below it that the test does not tell from chance, where the result records them."""
     def span(values: list[float]) -> str:
         return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 
@@ -170,10 +170,10 @@ def _detectable(mtop: dict) -> list[str]:
     if not vs_epr or not steps:
         return []
     below = [f"{name}'s {rungs[name]['em'] - rungs[v['rung']]['em']:+.2f} against {v['rung']}" for name, v in steps.items()
-             if abs(rungs[name]["em"] - rungs[v["rung"]]["em"]) < v["min_detectable_diff"]]
+             if abs(rungs[name]["em"] - rungs[v["rung"]]["em"]) < v["min_detectable_diff"] and v["p"] >= 0.05]
     return ["", f"At N={mtop['n']} the smallest difference these discordances detect at 80% power is {span(vs_epr)} EM "
             f"against plain EPR and {span([v['min_detectable_diff'] for v in steps.values()])} EM between a rung and the "
-            "one it adds to" + (f"; {', '.join(below)} are below it." if below else ".")]
+            "one it adds to" + (f"; {', '.join(below)} are below it and within noise (p >= 0.05)." if below else ".")]
 
 
 def epr_ladder_table() -> list[str]:

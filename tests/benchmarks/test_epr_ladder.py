@@ -381,7 +381,7 @@ def test_the_ladder_says_what_its_n_detects_and_which_steps_fall_below_it(ladder
     monkeypatch.setattr(epr_beyond, "load", lambda name: result if name == "epr_ladder.json" else None)
     line = epr_beyond.epr_ladder_table()[-1]
     assert line.startswith("At N=40 the smallest difference these discordances detect at 80% power is ")
-    assert line.endswith("; d's -2.50 against b are below it.")  # b's +25 over a is not
+    assert line.endswith("; d's -2.50 against b are below it and within noise (p >= 0.05).")  # b's +25 over a is not
 
 
 def test_the_ladders_answer_is_written_from_the_result_and_says_whether_the_target_is_met(monkeypatch):
