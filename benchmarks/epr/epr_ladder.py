@@ -272,7 +272,7 @@ def dpp_evaluation(task, test, results: Path, on: str, args, required: bool = Tr
         tuning = {"on": on, "n": min(args.tune_n, len(task.train)), "weights": weights, "chosen": weight,
                   "scores": {str(w): round(v, 2) for w, v in scores.items()},
                   "wall_s": round(time.perf_counter() - start, 1),
-                  "machine": {**machine_info(), "dtype": dtype_name("auto"), "engine": engine_of(generation_spec(args.lm))}}
+                  "machine": {**machine_info(), **lm.runtime()}}  # the record evaluate() writes, read by _here
         write_json(tuning_file, tuning)
     with progress_bar(len(test), f"{DPP}: evaluating") as advance:
         evaluate(task, retriever, lm, test, out / "eval", retriever_name=f"ladder:{on}+dpp",
