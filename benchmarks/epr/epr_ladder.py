@@ -105,12 +105,13 @@ RUNGS: dict[str, tuple[str, str, list[Path], Path]] = {
     "e": ("+ UDR's round 2", "index:runs/bench/epr_ladder/e", [EPR_SCORES, UDR_ROUNDS[0]],
           Path("runs/bench/epr_ladder/e")),
     "f": ("full UDR (3 rounds)", f"committed:{COMMITTED}/udr/eval", [EPR_SCORES, *UDR_ROUNDS], COMMITTED / "udr"),
-    # g and h: e's round 2 by other means, each run in a work folder under benchmarks/results (its scores committed)
-    # that starts from d's round 1 (its candidates, LM scores, labels and retriever copied in, to the setting)
+    # g and h: e's round 2 by other means, each run in a work folder under benchmarks/results (its round 2 committed)
+    # that starts from d's round 1 (its candidates, LM scores, labels and retriever copied in by --step seed, and
+    # git-ignored there: round 1's LM scores are read from d's folder, which commits them once)
     "g": ("+ round 2 labelled by a reward model trained on round 1's LM scores, no new LM call",
-          f"index:{E2E}/g", [E2E / "g" / "scoring" / "scores.jsonl"], E2E / "g"),
+          f"index:{E2E}/g", [E2E / "d" / "scoring" / "scores.jsonl"], E2E / "g"),
     "h": ("+ round 2 LM-scored within 1.1x plain EPR's calls, on the inputs round 1 ranks least like the LM",
-          f"index:{E2E}/h", [E2E / "h" / "scoring" / "scores.jsonl", E2E / "h" / "round2" / "scoring" / "scores.jsonl"],
+          f"index:{E2E}/h", [E2E / "d" / "scoring" / "scores.jsonl", E2E / "h" / "round2" / "scoring" / "scores.jsonl"],
           E2E / "h"),
 }
 REFERENCES = {"bm25": f"committed:{COMMITTED}/epr/baseline", "lm_oracle": f"oracle:{COMMITTED}/lm-oracle/oracle"}
@@ -357,8 +358,11 @@ def _cost(name: str, results: Path) -> dict:
         # of which LM scoring: the "labels" stages score the new pairs (the rest trains and mines)
         cost["gpu_scoring_minutes"] = round(sum(times[s]["wall_s"] for s in gpu if s in times and "labels" in s) / 60, 1)
         cost["gpu_stages"] = sorted(gpu)
-    elif cost["end_to_end"]:
+    elif all(v is not None for v in scoring_s.values()):
+        # every round's LM scoring measured (g and h add their round 2 to d's measured round 1, on one machine)
         cost["cpu_hours_to_index"] = round((sum(scoring_s.values()) + sum(stages.values())) / 3600, 2)
+        if name in STAGES_RUN_BY:  # the stages whose measured time is another rung's run
+            cost["stages_run_by"] = STAGES_RUN_BY[name]
         meta = RUNGS[name][2][0].parent / META_FILE
         if meta.exists():  # the machine its hours are measured on (others' scoring is modelled at AVX2's rate)
             recorded = read_json(meta)

@@ -198,8 +198,10 @@ def epr_ladder_table() -> list[str]:
             return (f"{row['cpu_hours_to_index']:.1f}, of which LM scoring {row['lm_calls'] / row['scoring_modelled_pairs_per_s'] / 3600:.1f} "
                     f"h modelled at {row['scoring_modelled_pairs_per_s']} pairs/s")
         if row.get("cpu_hours_to_index") is not None:
+            borrowed = "; ".join(f"its {stage} is rung {rung}'s run" for stage, rung in row.get("stages_run_by", {}).items())
             return f"{row['cpu_hours_to_index']:.1f}" + (f", measured end to end{built_on(row)}" if row.get("end_to_end")
-                                                         else "")
+                                                         else f", measured{built_on(row)}{prefixed('; ', borrowed)}"
+                                                         if row.get("built_on") else "")
         scoring = (f", {row['gpu_scoring_minutes']} of them LM scoring" if row.get("gpu_scoring_minutes") is not None
                    else "")
         return f"not on 2 cores: its rounds ran {row.get('gpu_minutes', '?')} min on a GPU{scoring}"

@@ -166,6 +166,9 @@ def test_an_end_to_end_rung_names_the_machine_its_hours_were_measured_on(ladder,
     monkeypatch.setattr(epr_beyond, "load", lambda name: {"command": "c", "machine": {"cpu": "Some EPYC"}, "mtop": {
         "n": 2, "recommended": "d", "rungs": {"d": row}}} if name == "epr_ladder.json" else None)
     assert "1.5, measured end to end on Some EPYC AVX512-BF16, LM scoring in bfloat16 |" in epr_beyond.epr_ladder_table()[-1]
+    row.update(end_to_end=False, stages_run_by={"training": "d"})  # g: its round 1 is d's run
+    assert ("1.5, measured on Some EPYC AVX512-BF16, LM scoring in bfloat16; its training is rung d's run |"
+            in epr_beyond.epr_ladder_table()[-1])
 
 
 def test_a_round_labelled_without_the_lm_counts_its_reward_model_and_a_budgeted_one_its_choice(ladder, tmp_path,
@@ -197,6 +200,9 @@ def test_a_round_labelled_without_the_lm_counts_its_reward_model_and_a_budgeted_
                                   "round 2 labels beyond LM scoring": 120.0, "round 2 training": 1000.0,
                                   "training": 2000.0}
     assert g["end_to_end"] is False  # its round 1 is d's
+    # every round's LM scoring measured: its hours are measured too, and say whose run the borrowed stage was
+    assert g["cpu_hours_to_index"] == round((7200.0 + 3450.0) / 3600, 2) and g["stages_run_by"] == {"training": "d"}
+    assert "scoring_modelled_pairs_per_s" not in g
     h = ladder._cost("h", tmp_path)
     assert h["lm_calls"] == 3 and h["scoring_s"] == {"1": 7200.0, "2": 450.0}
     assert h["stages_wall_s"] == {"labels beyond LM scoring": 0.0, "round 2 labels beyond LM scoring": 50.0,
