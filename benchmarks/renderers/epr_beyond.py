@@ -231,5 +231,19 @@ def epr_ladder_table() -> list[str]:
         lines += ["", f"{dpp['adds']} (trade-off {tuning['chosen']} chosen among {', '.join(map(str, tuning['weights']))} "
                   f"on {tuning['n']} held-out training inputs, {dpp['lm_calls_to_tune']:,} LM generations): "
                   f"{dpp['em']:.1f} EM against {dpp['on']}'s {mtop['rungs'][dpp['on']]['em']:.1f}; only it / only "
-                  f"{dpp['on']}: {paired(dpp, 'vs_' + dpp['on'])}."]
+                  f"{dpp['on']}: {paired(dpp, 'vs_' + dpp['on'])}. {_dpp_verdict(dpp)}"]
     return lines
+
+
+def _dpp_verdict(dpp: dict) -> str:
+    """What the DPP row says: better, worse or within noise of its retriever alone, and whether the tuning ran to the
+    grid's edge nearest relevance alone (weight 1 is the retriever's own order)."""
+    tuning, test = dpp["tuning"], dpp[f"vs_{dpp['on']}"]
+    if test["p"] >= 0.05:
+        verdict = f"Within noise of {dpp['on']} alone."
+    else:
+        verdict = f"{'Better' if test['only_method'] > _only_other(test) else 'Worse'} than {dpp['on']} alone."
+    if tuning["chosen"] == max(tuning["weights"]):
+        verdict += (" The tuning chose the largest relevance weight offered, the nearest to the retriever's own "
+                    "order: every weight with more diversity scored lower on the training inputs.")
+    return verdict

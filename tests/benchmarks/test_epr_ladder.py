@@ -358,6 +358,8 @@ def test_the_dpp_row_is_paired_with_the_rung_it_selects_from_and_rendered_under_
     line = epr_beyond.epr_ladder_table()[-1]
     assert line.startswith("CEIL's DPP over d's top 50 at inference (trade-off 0.9 chosen among 0.5, 0.9 on 100 held-out")
     assert "75.0 EM against d's 50.0; only it / only d: 1 / 0" in line
+    # one discordance is no evidence; the chosen weight is the grid's largest, and the line says what that means
+    assert "Within noise of d alone. The tuning chose the largest relevance weight offered" in line
     _dpp(tmp_path, [True, True, True, False], {"cpu": "Another CPU"})  # not on the ladder's machine: not paired
     with pytest.raises(SystemExit, match="dpp: evaluated on another machine"):
         ladder.assemble(tmp_path, ["a", "d"])
