@@ -41,7 +41,9 @@ The result (``--out``) holds each rung's EM, ``vs_prev`` and ``vs_epr`` (McNemar
 each evaluation's 859 generations come on top, the same for every rung) and ``cpu_hours_to_index`` (hours of a
 2-core machine from BM25 candidates to a built index: LM scoring at the rate measured on 2 cores plus the training
 and index stages' wall time as recorded in the rung's ``stage_times.jsonl``; ``null`` with the GPU minutes beside
-it where a stage ran on a GPU).
+it where a stage ran on a GPU). g's and h's rows add how their round 2 was labelled: ``labeller_agreement`` (the
+reward model against the LM on the round-1 inputs it held out: Spearman, top-5 overlap), ``labeller_fit`` (its map
+onto the LM's scale) and ``round2_budget`` (the pairs h let the LM score).
 
     python benchmarks/epr/epr_ladder.py --data-dir ../shared/data                    # both steps
     python benchmarks/epr/epr_ladder.py --data-dir ../shared/data --step rankings    # after the trainings
@@ -373,6 +375,24 @@ def _cost(name: str, results: Path) -> dict:
     return cost
 
 
+def _round2_records(name: str) -> dict:
+    """What a rung's work folder records of how its round 2 was labelled, where it does: g's reward model against
+    the LM on the round-1 inputs it held out (Spearman, top-5 overlap) and its map onto the LM's scale; h's budget
+    (the pairs it let the LM score, on how many of the inputs with new pairs)."""
+    work, out = Path(RUNGS[name][3]), {}
+    agreement, fit = work / "round_labeller" / "agreement.json", work / "round2" / "reward_labels" / "fit.json"
+    if agreement.exists():
+        out["labeller_agreement"] = {k: v for k, v in read_json(agreement).items() if k != "what"}
+    if fit.exists():
+        out["labeller_fit"] = read_json(fit)
+    if (work / "round2" / "budget.json").exists():
+        budget = read_json(work / "round2" / "budget.json")
+        out["round2_budget"] = {"round_budget": budget["round_budget"], "budget_pairs": budget["budget_pairs"],
+                                "pairs": budget["pairs"], "inputs": len(budget["inputs"]),
+                                "inputs_with_new_pairs": budget["inputs_with_new_pairs"]}
+    return out
+
+
 def assemble(results: Path, names: list[str]) -> dict:
     rows: dict[str, dict] = {}
     correct = {n: read_correct(results / n / "eval" / "predictions.jsonl") for n in [*names, *REFERENCES]
@@ -401,6 +421,7 @@ def assemble(results: Path, names: list[str]) -> dict:
                 if key == "vs_epr":
                     row["min_detectable_diff"] = paired["min_detectable_diff"]
         row.update(_cost(name, results))
+        row.update(_round2_records(name))
         rows[name] = row
         previous = name
     if rows:  # each rung against the best, one family of tests: the recommended recipe is the cheapest not below it

@@ -225,6 +225,7 @@ def epr_ladder_table() -> list[str]:
     if mtop.get("bm25") is not None and mtop.get("lm_oracle") is not None:
         lines += ["", f"References on the same machine: BM25 {mtop['bm25']:.1f}, LM-Oracle {mtop['lm_oracle']:.1f} EM."]
     lines += _detectable(mtop)
+    lines += _round2_lines(mtop["rungs"])
     dpp = mtop.get("dpp")
     if dpp:  # CEIL's set selection on a rung's retriever, at inference (no LM call but the tuning's)
         tuning = dpp["tuning"]
@@ -232,6 +233,27 @@ def epr_ladder_table() -> list[str]:
                   f"on {tuning['n']} held-out training inputs, {dpp['lm_calls_to_tune']:,} LM generations): "
                   f"{dpp['em']:.1f} EM against {dpp['on']}'s {mtop['rungs'][dpp['on']]['em']:.1f}; only it / only "
                   f"{dpp['on']}: {paired(dpp, 'vs_' + dpp['on'])}. {_dpp_verdict(dpp)}"]
+    return lines
+
+
+def _round2_lines(rungs: dict) -> list[str]:
+    """How the rungs that replace e's LM-scored round 2 labelled it: g's reward model against the LM on round-1
+    inputs it never trained on, and its map onto the LM's scale; h's budget."""
+    lines = []
+    for name, row in rungs.items():
+        agreement, fit, budget = row.get("labeller_agreement"), row.get("labeller_fit"), row.get("round2_budget")
+        if agreement:
+            mapped = (f"; its {fit['pairs_labelled']:,} round-2 labels put on the LM's scale by a map fitted on "
+                      f"{fit['pairs_fitted_on']:,} pairs both rated (R² within inputs {fit['r2_within_inputs']})"
+                      if fit else "")
+            lines += ["", f"Rung {name}'s reward model against the LM on {agreement['n_inputs']} round-1 inputs it held "
+                          f"out of training: Spearman {agreement['spearman']:.2f}, {agreement['top5_overlap']:.0%} of "
+                          f"the LM's top 5 in its top 5{mapped}."]
+        if budget:
+            lines += ["", f"Rung {name}'s round 2 (budget {budget['round_budget']:g} of round 1's pairs): "
+                          f"{budget['pairs']:,} new pairs LM-scored of {budget['budget_pairs']:,} allowed, on "
+                          f"{budget['inputs']:,} of the {budget['inputs_with_new_pairs']:,} inputs with new "
+                          "candidates, those whose round-1 retriever ranks their scored candidates least like the LM."]
     return lines
 
 

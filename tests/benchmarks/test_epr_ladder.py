@@ -418,3 +418,37 @@ def test_the_ladders_answer_is_written_from_the_result_and_says_whether_the_targ
     assert answer.endswith("the best rung of all (f) reaches 68%, 12 points short of the project's 80% goal.")
     rungs["d"]["share_of_gap"] = 0.66
     assert "**The target is met**" in epr_beyond.epr_ladder_answer()[0]
+
+
+def test_g_and_h_rows_carry_how_their_round_2_was_labelled_and_the_table_says_it(ladder, tmp_path, monkeypatch):
+    """g's reward model against the LM on held-out round-1 inputs (issue 77 asks for its Spearman and top-5 overlap)
+    and its map's fit, h's budget, as their work folders record them, go into their rows and under the table."""
+    from renderers import epr_beyond
+
+    g, h = tmp_path / "work_g", tmp_path / "work_h"
+    (g / "round_labeller").mkdir(parents=True)
+    (g / "round_labeller" / "agreement.json").write_text(json.dumps(
+        {"what": "...", "spearman": 0.4123, "top5_overlap": 0.38, "n_inputs": 124}))
+    (g / "round2" / "reward_labels").mkdir(parents=True)
+    (g / "round2" / "reward_labels" / "fit.json").write_text(json.dumps(
+        {"slope": 0.5, "inputs": 1237, "pairs_labelled": 26000, "pairs_fitted_on": 30000, "r2_within_inputs": 0.21}))
+    (h / "round2").mkdir(parents=True)
+    (h / "round2" / "budget.json").write_text(json.dumps(
+        {"round_budget": 0.1, "round1_pairs": 61850, "earlier_rounds_pairs": 0, "budget_pairs": 6185, "pairs": 6170,
+         "inputs": ["q1", "q2"], "inputs_with_new_pairs": 1200, "spearman_of_chosen": {"q1": -0.2, "q2": -0.1}}))
+    monkeypatch.setitem(ladder.RUNGS, "g", ("g", "index:g", [], g))
+    monkeypatch.setitem(ladder.RUNGS, "h", ("h", "index:h", [], h))
+    monkeypatch.setattr(ladder, "_cost", lambda name, results: {"lm_calls": 1, "cpu_hours_to_index": 1.0})
+    _evaluations(tmp_path, {"d": [True, False], "e": [True, True], "g": [False, True], "h": [True, True]})
+    rows = ladder.assemble(tmp_path, ["d", "e", "g", "h"])["rungs"]
+    assert rows["g"]["labeller_agreement"] == {"spearman": 0.4123, "top5_overlap": 0.38, "n_inputs": 124}
+    assert rows["g"]["labeller_fit"]["pairs_labelled"] == 26000 and "round2_budget" not in rows["g"]
+    assert rows["h"]["round2_budget"] == {"round_budget": 0.1, "budget_pairs": 6185, "pairs": 6170, "inputs": 2,
+                                          "inputs_with_new_pairs": 1200}
+    assert "labeller_agreement" not in rows["d"]
+    result = {"command": "c", "machine": {"cpu": "Some CPU"}, "mtop": {"n": 2, "recommended": "d", "rungs": rows}}
+    monkeypatch.setattr(epr_beyond, "load", lambda name: result if name == "epr_ladder.json" else None)
+    text = "\n".join(epr_beyond.epr_ladder_table())
+    assert ("Rung g's reward model against the LM on 124 round-1 inputs it held out of training: Spearman 0.41, 38% "
+            "of the LM's top 5 in its top 5; its 26,000 round-2 labels") in text
+    assert "Rung h's round 2 (budget 0.1 of round 1's pairs): 6,170 new pairs LM-scored of 6,185 allowed, on 2 of" in text
