@@ -272,7 +272,7 @@ def test_auto_builds_flat_below_the_threshold_and_hnsw_from_it(tiny_bert_dir, po
     large.save(tmp_path / "large")  # meta.json records what was built, not "auto"
     assert json.loads((tmp_path / "large" / "meta.json").read_text())["index_type"] == "hnsw"
     assert Retriever.load(tmp_path / "large").index_type == "hnsw"
-    assert dense.resolve_index_type("auto", len(pool_examples) - 1) == "flat"
+    assert dense.resolve_index_type("auto", len(pool_examples) - 1, 32) == "flat"
 
 
 def test_ef_search_widens_for_a_large_pool_and_is_recorded(tiny_bert_dir, pool_examples, monkeypatch, tmp_path):

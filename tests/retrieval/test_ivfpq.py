@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from taskret.retrieval import DenseRetriever, Retriever
-from taskret.retrieval.dense import AUTO_IVFPQ_FROM, resolve_index_type
 from taskret.retrieval.ivfpq import (
     MIN_VECTORS,
     VECTORS_FILE,
@@ -53,12 +52,6 @@ def test_settings_follow_the_pool_size():
     assert settings_for(50_000, 768).m == 96 and settings_for(50_000, 100).m == 10  # m divides the dimension
     asked = settings_for(50_000, 384, nprobe=7, rerank=300)
     assert (asked.nprobe, asked.rerank) == (7, 300)
-
-
-def test_auto_picks_ivfpq_only_past_hnsws_size():
-    assert resolve_index_type("auto", AUTO_IVFPQ_FROM) == "ivfpq"
-    assert resolve_index_type("auto", AUTO_IVFPQ_FROM - 1) == "hnsw"
-    assert resolve_index_type("ivfpq", 10) == "ivfpq"
 
 
 def test_the_vectors_file_is_whole_or_absent(tmp_path):

@@ -155,6 +155,17 @@ RayWorkers = Annotated[Optional[int], typer.Option(
 RayGpus = Annotated[Optional[float], typer.Option("--ray-gpus-per-worker", help="GPUs per actor (default: 1 if the "
                                                   "cluster has GPUs, else 0)")]
 RayCpus = Annotated[float, typer.Option("--ray-cpus-per-worker", help="CPUs per actor (its torch threads on a CPU)")]
+MemoryBudgetGib = Annotated[float, typer.Option(
+    "--memory-budget", min=0.25, help="GiB the build's corpus-sized parts may hold: past what HNSW fits in it, "
+    "index_type auto builds a compressed IVF-PQ index (8 GiB: about 2M MiniLM vectors), and BM25's segments are cut "
+    "to it")]
+
+
+def memory_budget(gib: float):
+    """The :class:`~taskret.retrieval.budget.MemoryBudget` of ``--memory-budget``."""
+    from ..retrieval.budget import MemoryBudget
+
+    return MemoryBudget(gib)
 
 
 def ray_options(address: str | None, workers: int | None, gpus: float | None, cpus: float):

@@ -21,6 +21,7 @@ from .common import (
     InputField,
     LMOptions,
     LMSpec,
+    MemoryBudgetGib,
     MissingExtra,
     OutputField,
     RayAddress,
@@ -34,6 +35,7 @@ from .common import (
     console,
     index_pool,
     load_task_from_options,
+    memory_budget,
     ray_for_index,
     ray_options,
     say,
@@ -271,10 +273,11 @@ def index(
                                              "kept until the index is complete: a killed run started again resumes "
                                              "from them; default 10,000)"),
     ray: RayAddress = None, ray_workers: RayWorkers = None, ray_gpus_per_worker: RayGpus = None,
-    ray_cpus_per_worker: RayCpus = 1.0,
+    ray_cpus_per_worker: RayCpus = 1.0, memory_budget_gib: MemoryBudgetGib = 8.0,
 ):
     """Index a training pool and save the index, with the examples' texts, to a directory (written atomically). A
-    dense encoder's vectors are encoded in shards, here or on Ray (--ray), so a killed run resumes."""
+    dense encoder's vectors are encoded in shards, here or on Ray (--ray), so a killed run resumes;
+    --memory-budget bounds the dense index's type and BM25's segments."""
     from ..data import read_examples
     from ..models import resolve_model
     from ..progress import reporting
@@ -305,7 +308,8 @@ def index(
     recorded = run_prompt_settings(retriever)  # an EPR run's context window: `taskret serve` builds its prompts
     with reporting():  # each stage's progress, rate and ETA on stderr (a status spinner would share its line)
         index_examples(out, ret, examples, task=name, retriever_spec=retriever, output_format=fmt, lm=lm,
-                       extra=recorded, ray=on_ray, **({"shard_size": shard_size} if shard_size else {}))
+                       extra=recorded, ray=on_ray, memory_budget=memory_budget(memory_budget_gib),
+                       **({"shard_size": shard_size} if shard_size else {}))
     console.print(f"indexed {len(examples)} examples with {retriever}{' on Ray' if on_ray else ''} -> {out}"
                   + (f" (its run's prompts: {_settings(recorded)})" if recorded else ""))
 

@@ -15,12 +15,14 @@ from .common import (
     MINI_BATCH_HELP,
     App,
     DataDir,
+    MemoryBudgetGib,
     RayAddress,
     RayCpus,
     RayGpus,
     RayWorkers,
     RerankWeight,
     console,
+    memory_budget,
     ray_for_index,
     ray_options,
     say,
@@ -220,11 +222,12 @@ def index(
                                              "kept until the index is complete: a killed run started again resumes "
                                              "from them; default 10,000)"),
     ray: RayAddress = None, ray_workers: RayWorkers = None, ray_gpus_per_worker: RayGpus = None,
-    ray_cpus_per_worker: RayCpus = 1.0,
+    ray_cpus_per_worker: RayCpus = 1.0, memory_budget_gib: MemoryBudgetGib = 8.0,
 ):
     """Index a corpus with the documents' texts, its instruction and the setup's reranking, for `taskret tart
     search` and `taskret serve` (written atomically). The corpus is read in passes and its vectors encoded in
-    shards, here or on Ray (--ray), so memory holds the index and not the corpus, and a killed run resumes."""
+    shards, here or on Ray (--ray), so memory holds the index and not the corpus, and a killed run resumes;
+    --memory-budget bounds the rest (the dense index's type, BM25's segments)."""
     from ..progress import reporting
     from ..retrieval import make_retriever
     from ..retrieval.index import index_documents
@@ -251,7 +254,8 @@ def index(
                         instruction=instructions[0] if instructions else None,
                         extra={"split": split, "instructions": instructions,
                                **(setup.search_settings() if setup is not None else {})},
-                        ray=on_ray, **({"shard_size": shard_size} if shard_size else {}))
+                        ray=on_ray, memory_budget=memory_budget(memory_budget_gib),
+                        **({"shard_size": shard_size} if shard_size else {}))
     n = json.loads((out / "index_info.json").read_text())["n"]
     console.print(f"indexed {n} documents of {documents.name}{' on Ray' if on_ray else ''} -> {out}; search it "
                   f"with `taskret tart search --index {out} \"QUERY\"`" + (

@@ -140,7 +140,7 @@ class BM25Retriever(Retriever):
         from ..progress import stage
 
         if plan is not None and plan.directory is not None:
-            self._index_in_segments(texts, n, Path(plan.directory) / "bm25")
+            self._index_in_segments(texts, n, Path(plan.directory) / "bm25", budget=plan.memory_budget)
             return
         stream, first = _TokenStream(), None
         with stage(n, f"tokenizing {n} texts for BM25", unit="texts") as advance:
@@ -163,13 +163,18 @@ class BM25Retriever(Retriever):
         self.ids = list(ids)
         return self
 
-    def _index_in_segments(self, texts, n: int, folder: Path, statistics=None) -> None:
+    def _index_in_segments(self, texts, n: int, folder: Path, statistics=None, budget=None) -> None:
         """:func:`~taskret.retrieval.bm25_segments.build_segmented` into ``folder/bm25s`` (moved into the index
-        when it is saved), then that index memory-mapped; ``statistics``: the whole corpus's, for a shard."""
+        when it is saved), then that index memory-mapped; ``statistics``: the whole corpus's, for a shard;
+        ``budget``: the :class:`~taskret.retrieval.budget.MemoryBudget` whose segment and merge sizes it builds with
+        (None: the default's)."""
         import bm25s
 
         from ..progress import stage
         from .bm25_segments import NoTerms, build_segmented
+        from .budget import MemoryBudget
+
+        budget = budget or MemoryBudget()
 
         seen = {"n": 0, "first": None}
 
@@ -183,7 +188,8 @@ class BM25Retriever(Retriever):
 
         built = folder / "bm25s"
         try:
-            build_segmented(read(), built, folder / "segments", self.k1, self.b, statistics=statistics)
+            build_segmented(read(), built, folder / "segments", self.k1, self.b, segment_docs=budget.bm25_segment_docs,
+                            merge_pairs=budget.bm25_merge_pairs, statistics=statistics)
         except NoTerms:
             if seen["n"] == n:
                 raise _no_terms(n, seen["first"]) from None

@@ -14,8 +14,9 @@ asked for: ``index_type="flat"`` / ``"hnsw"``, or in a spec ``dense:minilm-l6?in
 with why it was built (``index_choice``: ``"auto: hnsw from 20000 vectors on (N here), flat below"`` or
 ``"asked for"``) and its recall cost (``recall_at_10``: its recall@10 against exact search over the same vectors,
 measured as it is built, :func:`hnsw_recall_at_10`); a meta.json without ``index_type`` is an exact flat index,
-recall 1. From :data:`AUTO_IVFPQ_FROM` vectors on, ``auto`` builds a compressed IVF-PQ index (``"ivfpq"``;
-``nprobe``, ``rerank``) whose candidates are re-ranked exactly from the full vectors in ``vectors.npy``, kept on disk
+recall 1. Where HNSW's vectors and graph would not fit the build's memory budget
+(:class:`~taskret.retrieval.budget.MemoryBudget`, 8 GiB by default: about 2M MiniLM vectors), ``auto`` builds a
+compressed IVF-PQ index (``"ivfpq"``; ``nprobe``, ``rerank``) whose candidates are re-ranked exactly from the full vectors in ``vectors.npy``, kept on disk
 and memory-mapped (:mod:`taskret.retrieval.ivfpq`). ``load_index(..., mmap=True)`` (``taskret serve``) maps either from the file (``IO_FLAG_MMAP_IFC``), so the
 workers of ``serve --workers N`` share one copy in the page cache.
 
@@ -48,6 +49,7 @@ from ..data import Example
 from ..models import ModelNotInstalled, dtype_name, is_engine_encoder, pick_device, pick_dtype, resolve_model
 from ..progress import in_chunks, no_loading_bars, reporting_enabled, stage
 from .base import Retriever, example_text
+from .budget import MemoryBudget
 
 INDEX_TYPES = ("auto", "flat", "hnsw", "ivfpq")
 #: ``index_type="auto"`` builds HNSW from this many vectors on, flat below. On MiniLM vectors of real short texts, one
@@ -69,11 +71,6 @@ HNSW_EF_SEARCH = 128
 #: 250K is between the two measured sizes, on the safe side.
 LARGE_POOL_FROM = 250_000
 LARGE_POOL_EF_SEARCH = 256
-#: ``index_type="auto"`` builds a compressed IVF-PQ index from this many vectors on. HNSW holds the full vectors and
-#: its graph in memory: its index file was 2.5 GB at 1M MiniLM vectors (``benchmarks/results/scale.json``), so it
-#: would fill the build's default 8 GiB memory budget by itself at about 3.4M; 2M leaves room for BM25 and the
-#: encoder. IVF-PQ keeps 48 bytes a vector in memory and the float32 vectors on disk.
-AUTO_IVFPQ_FROM = 2_000_000
 #: The dtype queries are encoded in (:meth:`DenseRetriever.encode`), whatever the documents'.
 QUERY_DTYPE = "float32"
 
@@ -83,13 +80,20 @@ DTYPE_ENV = "TASKRET_ENCODER_DTYPE"
 QUERY_PROGRESS_FROM = 1000
 
 
-def resolve_index_type(index_type: str, n: int) -> str:
-    """The FAISS index type to build over ``n`` vectors: ``auto`` is ``flat`` below :data:`AUTO_HNSW_FROM` vectors,
-    ``hnsw`` from there and ``ivfpq`` from :data:`AUTO_IVFPQ_FROM`; the others are themselves."""
+def resolve_index_type(index_type: str, n: int, dim: int, hnsw_m: int = HNSW_M,
+                       budget: MemoryBudget | None = None) -> str:
+    """The FAISS index type to build over ``n`` vectors of ``dim`` dimensions: ``auto`` is ``flat`` below
+    :data:`AUTO_HNSW_FROM` vectors, ``hnsw`` from there while its vectors and graph fit ``budget`` (default
+    :class:`~taskret.retrieval.budget.MemoryBudget`'s 8 GiB), ``ivfpq`` past that; the others are themselves, a flat
+    or HNSW index that would not fit refused (:class:`~taskret.retrieval.budget.OverBudget`)."""
     if index_type not in INDEX_TYPES:
         raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
+    budget = budget or MemoryBudget()
     if index_type == "auto":
-        return "ivfpq" if n >= AUTO_IVFPQ_FROM else "hnsw" if n >= AUTO_HNSW_FROM else "flat"
+        if n < AUTO_HNSW_FROM:
+            return "flat"
+        return "hnsw" if budget.dense_fits("hnsw", n, dim, hnsw_m) else "ivfpq"
+    budget.check_dense(index_type, n, dim, hnsw_m)
     return index_type
 
 
@@ -103,7 +107,8 @@ def build_faiss_index(vectors: np.ndarray, index_type: str = "flat", hnsw_m: int
                       ef_construction: int = HNSW_EF_CONSTRUCTION, ef_search: int | None = None):
     """An inner-product FAISS index over ``vectors`` (unit length: inner product = cosine); ``index_type`` may be
     ``auto`` (:func:`resolve_index_type`); ``ef_search`` None is :func:`ef_search_for` the pool."""
-    index = new_faiss_index(vectors.shape[1], resolve_index_type(index_type, len(vectors)), hnsw_m, ef_construction,
+    index = new_faiss_index(vectors.shape[1], resolve_index_type(index_type, len(vectors), vectors.shape[1], hnsw_m),
+                            hnsw_m, ef_construction,
                             ef_search or ef_search_for(len(vectors)))
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return index
@@ -395,8 +400,9 @@ class DenseRetriever(Retriever):
         from .ivfpq import VectorFile, scratch_vectors_path
         from .shards import ShardPlan, encode_in_shards
 
-        # Resolved now, so that meta.json records what was built ("auto" only says how it was chosen).
-        asked, self.index_type = self.index_type, resolve_index_type(self.index_type, n)
+        # Resolved at the first shard, when the vectors' size is known, so that meta.json records what was built
+        # ("auto" only says how it was chosen); an index over the plan's memory budget is refused there.
+        asked = self.index_type
         self.ef_search = self.ef_search or ef_search_for(n)
         plan = plan or ShardPlan()
         description = f"encoding {n} texts with {self.encoder_name} ({self.dtype})"
@@ -409,6 +415,8 @@ class DenseRetriever(Retriever):
                 load, start = time.perf_counter() - start, time.perf_counter()
                 for block in encode_in_shards(texts(), n, plan, key, runner, description, enabled):
                     added = time.perf_counter()
+                    if index is None and written is None:
+                        self.index_type = resolve_index_type(asked, n, block.shape[1], self.hnsw_m, plan.memory_budget)
                     if self.index_type == "ivfpq":
                         if written is None:  # beside the shards, so a save in the same file system renames it
                             where = plan.directory / "ivfpq" if plan.directory is not None else None
@@ -443,8 +451,9 @@ class DenseRetriever(Retriever):
         elif self.index_type == "ivfpq":
             from .ivfpq import ivfpq_recall_at_10
 
-            self.index_choice = (f"auto: ivfpq from {AUTO_IVFPQ_FROM} vectors on ({n} here)" if asked == "auto"
-                                 else "asked for")
+            budget = plan.memory_budget or MemoryBudget()
+            self.index_choice = (f"auto: ivfpq, HNSW's vectors and graph over the {budget.gib:g} GiB memory budget "
+                                 f"({n} vectors here)" if asked == "auto" else "asked for")
             start = time.perf_counter()
             self.recall_at_10 = ivfpq_recall_at_10(index, self._full_vectors, self.rerank)
             self.build_seconds["recall"] = time.perf_counter() - start

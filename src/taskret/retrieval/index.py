@@ -280,19 +280,20 @@ def save_index(out: str | os.PathLike, retriever: Retriever, items: Iterable, *,
 
 def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, retriever_spec: str | None = None,
                     instruction: str | None = None, extra: dict | None = None, shard_size: int = SHARD_SIZE,
-                    ray=None) -> Path:
+                    ray=None, memory_budget=None) -> Path:
     """Index a corpus read in passes (``documents``: a :class:`~taskret.corpus.DocumentStream`, from
     :func:`~taskret.tart.tasks.open_corpus`) into the document index ``out``, holding no more than the index: one
     pass checks every document and takes the corpus's ids and fingerprint, the retriever indexes the texts of
     another (:meth:`~taskret.retrieval.base.Retriever.index_stream`: a dense encoder's vectors go to
     ``out/.shards/`` shard by shard, so a killed run started again resumes from them; ``ray``, a
     :class:`~taskret.epr.distributed.RayOptions`, encodes them on Ray actors), and :func:`save_index` writes the
-    folder from a last one, atomically (the shards go with the folder it replaces). Each stage reports its progress
+    folder from a last one, atomically (the shards go with the folder it replaces). ``memory_budget`` (a
+    :class:`~taskret.retrieval.budget.MemoryBudget`, default 8 GiB) sets the dense index type and BM25's segments. Each stage reports its progress
     under :func:`~taskret.progress.reporting`. Shards of another corpus or encoder are refused
     (:class:`~taskret.retrieval.shards.ShardMismatch`)."""
     out = Path(out)
     _index_in_shards(out, retriever, documents.scan, documents.texts, None, f"reading {documents.name}", "documents",
-                     shard_size, ray)
+                     shard_size, ray, memory_budget)
     return save_index(out, retriever, documents, kind="documents", task=documents.name, retriever_spec=retriever_spec,
                       instruction=instruction, extra=extra)
 
@@ -300,7 +301,7 @@ def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, 
 def index_examples(out: str | os.PathLike, retriever: Retriever, examples: Sequence[Example], *,
                    task: str | None = None, retriever_spec: str | None = None, output_format: str | None = None,
                    lm: str | None = None, extra: dict | None = None, shard_size: int = SHARD_SIZE,
-                   ray=None) -> Path:
+                   ray=None, memory_budget=None) -> Path:
     """Index an example pool into the example index ``out``, as :func:`index_documents` indexes a corpus: the texts
     the retriever reads of each example (its ``field``: input, output or both, as
     :meth:`~taskret.retrieval.base.Retriever.index` takes them) are fingerprinted with the ids, a dense encoder's
@@ -319,13 +320,14 @@ def index_examples(out: str | os.PathLike, retriever: Retriever, examples: Seque
         return [example.id for example in examples], fingerprint(zip((e.id for e in examples), texts()), advance)
 
     _index_in_shards(out, retriever, scan, texts, len(examples), f"reading {task or 'the pool'}", "examples",
-                     shard_size, ray)
+                     shard_size, ray, memory_budget)
     return save_index(out, retriever, examples, task=task, retriever_spec=retriever_spec, output_format=output_format,
                       lm=lm, extra=extra)
 
 
 def _index_in_shards(out: Path, retriever: Retriever, scan: Callable, texts: Callable[[], Iterable[str]],
-                     total: int | None, description: str, unit: str, shard_size: int, ray) -> None:
+                     total: int | None, description: str, unit: str, shard_size: int, ray,
+                     memory_budget=None) -> None:
     """The retriever of :func:`index_documents` and :func:`index_examples` indexed: ``out`` and the retriever's models
     checked before anything is read, ``scan(advance)`` for the ids and fingerprint (one progress stage of ``total``
     ``unit``), then :meth:`~taskret.retrieval.base.Retriever.index_stream` of ``texts`` in shards under
@@ -336,7 +338,7 @@ def _index_in_shards(out: Path, retriever: Retriever, scan: Callable, texts: Cal
     retriever.check_models()  # an encoder that is not installed fails before the texts are read
     with stage(total, description, unit=unit) as advance:
         ids, digest = scan(advance)
-    retriever.index_stream(ids, texts, ShardPlan(out / SHARDS_DIR, digest, shard_size, ray))
+    retriever.index_stream(ids, texts, ShardPlan(out / SHARDS_DIR, digest, shard_size, ray, memory_budget))
 
 
 # -- loading and checking ------------------------------------------------------------------------------

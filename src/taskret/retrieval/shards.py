@@ -64,13 +64,16 @@ class ShardMismatch(ValueError):
 class ShardPlan:
     """How a streamed index keeps its vectors while it is built: ``directory`` (None: no files, one shard of the
     whole corpus, as an index built in memory), ``corpus`` (a fingerprint of the corpus,
-    :meth:`~taskret.corpus.DocumentStream.scan`), ``shard_size`` and ``ray`` (a
-    :class:`~taskret.epr.distributed.RayOptions`: encode the shards on Ray actors)."""
+    :meth:`~taskret.corpus.DocumentStream.scan`), ``shard_size``, ``ray`` (a
+    :class:`~taskret.epr.distributed.RayOptions`: encode the shards on Ray actors) and ``memory_budget`` (a
+    :class:`~taskret.retrieval.budget.MemoryBudget`; None: its default), which sets the dense index type and BM25's
+    segment sizes."""
 
     directory: Path | None = None
     corpus: str = ""
     shard_size: int = SHARD_SIZE
     ray: object | None = None
+    memory_budget: object | None = None
 
     def __post_init__(self) -> None:
         if self.shard_size < 1:
