@@ -30,7 +30,7 @@ __all__ = ["DEFAULT_GIB", "DENSE_SHARE", "HNSW_GRAPH_BYTES_PER_LINK", "MemoryBud
 #: The budget when none is given: a 16 GiB laptop's half.
 DEFAULT_GIB = 8.0
 #: The share of the budget a dense index in memory may take; the rest is BM25's merge, the encoder and the ids. At the
-#: default 8 GiB and MiniLM's 384 dimensions it moves ``auto`` from HNSW to IVF-PQ at 2M vectors: HNSW's index file
+#: default 8 GiB and MiniLM's 384 dimensions it moves ``auto`` from HNSW to IVF-PQ at about 2M vectors: HNSW's index file
 #: was 2.5 GB at 1M MiniLM vectors (``benchmarks/results/scale.json``).
 DENSE_SHARE = 0.58
 #: Bytes of HNSW's graph per vector and link (``hnsw_m``): 30 x 32 links + 4 x 384 dimensions = 2,496 bytes a vector,

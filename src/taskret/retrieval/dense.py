@@ -16,8 +16,8 @@ with why it was built (``index_choice``: ``"auto: hnsw from 20000 vectors on (N 
 measured as it is built, :func:`hnsw_recall_at_10`); a meta.json without ``index_type`` is an exact flat index,
 recall 1. Where HNSW's vectors and graph would not fit the build's memory budget
 (:class:`~taskret.retrieval.budget.MemoryBudget`, 8 GiB by default: about 2M MiniLM vectors), ``auto`` builds a
-compressed IVF-PQ index (``"ivfpq"``; ``nprobe``, ``rerank``) whose candidates are re-ranked exactly from the full vectors in ``vectors.npy``, kept on disk
-and memory-mapped (:mod:`taskret.retrieval.ivfpq`). ``load_index(..., mmap=True)`` (``taskret serve``) maps either from the file (``IO_FLAG_MMAP_IFC``), so the
+compressed IVF-PQ index (``"ivfpq"``; ``nprobe``, ``rerank``) whose candidates are re-ranked exactly from the full
+vectors in ``vectors.npy``, kept on disk and memory-mapped (:mod:`taskret.retrieval.ivfpq`). ``load_index(..., mmap=True)`` (``taskret serve``) maps either from the file (``IO_FLAG_MMAP_IFC``), so the
 workers of ``serve --workers N`` share one copy in the page cache.
 
 ``dtype`` is the precision the encoders run in: ``auto`` (the default) picks bfloat16 where the CPU computes it
