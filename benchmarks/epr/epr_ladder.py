@@ -117,6 +117,9 @@ RUNGS: dict[str, tuple[str, str, list[Path], Path]] = {
           E2E / "h"),
 }
 REFERENCES = {"bm25": f"committed:{COMMITTED}/epr/baseline", "lm_oracle": f"oracle:{COMMITTED}/lm-oracle/oracle"}
+#: Stages that ``taskret epr run`` runs inside another's (their time within its wall time too): the round labeller is
+#: trained, and its agreement measured, as round 2's labels stage begins.
+NESTED_IN_LABELS = {"round 2 labels": ("round labeller", "round labeller agreement")}
 TRAINING_STAGES = ("training", "round 2 training", "round 3 training", "index", "round 2 candidates",
                    "round 3 candidates", "round labeller", "round labeller agreement")
 #: Stages a rung's work folder skipped because another rung ran them with the same settings, so the rung's cost
@@ -323,15 +326,18 @@ def _round1_times(name: str, other: str, results: Path) -> dict[str, dict]:
 def _labelling_beyond_scoring(times: dict[str, dict], scoring_s: dict[str, float | None]) -> dict[str, float]:
     """What each round's labels stage took besides its LM scoring (``scoring_s``, counted on its own): all of it for
     a round that the LM did not score (g's round 2, labelled by its reward model), the rest (a budget's choice of
-    inputs, the labels' merge) where the scoring was measured, nothing where it was not (its hours are modelled)."""
+    inputs, the labels' merge) where the scoring was measured, nothing where it was not (its hours are modelled).
+    The stages that ran inside round 2's labels (the round labeller's training and agreement, recorded apart and
+    counted on their own) are taken out of it too."""
     out = {}
     for stage, row in times.items():
         labels = re.fullmatch(r"(?:round (\d+) )?labels", stage)  # round 1's stage is "labels"
         if labels is None:
             continue
         scored = scoring_s.get(labels.group(1) or "1", 0.0)  # 0.0: no LM score file for this round
+        nested = sum(times[s]["wall_s"] for s in NESTED_IN_LABELS.get(stage, ()) if s in times)
         if scored is not None:
-            out[f"{stage} beyond LM scoring"] = round(max(0.0, row["wall_s"] - scored), 1)
+            out[f"{stage} beyond LM scoring"] = round(max(0.0, row["wall_s"] - scored - nested), 1)
     return out
 
 

@@ -188,9 +188,9 @@ def test_a_round_labelled_without_the_lm_counts_its_reward_model_and_a_budgeted_
     monkeypatch.setitem(ladder.RUNGS, "g", ("g", "index:g", [round1], tmp_path / "g"))
     monkeypatch.setitem(ladder.RUNGS, "h", ("h", "index:h", h_rounds, tmp_path / "h"))
     _write(tmp_path / "d" / "stage_times.jsonl", [{"stage": "training", "wall_s": 2000.0}])
-    _write(tmp_path / "g" / "stage_times.jsonl", [
+    _write(tmp_path / "g" / "stage_times.jsonl", [  # the labeller trains inside round 2's labels (300 s of its 420)
         {"stage": "labels", "wall_s": 7230.0}, {"stage": "round labeller", "wall_s": 300.0},
-        {"stage": "round 2 labels", "wall_s": 120.0}, {"stage": "round 2 training", "wall_s": 1000.0}])
+        {"stage": "round 2 labels", "wall_s": 420.0}, {"stage": "round 2 training", "wall_s": 1000.0}])
     _write(tmp_path / "h" / "stage_times.jsonl", [
         {"stage": "labels", "wall_s": 7000.0},  # resumed: the last session's part only, under the scoring's sum
         {"stage": "round 2 labels", "wall_s": 500.0}, {"stage": "round 2 training", "wall_s": 900.0}])
