@@ -149,9 +149,12 @@ def epr_ladder_answer() -> list[str]:
         allowed = [r for r in rungs if rungs[r]["lm_calls"] <= CALLS_ALLOWED * plain["lm_calls"]]
         top = max(allowed, key=lambda r: rungs[r]["share_of_gap"])
         met = rungs[top]["share_of_gap"] >= RECIPE_TARGET_SHARE
+        noise = (f", within noise of the best (Holm p={rungs[top]['vs_best_p_holm']:.3f})"
+                 if "vs_best_p_holm" in rungs[top] else "")
         text.append(f". **The target {'is met' if met else 'is not met'}**: the best rung at <= {CALLS_ALLOWED}x plain "
-                    f"EPR's LM calls ({top}) reaches {share(top)} of the gap against the {100 * RECIPE_TARGET_SHARE:.0f}% "
-                    f"asked; the best rung of all ({best}) reaches {share(best)}, "
+                    f"EPR's LM calls ({top}, {rungs[top]['lm_calls'] / plain['lm_calls']:.2f}x) reaches "
+                    f"{100 * rungs[top]['share_of_gap']:.1f}% of the gap against the {100 * RECIPE_TARGET_SHARE:.0f}% "
+                    f"asked{noise}; the best rung of all ({best}) reaches {share(best)}, "
                     f"{100 * (GOAL_SHARE - rungs[best]['share_of_gap']):.0f} points short of the project's "
                     f"{100 * GOAL_SHARE:.0f}% goal")
     return ["".join(text) + "."]
