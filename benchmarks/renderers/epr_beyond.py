@@ -247,8 +247,8 @@ def _round2_lines(rungs: dict) -> list[str]:
         agreement, fit, budget = row.get("labeller_agreement"), row.get("labeller_fit"), row.get("round2_budget")
         if agreement:
             mapped = (f"; its {fit['pairs_labelled']:,} round-2 labels put on the LM's scale by a map fitted on "
-                      f"{fit['pairs_fitted_on']:,} pairs both rated (R² within inputs {fit['r2_within_inputs']})"
-                      if fit else "")
+                      f"{fit['pairs_fitted_on']:,} pairs both rated (R² within inputs {fit['r2_within_inputs']:.2f})"
+                      if fit and fit.get("r2_within_inputs") is not None else "")
             lines += ["", f"Rung {name}'s reward model against the LM on {agreement['n_inputs']} round-1 inputs it held "
                           f"out of training: Spearman {agreement['spearman']:.2f}, {agreement['top5_overlap']:.0%} of "
                           f"the LM's top 5 in its top 5{mapped}."]
