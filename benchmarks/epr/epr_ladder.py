@@ -354,10 +354,10 @@ def _cost(name: str, results: Path) -> dict:
             stages[stage] = stage_seconds(_round1_times(name, other, results)[stage])
     if name in MINED_LIKE_INDEX and "index" in stages:
         stages.setdefault(MINED_LIKE_INDEX[name], round(2 * stages["index"], 1))
-    own = Path(RUNGS[name][3])
+    own, measured = Path(RUNGS[name][3]), all(v is not None for v in scoring_s.values())
     cost = {"lm_calls": pairs, "stages_wall_s": stages, "scoring_s": scoring_s,
             # one run of the rung's config did it all: its own scores, stages and machine, nothing borrowed
-            "end_to_end": (all(v is not None for v in scoring_s.values()) and not gpu
+            "end_to_end": (measured and not gpu
                            and name not in STAGES_RUN_BY and name not in MINED_LIKE_INDEX
                            and all(own in path.parents for path in RUNGS[name][2]))}
     if gpu:
@@ -366,7 +366,7 @@ def _cost(name: str, results: Path) -> dict:
         # of which LM scoring: the "labels" stages score the new pairs (the rest trains and mines)
         cost["gpu_scoring_minutes"] = round(sum(times[s]["wall_s"] for s in gpu if s in times and "labels" in s) / 60, 1)
         cost["gpu_stages"] = sorted(gpu)
-    elif all(v is not None for v in scoring_s.values()):
+    elif measured:
         # every round's LM scoring measured (g and h add their round 2 to d's measured round 1, on one machine)
         cost["cpu_hours_to_index"] = round((sum(scoring_s.values()) + sum(stages.values())) / 3600, 2)
         if name in STAGES_RUN_BY:  # the stages whose measured time is another rung's run

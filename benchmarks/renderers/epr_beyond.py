@@ -109,6 +109,11 @@ def _only_other(v: dict) -> int:
     return next(count for key, count in v.items() if key.startswith("only_") and key != "only_method")
 
 
+def _pair(v: dict) -> str:
+    """A paired test as the ladder writes it: only this one / only the other, p."""
+    return f"{v['only_method']} / {_only_other(v)}, {p_text(v['p'], 3)}"
+
+
 def _machine_line(info: dict) -> str:
     """The ladder's machine: CPU, cores, versions, its kind and the LM's precision (its outputs differ with them)."""
     return describe_machine(info) + prefixed(", ", simd_kind(info)) + prefixed(", LM in ", info.get("dtype") or "")
@@ -124,17 +129,14 @@ def epr_ladder_answer() -> list[str]:
     best = max(rungs, key=lambda r: rungs[r]["em"])
     row, plain = rungs[pick], rungs.get("a")
 
-    def pair(v: dict) -> str:
-        return f"{v['only_method']} / {_only_other(v)}, {p_text(v['p'], 3)}"
-
     share = (lambda r: f"{100 * rungs[r]['share_of_gap']:.0f}%") if "share_of_gap" in row else (lambda r: "?")
     text = [f"**Answer.** Measured on one machine ({_machine_line(d['machine'])}) over all {mtop['n']} MTOP test inputs"]
     if plain and best != "a":
         text.append(f", the best rung, {best} ({rungs[best]['adds'].removeprefix('+ ')}), gets {rungs[best]['em']:.1f} EM "
-                    f"against plain EPR's {plain['em']:.1f} ({pair(rungs[best]['vs_epr'])})")
+                    f"against plain EPR's {plain['em']:.1f} ({_pair(rungs[best]['vs_epr'])})")
     text.append(". Each lever against the rung it adds to: " + "; ".join(
         f"{name} ({r['adds'].removeprefix('+ ')}) {r['em'] - rungs[r['vs_prev']['rung']]['em']:+.1f} "
-        f"({pair(r['vs_prev'])})" for name, r in rungs.items() if (r.get("vs_prev") or {}).get("rung") in rungs) + ".")
+        f"({_pair(r['vs_prev'])})" for name, r in rungs.items() if (r.get("vs_prev") or {}).get("rung") in rungs) + ".")
     held = f"{p_text(row['vs_best_p'], 3)}, Holm {p_text(row['vs_best_p_holm'], 3)}" if "vs_best_p_holm" in row else ""
     text.append(f" **Recommended: rung {pick}** ({row['adds'].removeprefix('+ ')}), the cheapest rung within noise of "
                 f"the best once every rung's test against it is read as one family (Holm's correction)"
@@ -194,7 +196,7 @@ def epr_ladder_table() -> list[str]:
             return ""
         v = row[key]
         low, high = v["diff_ci95"]
-        return f"{v['only_method']} / {_only_other(v)}, {p_text(v['p'], 3)}, [{low:+.1f}, {high:+.1f}]"
+        return f"{_pair(v)}, [{low:+.1f}, {high:+.1f}]"
 
     def cost(row: dict) -> str:
         if row.get("cpu_hours_to_index") is not None and row.get("scoring_modelled_pairs_per_s"):

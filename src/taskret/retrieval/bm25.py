@@ -27,6 +27,7 @@ import numpy as np
 from ..data import Example
 from .base import RetrievalResult, Retriever, example_text
 from .bm25_segments import TOKEN_PATTERN
+from .budget import MemoryBudget
 from .hybrid import strip_instructions
 
 BACKENDS = ("auto", "numpy", "numba")
@@ -163,18 +164,16 @@ class BM25Retriever(Retriever):
         self.ids = list(ids)
         return self
 
-    def _index_in_segments(self, texts, n: int, folder: Path, statistics=None, budget=None) -> None:
+    def _index_in_segments(self, texts, n: int, folder: Path, statistics=None,
+                           budget: MemoryBudget = MemoryBudget()) -> None:
         """:func:`~taskret.retrieval.bm25_segments.build_segmented` into ``folder/bm25s`` (moved into the index
         when it is saved), then that index memory-mapped; ``statistics``: the whole corpus's, for a shard;
         ``budget``: the :class:`~taskret.retrieval.budget.MemoryBudget` whose segment and merge sizes it builds with
-        (None: the default's)."""
+        (8 GiB unless given)."""
         import bm25s
 
         from ..progress import stage
         from .bm25_segments import NoTerms, build_segmented
-        from .budget import MemoryBudget
-
-        budget = budget or MemoryBudget()
 
         seen = {"n": 0, "first": None}
 

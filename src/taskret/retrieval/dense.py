@@ -81,14 +81,13 @@ QUERY_PROGRESS_FROM = 1000
 
 
 def resolve_index_type(index_type: str, n: int, dim: int, hnsw_m: int = HNSW_M,
-                       budget: MemoryBudget | None = None) -> str:
+                       budget: MemoryBudget = MemoryBudget()) -> str:
     """The FAISS index type to build over ``n`` vectors of ``dim`` dimensions: ``auto`` is ``flat`` below
     :data:`AUTO_HNSW_FROM` vectors, ``hnsw`` from there while its vectors and graph fit ``budget`` (default
     :class:`~taskret.retrieval.budget.MemoryBudget`'s 8 GiB), ``ivfpq`` past that; the others are themselves, a flat
     or HNSW index that would not fit refused (:class:`~taskret.retrieval.budget.OverBudget`)."""
     if index_type not in INDEX_TYPES:
         raise ValueError(f"unknown index_type '{index_type}'; expected one of {INDEX_TYPES}")
-    budget = budget or MemoryBudget()
     if index_type == "auto":
         if n < AUTO_HNSW_FROM:
             return "flat"
@@ -451,9 +450,8 @@ class DenseRetriever(Retriever):
         elif self.index_type == "ivfpq":
             from .ivfpq import ivfpq_recall_at_10
 
-            budget = plan.memory_budget or MemoryBudget()
-            self.index_choice = (f"auto: ivfpq, HNSW's vectors and graph over the {budget.gib:g} GiB memory budget "
-                                 f"({n} vectors here)" if asked == "auto" else "asked for")
+            self.index_choice = (f"auto: ivfpq, HNSW's vectors and graph over the {plan.memory_budget.gib:g} GiB "
+                                 f"memory budget ({n} vectors here)" if asked == "auto" else "asked for")
             start = time.perf_counter()
             self.recall_at_10 = ivfpq_recall_at_10(index, self._full_vectors, self.rerank)
             self.build_seconds["recall"] = time.perf_counter() - start

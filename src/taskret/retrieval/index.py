@@ -48,6 +48,7 @@ from ..formats import BREAK_FORMAT, break_to_prompt
 from ..io import DataError, atomic_path, iter_records, read_json, write_json, write_jsonl
 from .base import REGISTRY as RETRIEVERS
 from .base import Retriever, example_text
+from .budget import MemoryBudget
 from .set_selection import Selection, trained_for
 from .shards import SHARD_SIZE, SHARDS_DIR, ShardPlan
 
@@ -280,7 +281,7 @@ def save_index(out: str | os.PathLike, retriever: Retriever, items: Iterable, *,
 
 def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, retriever_spec: str | None = None,
                     instruction: str | None = None, extra: dict | None = None, shard_size: int = SHARD_SIZE,
-                    ray=None, memory_budget=None) -> Path:
+                    ray=None, memory_budget: MemoryBudget = MemoryBudget()) -> Path:
     """Index a corpus read in passes (``documents``: a :class:`~taskret.corpus.DocumentStream`, from
     :func:`~taskret.tart.tasks.open_corpus`) into the document index ``out``, holding no more than the index: one
     pass checks every document and takes the corpus's ids and fingerprint, the retriever indexes the texts of
@@ -288,8 +289,8 @@ def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, 
     ``out/.shards/`` shard by shard, so a killed run started again resumes from them; ``ray``, a
     :class:`~taskret.epr.distributed.RayOptions`, encodes them on Ray actors), and :func:`save_index` writes the
     folder from a last one, atomically (the shards go with the folder it replaces). ``memory_budget`` (a
-    :class:`~taskret.retrieval.budget.MemoryBudget`, default 8 GiB) sets the dense index type and BM25's segments. Each stage reports its progress
-    under :func:`~taskret.progress.reporting`. Shards of another corpus or encoder are refused
+    :class:`~taskret.retrieval.budget.MemoryBudget`, default 8 GiB) sets the dense index type and BM25's segments.
+    Each stage reports its progress under :func:`~taskret.progress.reporting`. Shards of another corpus or encoder are refused
     (:class:`~taskret.retrieval.shards.ShardMismatch`)."""
     out = Path(out)
     _index_in_shards(out, retriever, documents.scan, documents.texts, None, f"reading {documents.name}", "documents",
@@ -301,7 +302,7 @@ def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, 
 def index_examples(out: str | os.PathLike, retriever: Retriever, examples: Sequence[Example], *,
                    task: str | None = None, retriever_spec: str | None = None, output_format: str | None = None,
                    lm: str | None = None, extra: dict | None = None, shard_size: int = SHARD_SIZE,
-                   ray=None, memory_budget=None) -> Path:
+                   ray=None, memory_budget: MemoryBudget = MemoryBudget()) -> Path:
     """Index an example pool into the example index ``out``, as :func:`index_documents` indexes a corpus: the texts
     the retriever reads of each example (its ``field``: input, output or both, as
     :meth:`~taskret.retrieval.base.Retriever.index` takes them) are fingerprinted with the ids, a dense encoder's
@@ -327,7 +328,7 @@ def index_examples(out: str | os.PathLike, retriever: Retriever, examples: Seque
 
 def _index_in_shards(out: Path, retriever: Retriever, scan: Callable, texts: Callable[[], Iterable[str]],
                      total: int | None, description: str, unit: str, shard_size: int, ray,
-                     memory_budget=None) -> None:
+                     memory_budget: MemoryBudget) -> None:
     """The retriever of :func:`index_documents` and :func:`index_examples` indexed: ``out`` and the retriever's models
     checked before anything is read, ``scan(advance)`` for the ids and fingerprint (one progress stage of ``total``
     ``unit``), then :meth:`~taskret.retrieval.base.Retriever.index_stream` of ``texts`` in shards under

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..io import DataError, atomic_path, read_json, write_json
 from ..progress import note, report_resumed, stage
+from .budget import MemoryBudget
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +67,14 @@ class ShardPlan:
     whole corpus, as an index built in memory), ``corpus`` (a fingerprint of the corpus,
     :meth:`~taskret.corpus.DocumentStream.scan`), ``shard_size``, ``ray`` (a
     :class:`~taskret.epr.distributed.RayOptions`: encode the shards on Ray actors) and ``memory_budget`` (a
-    :class:`~taskret.retrieval.budget.MemoryBudget`; None: its default), which sets the dense index type and BM25's
+    :class:`~taskret.retrieval.budget.MemoryBudget`, 8 GiB unless given), which sets the dense index type and BM25's
     segment sizes."""
 
     directory: Path | None = None
     corpus: str = ""
     shard_size: int = SHARD_SIZE
     ray: object | None = None
-    memory_budget: object | None = None
+    memory_budget: MemoryBudget = MemoryBudget()
 
     def __post_init__(self) -> None:
         if self.shard_size < 1:
