@@ -52,8 +52,9 @@ SECTIONS = (
                speed.scoring_precision_table, speed.ray_table)),
     ("serving", (serve.serve_table, serve.request_path_table, serve.dense_latency_table)),
     ("scale", (scale.scale_table,)),
-    ("engines", (scale.engines_table,)),
+    ("engines", (scale.engines_table, scale.bm25_ties_lines)),
     ("build-memory", (scale.build_memory_table,)),
+    ("ray-shards", (scale.ray_shards_table,)),
     ("robustness", (robustness.robustness_table,)),
 )
 

@@ -248,3 +248,79 @@ def engines_table() -> list[str]:
         if run:
             out += ["", f"(`{run['command']}`; {describe_machine(run['machine'])}, {_load_text(run)}.)"]
     return [line for line in out if line is not None]
+
+
+#: /retrieve requests ray_shards.py answers one at a time before each wrk run (its WARM_UP_QUERIES)
+WARM_UP = 20
+
+
+def ray_shards_table() -> list[str]:
+    """`benchmarks/scale/ray_shards.py`: BM25 shards on a local multi-node Ray cluster against the single index."""
+    d = load("ray_shards.json")
+    if not d:
+        return []
+    single, ray, same, killed = d["single"], d["ray"], d["vs_single_index"], d["killed_shard"]
+    out = [f"{d['documents']:,} documents in {d['shards']} BM25 shards on a {d['nodes']}-node local Ray cluster, one "
+           f"actor a shard (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; every node on the "
+           "same 2 cores), against the single index of the same corpus:", "",
+           *header("", "build s", "build peak RSS GiB", "disk GiB", "one query p50 / p99 ms")]
+    out.append(f"| single index (one process, one thread) | {single['build_s']} | {single['build_peak_rss_gib']} | "
+               f"{single['disk_gib']} | {single['p50_ms']} / {single['p99_ms']} |")
+    out.append(f"| {d['shards']} shards on Ray (tasks, then actors) | {ray['build_s']} | {ray['peak_rss_gib']} "
+               f"(driver + Ray processes, RSS summed) | {ray['disk_gib']} | {ray['p50_ms']} / {ray['p99_ms']} |")
+    out += ["", f"Merged top 10 of {same['queries']:,} real queries: the single index's ten ids in its order for "
+            f"**{same['same_top10_share']:.1%}**, the same up to the order of tied scores for "
+            f"**{same['same_top10_up_to_ties_share']:.1%}**; largest score difference {same['max_score_diff']}."]
+    strict = killed["strict"]
+    out.append(f"A shard's actor killed (`{killed['shard']}`, SIGKILL): the strict search "
+               + (f"raised `ShardFailed` naming it in {strict['seconds']} s" if strict.get("raised") and
+                  strict.get("names_shard") else "**did not name it**")
+               + f"; with `allow_partial` every query was answered from the others, missing {killed['partial_missing']}"
+               + (", none of its documents in a top 10." if killed["partial_has_no_killed_shard_documents"]
+                  else ", **with its documents still in a top 10**."))
+    serve = d.get("serve")
+    if serve:
+        out += ["", f"Served (`taskret serve`, one worker; {serve['tool']}, {serve['connections']} connections, "
+                f"{serve['duration_s']:.0f} s per run, real queries in turn, k=10):", "",
+                *header("index", "requests/s", "p50 ms", "p99 ms", "errors", f"first {WARM_UP} answers, one at a time, s")]
+        for name, label in (("single", "`--index` (the single index)"), ("ray_shards", "`--shards` (Ray actors)")):
+            r = serve[name]
+            out.append(f"| {label} | {r['req_per_s']:,.1f} | {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | "
+                       f"{_fmt(r.get('warm_up_s'), 1)} |")
+        first = load("ray_shards_no_warm_up.json") or {}
+        earlier = first.get("serve")
+        if earlier:
+            one, many = earlier["single"], earlier["ray_shards"]
+            out += ["", f"An earlier run of the same command, before the script answered {WARM_UP} requests ahead of "
+                    f"wrk and before taskret's BM25 ranked equal scores in corpus order (`ray_shards_no_warm_up.json`; "
+                    f"its merged top 10 in the single index's order for "
+                    f"{first['vs_single_index']['same_top10_share']:.1%}, the same up to tied scores for "
+                    f"{first['vs_single_index']['same_top10_up_to_ties_share']:.1%}): the single index "
+                    f"{one['req_per_s']:,.1f} requests/s, p99 "
+                    f"{one['p99_ms']} ms; the shards {many['req_per_s']:,.1f} requests/s, p99 {many['p99_ms']:,.0f} "
+                    f"ms, wrk's load having begun while the actors still loaded their shards. Between the two runs "
+                    f"the single index's rate moved {one['req_per_s'] / serve['single']['req_per_s']:.2f}x, the "
+                    f"shards' {many['req_per_s'] / serve['ray_shards']['req_per_s']:.2f}x."]
+        after = serve.get("killed_shard") or {}
+        out += ["", f"A shard actor of the service killed: the next answer HTTP {after.get('status')}, "
+                f"`missing_shards` {after.get('missing_shards')}, {after.get('results')} results."]
+    return out
+
+
+def bm25_ties_lines() -> list[str]:
+    """`benchmarks/scale/bm25_ties.py`: NDCG@10 at one size under each order of the documents with equal scores."""
+    d = load("bm25_ties.json")
+    if not d or "ndcg10_whole_top" not in d:
+        return []
+    rank10, whole = d["ndcg10"], d["ndcg10_whole_top"]
+    engines = ", ".join(f"{name} {value}" for name, value in d.get("engines_ndcg10", {}).items())
+    return ["", f"Why the engines' NDCG@10 spread apart at {d['documents']:,} documents (`{d['command']}`; "
+            f"{describe_machine(d['machine'])}): the corpus scored exactly (bm25s, k1 1.5, b 0.75), then ranked under "
+            f"each order of equal scores. {d['queries_with_a_tie_across_rank_10']} of {d['queries']:,} queries have a "
+            f"tie across rank 10 (mean {d['mean_documents_in_that_tie']} documents), "
+            f"holding {d['copies_of_judged_documents_in_those_ties']} word-for-word copies of a judged document. "
+            f"Every tie in corpus order (originals first): **{rank10['by_row_ascending']}**; bm25s's own order "
+            f"(its partial sort's): **{whole['bm25s_retrieve']}**; every tie copies first: "
+            f"{whole['every_tie_by_row_descending']}; the tie at rank 10 alone reordered, best to worst: "
+            f"{rank10['relevant_first']} to {rank10['relevant_last']}. The engines in the table: {engines}. "
+            "taskret's BM25 now ranks equal scores in corpus order."]

@@ -43,6 +43,10 @@ from scale import K, real_query_items, real_sources, write_corpus  # noqa: E402
 from taskret.io import read_json  # noqa: E402
 
 ORDERS = ("by_row_ascending", "by_row_descending", "relevant_first", "relevant_last")
+#: Orders of every tie in the top 10, not only the one at rank 10 (ORDERS rank the ties above it by row, ascending):
+#: bm25s's own retrieve (equal scores as its partial sort leaves them: taskret's BM25 before it ordered ties by
+#: row), and every tie's copies first.
+WHOLE_TOP_ORDERS = ("bm25s_retrieve", "every_tie_by_row_descending")
 
 
 def top10_by_order(scores: np.ndarray, relevant_rows: set[int]) -> tuple[dict[str, list[int]], dict, list[int]]:
@@ -91,7 +95,7 @@ def analyse(corpus: Path, folders: list[Path], n_queries: int, seed: int) -> dic
     qrels = real_qrels(folders, {qid for qid, _ in items})
     items = [(qid, text) for qid, text in items if qid in qrels]
     tokens = _tokenize([text for _, text in items], return_ids=False)
-    tops: dict[str, list[list[int]]] = {order: [] for order in ORDERS}
+    tops: dict[str, list[list[int]]] = {order: [] for order in ORDERS + WHOLE_TOP_ORDERS}
     crossing = relevant_in_tie = tied_total = copies = 0
     for (qid, _), query in zip(items, tokens):
         known = [t for t in query if t in index.vocab_dict]
@@ -100,16 +104,23 @@ def analyse(corpus: Path, folders: list[Path], n_queries: int, seed: int) -> dic
         by_order, tie, tied_rows = top10_by_order(scores, relevant_rows)
         for order in ORDERS:
             tops[order].append(by_order[order])
+        tops["bm25s_retrieve"].append(index.retrieve([known], k=K, show_progress=False, n_threads=0)[0][0].tolist()
+                                      if known else [])
+        cut = np.flatnonzero(scores >= scores[by_order["by_row_ascending"][-1]]) if known and len(
+            by_order["by_row_ascending"]) else np.array([], dtype=int)
+        cut = cut[scores[cut] > 0]
+        tops["every_tie_by_row_descending"].append(cut[np.lexsort((-cut, -scores[cut]))][:K].tolist())
         if tie["above"] < K < tie["above"] + tie["tied"]:
             crossing += 1
             tied_total += tie["tied"]
             relevant_in_tie += tie["relevant_tied"] > 0
             copies += copies_of(texts, relevant_rows, set(tied_rows))
     qids = [qid for qid, _ in items]
-    rows = {row for order in ORDERS for top in tops[order] for row in top}
+    rows = {row for order in ORDERS + WHOLE_TOP_ORDERS for top in tops[order] for row in top}
     names = {row: ids[row] for row in rows}
     return {"documents": len(texts), "queries": len(items), "index_s": round(index_s, 1),
             "ndcg10": {order: ndcg_at_10(tops[order], qids, names, qrels) for order in ORDERS},
+            "ndcg10_whole_top": {order: ndcg_at_10(tops[order], qids, names, qrels) for order in WHOLE_TOP_ORDERS},
             "queries_with_a_tie_across_rank_10": crossing,
             "queries_with_a_judged_document_in_that_tie": relevant_in_tie,
             "mean_documents_in_that_tie": round(tied_total / crossing, 1) if crossing else 0.0,

@@ -105,12 +105,13 @@ def write_bodies(data_dir: str, folder: Path, seed: int) -> dict[str, Path]:
 
 
 class Server:
-    """`taskret serve --index INDEX --workers N` on a free loopback port, until closed."""
+    """`taskret serve --index INDEX --workers N` on a free loopback port, until closed (``source="--shards"``:
+    ``index`` is a shards config)."""
 
-    def __init__(self, index: Path, workers: int):
+    def __init__(self, index: Path, workers: int, source: str = "--index"):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", "--index", str(index),
+        self.process = subprocess.Popen([sys.executable, "-m", "taskret.cli", "serve", source, str(index),
                                          "--port", str(self.port), "--workers", str(workers)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                         env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -93,3 +93,26 @@ def test_auto_chooses_by_the_index_size_so_an_index_always_ranks_alike(pool_exam
 def test_bm25_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="unknown backend 'jax'"):
         BM25Retriever(backend="jax")
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
+    not numba_available(), reason="numba not installed"))])
+def test_equal_scores_rank_in_corpus_order_even_past_the_search_margin(backend):
+    """A document repeated word for word scores as its original: the original (the lower row) ranks first, and a tie
+    of more documents than k plus the margin (here 40 copies) is still cut in corpus order, as shards merge it."""
+    import random
+
+    from taskret.retrieval.bm25 import TIE_MARGIN
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(30)]
+    originals = [" ".join(rng.choice(words) for _ in range(6)) for _ in range(100)]
+    texts = originals + [originals[i % 100] for i in range(4000)]  # 40 copies of each, after every original
+    ids = [f"d{i}" for i in range(len(texts))]
+    retriever = BM25Retriever(backend=backend).index_texts(ids, texts)
+    found = retriever.retrieve([originals[7], "w3 w4"], k=10)
+    assert 40 > 10 + TIE_MARGIN
+    assert found.ids[0] == [f"d{7 + 100 * n}" for n in range(10)]  # the original, then its copies in order
+    for ids_q, scores_q in zip(found.ids, found.scores):
+        rows = [int(i[1:]) for i in ids_q]
+        assert all(a > b or (a == b and r < s) for a, b, r, s in zip(scores_q, scores_q[1:], rows, rows[1:]))

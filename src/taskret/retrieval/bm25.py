@@ -7,7 +7,8 @@ noise to a lexical match (on a medical QA corpus, 39.0 NDCG@10 instructed agains
 
 Retrieval runs on bm25s's numpy backend or its numba one (``backend``). Numba is the faster by far (top 10 of 1M
 documents: 0.75 ms against 29 ms; of 100K: 0.14 against 3.0; ``benchmarks/results/scale.json``) and ranks by the same
-scores, but compiles for ~5 s once per process, and breaks ties between equal scores otherwise. ``auto`` (the
+scores (equal scores in corpus order on both: :meth:`BM25Retriever._ranked`), but compiles for ~5 s once per process,
+and leaves documents that match no query word in another order. ``auto`` (the
 default) chooses by the index's size, so that an index always ranks the same way: numba from :data:`NUMBA_FROM`
 documents on, where it pays back its compile within a few thousand queries; a service compiles it as it starts
 (:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query.
@@ -31,6 +32,8 @@ from .budget import MemoryBudget
 from .hybrid import strip_instructions
 
 BACKENDS = ("auto", "numpy", "numba")
+#: How much deeper than k a search looks for documents tied with its k-th score (:meth:`BM25Retriever._ranked`).
+TIE_MARGIN = 10
 #: ``auto`` retrieves on numba from this many indexed documents on. On 2 AMD EPYC cores numpy takes ~29 ns per
 #: document and query (3.0 ms a query over 100K documents) and numba's compile ~5 s: from 100K documents on it pays
 #: back within ~1,700 queries (a service's first seconds, or one batch search), and saves most of a served query.
@@ -228,8 +231,33 @@ class BM25Retriever(Retriever):
         # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
         # n_threads=0: a plain loop; any other count starts a thread pool per call, which cost a single query (the
         # service's case) more than its scoring did.
-        rows, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=0)
+        rows, scores = self._ranked(tokens, k)
         return rows.tolist(), np.asarray(scores, dtype=np.float32)
+
+    def _ranked(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's top ``k`` rows and scores, equal scores in corpus order (the lower row first, as PISA and
+        Lucene walk their postings). bm25s leaves equal scores in whatever order its partial sort left them, and a
+        corpus with repeated documents has many: a copy outranking its original, judged document costs NDCG (at 1M
+        documents, benchmarks/results/bm25_ties.json: bm25s's order against corpus order), and shards merged by
+        score could not give the single index's order. So each query's top is searched deeper than ``k`` until the deepest score
+        falls below the k-th (the whole tie at rank k is then inside), and ordered by (score, row)."""
+        n = len(self.ids)
+        depth = min(n, k + TIE_MARGIN)
+        rows, scores = self._bm25.retrieve(tokens, k=depth, show_progress=False, n_threads=0)
+        rows, scores = np.asarray(rows), np.asarray(scores)
+        out_rows, out_scores = np.empty((len(tokens), k), dtype=rows.dtype), np.empty((len(tokens), k), scores.dtype)
+        for q in range(len(tokens)):
+            q_rows, q_scores, q_depth = rows[q], scores[q], depth
+            # a tie running past the depth: search that query deeper (rare: a score shared by > TIE_MARGIN documents)
+            # (not for a k-th score of 0: documents no query word matches, which every search leaves unordered)
+            while q_depth < n and k > 0 and q_scores[k - 1] > 0 and q_scores[-1] >= q_scores[k - 1]:
+                q_depth = min(n, q_depth * 4)
+                deeper_rows, deeper_scores = self._bm25.retrieve(tokens[q:q + 1], k=q_depth, show_progress=False,
+                                                                 n_threads=0)
+                q_rows, q_scores = np.asarray(deeper_rows)[0], np.asarray(deeper_scores)[0]
+            order = np.lexsort((q_rows, -q_scores))[:k]
+            out_rows[q], out_scores[q] = q_rows[order], q_scores[order]
+        return out_rows, out_scores
 
     def config(self) -> dict:
         config = {"field": self.field, "k1": self.k1, "b": self.b, "read_instruction": self.read_instruction}
