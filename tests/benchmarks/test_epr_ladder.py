@@ -167,7 +167,7 @@ def test_an_end_to_end_rung_names_the_machine_its_hours_were_measured_on(ladder,
         "n": 2, "recommended": "d", "rungs": {"d": row}}} if name == "epr_ladder.json" else None)
     assert "1.5, measured end to end on Some EPYC AVX512-BF16, LM scoring in bfloat16 |" in epr_beyond.epr_ladder_table()[-1]
     row.update(end_to_end=False, stages_run_by={"training": "d"})  # g: its round 1 is d's run
-    assert ("1.5, measured on Some EPYC AVX512-BF16, LM scoring in bfloat16; its training is rung d's run |"
+    assert ("1.5, measured on Some EPYC AVX512-BF16, LM scoring in bfloat16; its round-1 training is rung d's run |"
             in epr_beyond.epr_ladder_table()[-1])
 
 

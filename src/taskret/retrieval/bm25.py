@@ -7,8 +7,8 @@ noise to a lexical match (on a medical QA corpus, 39.0 NDCG@10 instructed agains
 
 Retrieval runs on bm25s's numpy backend or its numba one (``backend``). Numba is the faster by far (top 10 of 1M
 documents: 0.75 ms against 29 ms; of 100K: 0.14 against 3.0; ``benchmarks/results/scale.json``) and ranks by the same
-scores (equal scores in corpus order on both: :meth:`BM25Retriever._ranked`), but compiles for ~5 s once per process,
-and leaves documents that match no query word in another order. ``auto`` (the
+scores (equal scores in corpus order on both: :meth:`BM25Retriever._ranked`), but compiles for ~5 s once per process.
+``auto`` (the
 default) chooses by the index's size, so that an index always ranks the same way: numba from :data:`NUMBA_FROM`
 documents on, where it pays back its compile within a few thousand queries; a service compiles it as it starts
 (:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query.
@@ -239,24 +239,30 @@ class BM25Retriever(Retriever):
         Lucene walk their postings). bm25s leaves equal scores in whatever order its partial sort left them, and a
         corpus with repeated documents has many: a copy outranking its original, judged document costs NDCG (at 1M
         documents, benchmarks/results/bm25_ties.json: bm25s's order against corpus order), and shards merged by
-        score could not give the single index's order. So each query's top is searched deeper than ``k`` until the deepest score
-        falls below the k-th (the whole tie at rank k is then inside), and ordered by (score, row)."""
+        score could not give the single index's order. So each query's top is searched deeper than ``k`` until the
+        deepest score falls below the k-th (the whole tie at rank k is then inside), and ordered by (score, row).
+        A query with fewer than ``k`` matching documents is filled with unmatched ones (score 0) in bm25s's order:
+        they are no match, and corpus order there would make every small corpus's first documents the hard negatives
+        a miner draws."""
         n = len(self.ids)
         depth = min(n, k + TIE_MARGIN)
         rows, scores = self._bm25.retrieve(tokens, k=depth, show_progress=False, n_threads=0)
         rows, scores = np.asarray(rows), np.asarray(scores)
-        out_rows, out_scores = np.empty((len(tokens), k), dtype=rows.dtype), np.empty((len(tokens), k), scores.dtype)
+        out_rows, out_scores = np.empty((len(tokens), k), dtype=rows.dtype), np.zeros((len(tokens), k), scores.dtype)
         for q in range(len(tokens)):
             q_rows, q_scores, q_depth = rows[q], scores[q], depth
             # a tie running past the depth: search that query deeper (rare: a score shared by > TIE_MARGIN documents)
-            # (not for a k-th score of 0: documents no query word matches, which every search leaves unordered)
-            while q_depth < n and k > 0 and q_scores[k - 1] > 0 and q_scores[-1] >= q_scores[k - 1]:
+            while k > 0 and q_depth < n and q_scores[-1] > 0 and q_scores[-1] >= q_scores[k - 1]:
                 q_depth = min(n, q_depth * 4)
                 deeper_rows, deeper_scores = self._bm25.retrieve(tokens[q:q + 1], k=q_depth, show_progress=False,
                                                                  n_threads=0)
                 q_rows, q_scores = np.asarray(deeper_rows)[0], np.asarray(deeper_scores)[0]
-            order = np.lexsort((q_rows, -q_scores))[:k]
-            out_rows[q], out_scores[q] = q_rows[order], q_scores[order]
+            matched = q_scores > 0
+            order = np.lexsort((q_rows[matched], -q_scores[matched]))[:k]
+            top = q_rows[matched][order]
+            out_rows[q, :len(top)], out_scores[q, :len(top)] = top, q_scores[matched][order]
+            if len(top) < k:  # every matching document is in (a zero was reached): then bm25s's unmatched ones
+                out_rows[q, len(top):] = q_rows[~matched][:k - len(top)]
         return out_rows, out_scores
 
     def config(self) -> dict:
