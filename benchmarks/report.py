@@ -54,7 +54,7 @@ SECTIONS = (
     ("scale", (scale.scale_table,)),
     ("engines", (scale.engines_table, scale.bm25_ties_lines)),
     ("build-memory", (scale.build_memory_table,)),
-    ("ray-shards", (scale.ray_shards_table,)),
+    ("ray-shards", (scale.ray_shards_table, scale.bm25_shards_table)),
     ("robustness", (robustness.robustness_table,)),
 )
 

@@ -324,3 +324,22 @@ def bm25_ties_lines() -> list[str]:
             f"{whole['every_tie_by_row_descending']}; the tie at rank 10 alone reordered, best to worst: "
             f"{rank10['relevant_first']} to {rank10['relevant_last']}. The engines in the table: {engines}. "
             "taskret's BM25 now ranks equal scores in corpus order."]
+
+
+def bm25_shards_table() -> list[str]:
+    """`benchmarks/scale/bm25_shards.py`: one corpus as 1, 2 and 4 BM25 shards served as one index, in one process."""
+    d = load("bm25_shards.json")
+    if not d:
+        return []
+    out = [f"The same corpus as 1, 2 and 4 BM25 shards with the whole corpus's statistics, served as one index in one "
+           f"process (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread a search; each "
+           "build and search a child process of its own, peak RSS from rusage):", "",
+           *header("documents", "shards", "build s", "build peak RSS GiB", "disk GiB", "p50 / p99 ms",
+                   "resident after the queries GiB", "same document as the single index, untied ranks")]
+    for n, rows in d["sizes"].items():
+        for count, r in sorted(rows.items(), key=lambda item: int(item[0])):
+            same = r.get("vs_single_index", {}).get("same_document_untied")
+            out.append(f"| {int(n):,} | {count} | {r['build_s']} | {r['build_peak_rss_gib']} | {r['disk_gib']} | "
+                       f"{r['p50_ms']} / {r['p99_ms']} | {r['resident_after_queries_gib']} | "
+                       f"{'(the single index)' if count == '1' else _fmt(100 * same if same is not None else None) + '%'} |")
+    return out

@@ -11,8 +11,9 @@ nodes, each a process of its own, one CPU each), then searched by one actor per 
    order of tied scores, and the largest score difference; one query at a time through the actors (p50 / p99 ms)
    beside the single index's on one thread;
 3. served: ``/retrieve`` under wrk (serve_load.py's server and client, each request the next real query, k=10),
-   the single index (`taskret serve --index`) against the shards over Ray, requests/s and p50 / p99; each shard
-   actor's resident memory after the load;
+   the single index (`taskret serve --index`) against the shards over Ray, requests/s and p50 / p99, each server
+   having first answered 20 requests one at a time (the seconds they took are kept: the actors load their shards
+   then); each shard actor's resident memory after the load;
 4. a killed shard: one actor's process killed (SIGKILL); without ``allow_partial`` the search raises ShardFailed
    naming it; with it, the answer comes from the others and names it missing, none of its documents in the top 10;
    the service (``allow_partial``) answers marked ``missing_shards``.
