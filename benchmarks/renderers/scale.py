@@ -282,7 +282,8 @@ def ray_shards_table() -> list[str]:
     if serve:
         out += ["", f"Served (`taskret serve`, one worker; {serve['tool']}, {serve['connections']} connections, "
                 f"{serve['duration_s']:.0f} s per run, real queries in turn, k=10):", "",
-                *header("index", "requests/s", "p50 ms", "p99 ms", "errors", f"first {WARM_UP} answers, one at a time, s")]
+                *header("index", "requests/s", "p50 ms", "p99 ms", "errors",
+                        f"first {WARM_UP} answers, one at a time, s")]
         for name, label in (("single", "`--index` (the single index)"), ("ray_shards", "`--shards` (Ray actors)")):
             r = serve[name]
             out.append(f"| {label} | {r['req_per_s']:,.1f} | {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | "
@@ -339,7 +340,7 @@ def bm25_shards_table() -> list[str]:
     for n, rows in d["sizes"].items():
         for count, r in sorted(rows.items(), key=lambda item: int(item[0])):
             same = r.get("vs_single_index", {}).get("same_document_untied")
+            agreement = "(the single index)" if count == "1" else f"{_fmt(None if same is None else 100 * same)}%"
             out.append(f"| {int(n):,} | {count} | {r['build_s']} | {r['build_peak_rss_gib']} | {r['disk_gib']} | "
-                       f"{r['p50_ms']} / {r['p99_ms']} | {r['resident_after_queries_gib']} | "
-                       f"{'(the single index)' if count == '1' else _fmt(100 * same if same is not None else None) + '%'} |")
+                       f"{r['p50_ms']} / {r['p99_ms']} | {r['resident_after_queries_gib']} | {agreement} |")
     return out
