@@ -30,9 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py: the corpus, the queries, the child runner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
-from scale import in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
-
-K = 10
+from scale import K, disk_gib, in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
 
 
 def split_corpus(corpus: Path, shards: int, folder: Path) -> list[Path]:
@@ -66,9 +64,8 @@ def build(parts: list[Path], folder: Path) -> dict:
     folders = index_bm25_shards(shards, folder / "index", folder / "work",
                                 documents=[iter_corpus(part) for part in parts])
     (folder / "shards.json").write_text(json.dumps({"shards": {f.name: f"index/{f.name}" for f in folders}}))
-    disk = sum(p.stat().st_size for p in (folder / "index").rglob("*") if p.is_file()) / 2 ** 30
     return {"build_s": round(time.perf_counter() - started, 1), "documents": sum(len(i) for i in ids),
-            "disk_gib": round(disk, 3)}
+            "disk_gib": round(disk_gib(folder / "index"), 3)}
 
 
 def search(folder: Path, queries: Path) -> dict:

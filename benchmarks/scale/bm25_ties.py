@@ -106,9 +106,8 @@ def analyse(corpus: Path, folders: list[Path], n_queries: int, seed: int) -> dic
             tops[order].append(by_order[order])
         tops["bm25s_retrieve"].append(index.retrieve([known], k=K, show_progress=False, n_threads=0)[0][0].tolist()
                                       if known else [])
-        cut = np.flatnonzero(scores >= scores[by_order["by_row_ascending"][-1]]) if known and len(
-            by_order["by_row_ascending"]) else np.array([], dtype=int)
-        cut = cut[scores[cut] > 0]
+        top = by_order["by_row_ascending"]  # empty where no document matches
+        cut = np.flatnonzero((scores > 0) & (scores >= scores[top[-1]])) if top else np.array([], dtype=int)
         tops["every_tie_by_row_descending"].append(cut[np.lexsort((-cut, -scores[cut]))][:K].tolist())
         if tie["above"] < K < tie["above"] + tie["tied"]:
             crossing += 1

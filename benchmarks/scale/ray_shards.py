@@ -48,9 +48,8 @@ sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
 sys.path.insert(0, str(HERE.parent / "serve"))  # serve_load.py: the server and wrk
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from bm25_shards import split_corpus  # noqa: E402
-from scale import in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
+from scale import K, disk_gib, in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
 
-K = 10
 WARM_UP_QUERIES = 20  # /retrieve requests answered one at a time before each wrk run
 RAY_PROGRAMS = {"raylet", "gcs_server", "plasma_store"}
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
@@ -113,9 +112,8 @@ def build_on_ray(parts: list[Path], folder: Path) -> dict:
                                            documents=documents)
         seconds = time.perf_counter() - started
     (folder / "shards.json").write_text(json.dumps({"shards": {f.name: f"index/{f.name}" for f in folders}}))
-    disk = sum(p.stat().st_size for p in (folder / "index").rglob("*") if p.is_file()) / 2**30
     return {"build_s": round(seconds, 1), "read_s": round(read_s, 1), "documents": sum(len(i) for i in ids),
-            "disk_gib": round(disk, 3), "peak_rss_gib": round(memory.peak_gib, 3)}
+            "disk_gib": round(disk_gib(folder / "index"), 3), "peak_rss_gib": round(memory.peak_gib, 3)}
 
 
 def shard_folders(folder: Path) -> dict[str, Path]:

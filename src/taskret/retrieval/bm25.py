@@ -258,9 +258,10 @@ class BM25Retriever(Retriever):
                                                                  n_threads=0)
                 q_rows, q_scores = np.asarray(deeper_rows)[0], np.asarray(deeper_scores)[0]
             matched = q_scores > 0
-            order = np.lexsort((q_rows[matched], -q_scores[matched]))[:k]
-            top = q_rows[matched][order]
-            out_rows[q, :len(top)], out_scores[q, :len(top)] = top, q_scores[matched][order]
+            m_rows, m_scores = q_rows[matched], q_scores[matched]
+            order = np.lexsort((m_rows, -m_scores))[:k]
+            top = m_rows[order]
+            out_rows[q, :len(top)], out_scores[q, :len(top)] = top, m_scores[order]
             if len(top) < k:  # every matching document is in (a zero was reached): then bm25s's unmatched ones
                 out_rows[q, len(top):] = q_rows[~matched][:k - len(top)]
         return out_rows, out_scores

@@ -290,8 +290,8 @@ def index_documents(out: str | os.PathLike, retriever: Retriever, documents, *, 
     :class:`~taskret.epr.distributed.RayOptions`, encodes them on Ray actors), and :func:`save_index` writes the
     folder from a last one, atomically (the shards go with the folder it replaces). ``memory_budget`` (a
     :class:`~taskret.retrieval.budget.MemoryBudget`, default 8 GiB) sets the dense index type and BM25's segments.
-    Each stage reports its progress under :func:`~taskret.progress.reporting`. Shards of another corpus or encoder are refused
-    (:class:`~taskret.retrieval.shards.ShardMismatch`)."""
+    Each stage reports its progress under :func:`~taskret.progress.reporting`. Shards of another corpus or encoder
+    are refused (:class:`~taskret.retrieval.shards.ShardMismatch`)."""
     out = Path(out)
     _index_in_shards(out, retriever, documents.scan, documents.texts, None, f"reading {documents.name}", "documents",
                      shard_size, ray, memory_budget)
