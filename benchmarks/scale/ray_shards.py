@@ -221,7 +221,8 @@ def served(single: Path, shards_config: Path, queries: list[str], connections: i
     import serve_load
 
     bodies = serve_load.retrieve_bodies(queries, shards_config.parent / "serve_bodies.jsonl")
-    out = {"tool": "wrk", "connections": connections, "duration_s": duration, "workers": 1}
+    out = {"tool": "wrk", "connections": connections, "duration_s": duration, "workers": 1,
+           "warm_up_queries": WARM_UP_QUERIES}
     for name, index, source in (("single", single, "--index"), ("ray_shards", shards_config, "--shards")):
         server = serve_load.Server(index, 1, source=source)
         try:
