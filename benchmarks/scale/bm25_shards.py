@@ -2,8 +2,8 @@
 scored with the whole corpus's statistics (taskret.retrieval.sharded.index_bm25_shards, each shard written with its
 documents), then served as one index (taskret.retrieval.sharded_index, the shards memory-mapped, as `taskret serve
 --shards` serves them): build time, peak RSS and disk per shard count; single-query p50 / p99 on one thread; resident
-memory after the queries; and the merged top 10 against the one-shard index (the same scores; the same documents
-wherever a score is not tied).
+memory after the queries; NDCG@10 on the queries the pooled tasks judge; and the merged top 10 against the one-shard
+index (the same scores; the same documents wherever a score is not tied).
 
 The corpus and queries are scale.py's (every real document here pooled, extended past that by resampled real sentences;
 a seeded sample of the pooled tasks' real queries). The corpus is first cut into one file per shard, as a user with
@@ -30,7 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py: the corpus, the queries, the child runner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
-from scale import K, disk_gib, in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
+from engines import real_qrels  # noqa: E402
+from scale import K, disk_gib, in_child, percentiles, real_query_items, real_sources, write_corpus  # noqa: E402
 
 
 def split_corpus(corpus: Path, shards: int, folder: Path) -> list[Path]:
@@ -99,6 +100,18 @@ def agreement(tops: list[dict], single: list[dict]) -> dict:
     return {"max_score_diff": round(diff, 6), "same_document_untied": round(float(np.mean(same)), 4) if same else None}
 
 
+def ndcg10(tops: list[dict], qids: list[str], qrels: dict) -> float | None:
+    """NDCG@10 (percent, trec_eval through taskret's compute_metrics) of the merged top 10s on the judged queries,
+    by rank (trec_eval's own order of tied scores is not the index's); None where no query is judged."""
+    from taskret.tart.evaluation import compute_metrics
+
+    run = {qid: {doc: float(K - rank) for rank, doc in enumerate(top["ids"][:K])}
+           for qid, top in zip(qids, tops) if qid in qrels}
+    if not run:
+        return None
+    return round(compute_metrics({qid: qrels[qid] for qid in run}, run)["ndcg@10"], 2)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         step, *rest = sys.argv[2:]
@@ -118,7 +131,10 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     queries = work / "queries.json"
-    queries.write_text(json.dumps(real_queries(folders, args.queries, args.seed)))
+    items = real_query_items(folders, args.queries, args.seed)
+    queries.write_text(json.dumps([text for _, text in items]))
+    qids = [qid for qid, _ in items]
+    qrels = real_qrels(folders, set(qids))
     env_one_thread = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     os.environ.update(env_one_thread)  # the children inherit it: one thread a search
     sizes = {}
@@ -140,7 +156,9 @@ def main() -> None:
                 built["build_peak_rss_gib"] = round(peak, 3)
                 record.write_text(json.dumps(built))
             searched, peak = in_child(["--child", "search", str(folder), str(queries)], __file__)
-            rows[str(count)] = {**built, **searched, "search_peak_rss_gib": round(peak, 3)}
+            tops = json.loads((folder / "tops.json").read_text())
+            rows[str(count)] = {**built, **searched, "search_peak_rss_gib": round(peak, 3),
+                                "ndcg10": ndcg10(tops, qids, qrels), "judged_queries": sum(q in qrels for q in qids)}
             print(f"{n} documents, {count} shard(s): build {built['build_s']} s at {built['build_peak_rss_gib']} "
                   f"GiB peak; p50 {searched['p50_ms']} ms", flush=True)
         single = json.loads((work / str(n) / "shards-1" / "tops.json").read_text())

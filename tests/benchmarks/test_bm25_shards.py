@@ -24,6 +24,10 @@ def _data(folder: Path) -> Path:
     with open(task / "queries.jsonl", "w") as out:
         for i in range(25):
             out.write(json.dumps({"_id": f"q{i}", "text": " ".join(rng.sample(words, 3))}) + "\n")
+    (task / "qrels").mkdir()
+    # every query judges three documents: NDCG@10 is then a number each shard count must reproduce
+    (task / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{rng.randrange(300)}\t1\n" for i in range(25) for _ in range(3)))
     return folder
 
 
@@ -40,6 +44,8 @@ def test_shards_cost_and_agreement_are_recorded_for_each_size_and_count(tmp_path
             assert row["documents"] == int(n) and row["queries"] == 25
             assert 0 < row["p50_ms"] <= row["p99_ms"] and row["build_peak_rss_gib"] > 0
             assert row["resident_after_queries_gib"] > 0
+            assert row["judged_queries"] == 25 and 0 <= row["ndcg10"] <= 100
+            assert row["ndcg10"] == rows["1"]["ndcg10"]  # the merged top 10 is the single index's
             if count != "1":
                 assert row["vs_single_index"] == {"max_score_diff": 0.0, "same_document_untied": 1.0}
     shards = json.loads((tmp_path / "work" / "500" / "shards-4" / "shards.json").read_text())["shards"]
