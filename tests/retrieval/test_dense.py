@@ -346,3 +346,22 @@ def test_a_querys_vector_does_not_depend_on_the_queries_beside_it_in_bfloat16():
     assert retriever.dtype == "bfloat16"  # the documents' dtype, as meta.json records it
     documents = retriever.encode(queries)  # documents: in bfloat16, not in the queries' float32
     assert 1e-5 < np.abs(documents - alone).max() < 0.05
+
+
+@pytest.mark.parametrize("index_type", ["flat", "hnsw"])
+def test_vectors_made_elsewhere_index_as_the_texts_do(flat_and_hnsw, pool_examples, index_type, tmp_path):
+    """A shard of a larger index, or vectors encoded on another machine: the rows indexed without encoding them
+    answer as the index built from the texts, and save and load as it does."""
+    built = flat_and_hnsw[index_type == "hnsw"]
+    vectors = built.encode_documents([e.input for e in pool_examples])
+    given = DenseRetriever(encoder=built.encoder_name, device="cpu", index_type=index_type, hnsw_m=8, ef_search=32,
+                           dtype=built.dtype).index_vectors([e.id for e in pool_examples], vectors)
+    assert given.index_type == index_type and given.build_seconds["encode"] == 0.0
+    queries = [e.input for e in pool_examples]
+    expected, found = built.retrieve(queries, k=3), given.retrieve(queries, k=3)
+    assert found.ids == expected.ids
+    np.testing.assert_allclose(found.scores, expected.scores, rtol=1e-5, atol=1e-5)
+    given.save(tmp_path / "given")
+    assert Retriever.load(tmp_path / "given").retrieve(queries, k=3).ids == expected.ids
+    with pytest.raises(ValueError, match="ids but vectors of shape"):
+        DenseRetriever(encoder=built.encoder_name).index_vectors(["a", "b"], vectors)

@@ -78,6 +78,8 @@ QUERY_DTYPE = "float32"
 DTYPE_ENV = "TASKRET_ENCODER_DTYPE"
 #: Queries in one search from which their encoding reports progress (an index's documents always do).
 QUERY_PROGRESS_FROM = 1000
+#: Rows of given vectors (:meth:`DenseRetriever.index_vectors`) added to the index at a time: 96 MiB of MiniLM's.
+VECTOR_CHUNK = 65_536
 
 
 def resolve_index_type(index_type: str, n: int, dim: int, hnsw_m: int = HNSW_M,
@@ -394,39 +396,70 @@ class DenseRetriever(Retriever):
     def _index_stream(self, texts, n: int, plan) -> None:
         """Encode the texts shard by shard (:func:`~taskret.retrieval.shards.encode_in_shards`; one shard of them
         all without a plan, so an index built in memory encodes as it always did), here or on Ray actors, and add
-        each shard to the FAISS index as it comes, in order. An IVF-PQ index writes each shard to its vectors file
-        instead, then is trained on a sample of them and filled from the file (:mod:`taskret.retrieval.ivfpq`)."""
-        from .ivfpq import VectorFile, scratch_vectors_path
+        each shard to the FAISS index as it comes, in order (:meth:`_build_from_blocks`)."""
         from .shards import ShardPlan, encode_in_shards
 
-        # Resolved at the first shard, when the vectors' size is known, so that meta.json records what was built
-        # ("auto" only says how it was chosen); an index over the plan's memory budget is refused there.
-        asked = self.index_type
         self.ef_search = self.ef_search or ef_search_for(n)
         plan = plan or ShardPlan()
         description = f"encoding {n} texts with {self.encoder_name} ({self.dtype})"
         enabled = self.show_progress_bar or reporting_enabled()
         key = {"encoder": self.encoder_name, "dtype": self.dtype}
-        start, ann = time.perf_counter(), 0.0
-        index, written = None, None
+        start = time.perf_counter()
+        with self._shard_runner(plan) as runner:
+            load, start = time.perf_counter() - start, time.perf_counter()
+            ann = self._build_from_blocks(encode_in_shards(texts(), n, plan, key, runner, description, enabled), n,
+                                          plan)
+        #: Seconds of the last build: loading the encoder (or starting the Ray actors), encoding (shards read from disk
+        #: included), building the FAISS index, and measuring an HNSW or IVF-PQ index's recall.
+        self.build_seconds = {"load": load, "encode": time.perf_counter() - start - ann["ann"] - ann["recall"], **ann}
+
+    def index_vectors(self, ids: Sequence[str], vectors: np.ndarray, plan=None) -> "DenseRetriever":
+        """Index vectors this retriever's encoder made elsewhere (on another machine, or the rows of a larger index
+        that a shard of its corpus holds), ``ids`` naming their rows: the index built as :meth:`index_stream`
+        builds it from the texts, without encoding them. ``vectors``: float32, one unit-length row per id (an
+        array or a memory-mapped file, read in chunks); ``plan``: as :meth:`index_stream`'s (an IVF-PQ index
+        writes its vectors file there)."""
+        from .shards import ShardPlan
+
+        if len(set(ids)) != len(ids):
+            raise ValueError("ids must be unique")
+        if vectors.ndim != 2 or len(vectors) != len(ids):
+            raise ValueError(f"{len(ids)} ids but vectors of shape {tuple(vectors.shape)}; expected ({len(ids)}, dim)")
+        n = len(ids)
+        self.ef_search = self.ef_search or ef_search_for(n)
+        chunks = (np.ascontiguousarray(vectors[i:i + VECTOR_CHUNK], dtype=np.float32)
+                  for i in range(0, n, VECTOR_CHUNK))
+        self.build_seconds = {"load": 0.0, "encode": 0.0, **self._build_from_blocks(chunks, n, plan or ShardPlan())}
+        self.ids = list(ids)
+        return self
+
+    def _build_from_blocks(self, blocks, n: int, plan) -> dict:
+        """The FAISS index of ``n`` vectors that come in ``blocks``, in order: each added to a flat or HNSW index as it
+        comes; for IVF-PQ written to its vectors file, then the index trained on a sample of them and filled from the
+        file (:mod:`taskret.retrieval.ivfpq`). Returns the seconds spent on the index (``ann``) and on measuring its
+        recall (``recall``); the time between blocks is the caller's (encoding)."""
+        from .ivfpq import VectorFile, scratch_vectors_path
+
+        # Resolved at the first block, when the vectors' size is known, so that meta.json records what was built
+        # ("auto" only says how it was chosen); an index over the plan's memory budget is refused there.
+        asked = self.index_type
+        ann, index, written = 0.0, None, None
         try:
-            with self._shard_runner(plan) as runner:
-                load, start = time.perf_counter() - start, time.perf_counter()
-                for block in encode_in_shards(texts(), n, plan, key, runner, description, enabled):
-                    added = time.perf_counter()
-                    if index is None and written is None:
-                        self.index_type = resolve_index_type(asked, n, block.shape[1], self.hnsw_m, plan.memory_budget)
-                    if self.index_type == "ivfpq":
-                        if written is None:  # beside the shards, so a save in the same file system renames it
-                            where = plan.directory / "ivfpq" if plan.directory is not None else None
-                            written = VectorFile(scratch_vectors_path(where), n, block.shape[1])
-                        written.write(block)
-                    else:
-                        if index is None:
-                            index = new_faiss_index(block.shape[1], self.index_type, self.hnsw_m,
-                                                    self.ef_construction, self.ef_search)
-                        index.add(block)
-                    ann += time.perf_counter() - added
+            for block in blocks:
+                added = time.perf_counter()
+                if index is None and written is None:
+                    self.index_type = resolve_index_type(asked, n, block.shape[1], self.hnsw_m, plan.memory_budget)
+                if self.index_type == "ivfpq":
+                    if written is None:  # beside the shards, so a save in the same file system renames it
+                        where = plan.directory / "ivfpq" if plan.directory is not None else None
+                        written = VectorFile(scratch_vectors_path(where), n, block.shape[1])
+                    written.write(block)
+                else:
+                    if index is None:
+                        index = new_faiss_index(block.shape[1], self.index_type, self.hnsw_m,
+                                                self.ef_construction, self.ef_search)
+                    index.add(block)
+                ann += time.perf_counter() - added
             if written is not None:
                 added = time.perf_counter()
                 index = self._build_ivfpq(written.close())
@@ -438,23 +471,18 @@ class DenseRetriever(Retriever):
         if index is None:
             raise ValueError("no texts to index")
         self._index = index
-        #: Seconds of the last build: loading the encoder (or starting the Ray actors), encoding (shards read from disk
-        #: included), building the FAISS index, and measuring an HNSW index's recall.
-        self.build_seconds = {"load": load, "encode": time.perf_counter() - start - ann, "ann": ann}
+        start = time.perf_counter()
         if self.index_type == "hnsw":
             self.index_choice = (f"auto: hnsw from {AUTO_HNSW_FROM} vectors on ({n} here), flat below"
                                  if asked == "auto" else "asked for")
-            start = time.perf_counter()
             self.recall_at_10 = hnsw_recall_at_10(index)
-            self.build_seconds["recall"] = time.perf_counter() - start
         elif self.index_type == "ivfpq":
             from .ivfpq import ivfpq_recall_at_10
 
             self.index_choice = (f"auto: ivfpq, HNSW's vectors and graph over the {plan.memory_budget.gib:g} GiB "
                                  f"memory budget ({n} vectors here)" if asked == "auto" else "asked for")
-            start = time.perf_counter()
             self.recall_at_10 = ivfpq_recall_at_10(index, self._full_vectors, self.rerank)
-            self.build_seconds["recall"] = time.perf_counter() - start
+        return {"ann": ann, "recall": time.perf_counter() - start}
 
     def _build_ivfpq(self, vectors: np.ndarray):
         """The IVF-PQ index over ``vectors`` (the memory-mapped file just written), its settings chosen by size
