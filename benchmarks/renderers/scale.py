@@ -16,7 +16,7 @@ def _fmt(value, digits: int = 1) -> str:
 
 
 def _bm25_backends(d: dict) -> str:
-    backends = sorted({r["bm25"].get("backend", "numpy") for r in d["sizes"].values()})
+    backends = sorted({r["bm25"].get("backend", "numpy") for r in d["sizes"].values() if "index_s" in r})
     return " / ".join(backends)
 
 
@@ -38,7 +38,9 @@ def scale_table() -> list[str]:
            *header("documents", "encode docs/s", "encode s", "ANN s", "BM25 s", "peak RSS GiB", "disk GiB",
                    "BM25 p50 / p99", "dense index alone p50 / p99", "recall@10", "dense end to end p50",
                    "docs-fast p50 / p99", "docs-rerank p50")]
-    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
+    # scale.py's own builds; a size assemble.py took from the bounded builds (10M) has no index_s and a table of its own
+    built = {n: r for n, r in d["sizes"].items() if "index_s" in r}
+    for n, r in sorted(built.items(), key=lambda item: int(item[0])):
         t, dense, alone = r["index_s"], r["dense"], r["dense"].get("search_only", {})
         out.append(f"| {int(n):,} | {r['encode_docs_per_s']:.0f} | {t['encode']:,.0f} | {t['ann']:,.1f} | "
                    f"{t['bm25']:,.1f} | {r['peak_rss_gib']:.2f} | {r['disk_gib']:.2f} | {r['bm25']['p50_ms']:.2f} / "
@@ -46,7 +48,7 @@ def scale_table() -> list[str]:
                    f"{dense['recall_at_10']:.3f} ({_index_kind(dense)}) | {dense['p50_ms']:.1f} | "
                    f"{r['docs-fast']['p50_ms']:.1f} / {r['docs-fast']['p99_ms']:.1f} | "
                    f"{r['docs-rerank']['p50_ms']:,.0f} |")
-    curves = {n: r["dense"]["ef_search_curve"] for n, r in d["sizes"].items() if r["dense"].get("ef_search_curve")}
+    curves = {n: r["dense"]["ef_search_curve"] for n, r in built.items() if r["dense"].get("ef_search_curve")}
     if curves:
         efs = [point["ef_search"] for point in next(iter(curves.values()))]
         out += ["", "HNSW's search width (`ef_search`) at each size: recall@10 against exact search / the index's "
@@ -74,6 +76,44 @@ def scale_table() -> list[str]:
     if d.get("serve"):
         out += served_rows(d["serve"], d["machine"].get("http_stack"))
     return out
+
+
+def bounded_builds_table() -> list[str]:
+    """The sizes assemble.py took from the bounded-memory builds (10M: bm25_shards.py's single index and
+    compressed_vectors.py's IVF-PQ), and the 100M table extrapolated per shard from them."""
+    d = load("scale.json")
+    if not d:
+        return []
+    out: list[str] = []
+    bounded = {n: r for n, r in d["sizes"].items() if "commands" in r}
+    if bounded:
+        out += ["Built within the memory budget, each build a child process of its own (its peak RSS from rusage; the "
+                "size's peak is the larger build's): BM25 as one index (`" + next(iter(bounded.values()))["commands"]
+                ["bm25"] + "`), dense as IVF-PQ with exact re-ranking over vectors synthesised from the real 1M "
+                "(`" + next(iter(bounded.values()))["commands"]["dense"] + "`); one query at a time on one thread:",
+                "", *header("documents", "peak RSS GiB (x the smaller size's)", "disk GiB", "BM25 p50 / p99 ms",
+                            "BM25 NDCG@10", "dense recall@10", "dense p50 / p99 ms", "resident / disk after the "
+                            "queries")]
+        for n, r in sorted(bounded.items(), key=lambda item: int(item[0])):
+            ratio = r.get("peak_rss_ratio_to") or {}
+            out.append(f"| {int(n):,} | {r['peak_rss_gib']:.2f}"
+                       + (f" ({ratio['ratio']:.2f}x {ratio['documents']:,})" if ratio else "")
+                       + f" | {r['disk_gib']:.1f} | {r['bm25']['p50_ms']:.2f} / {r['bm25']['p99_ms']:.2f} | "
+                       f"{_fmt(r['bm25'].get('ndcg10'), 2)} | {r['dense']['recall_at_10']:.3f} | "
+                       f"{r['dense']['search_only']['p50_ms']:.2f} / {r['dense']['search_only']['p99_ms']:.2f} | "
+                       f"{r['resident_after_queries_share_of_disk']:.1%} |")
+    ex = d.get("extrapolation_shards")
+    if ex:
+        out += ["" if out else None, f"**Extrapolated, not measured**: {ex['documents']:,} documents in shards, one "
+                f"a machine ({ex['note']}; the lines through {', '.join(f'{n:,}' for n in ex['from_sizes'])} documents; "
+                f"encoding at {ex['encode_docs_per_s']:.0f} documents/s; merge +{ex['merge_ms']} ms):", "",
+                *header("documents a shard", "shards = machines", "build peak GiB a machine", "disk GiB a machine",
+                        "resident GiB a machine", "build h (of it encoding)", "BM25 p50 ms", "dense p50 ms")]
+        for r in ex["rows"]:
+            out.append(f"| {r['documents_per_shard']:,} | {r['shards']} | {r['build_peak_gib_per_machine']} | "
+                       f"{r['disk_gib_per_machine']} | {r['resident_gib_per_machine']} | {r['build_h']} "
+                       f"({r['encode_h']}) | {r['bm25_p50_ms']} | {r['dense_search_p50_ms']} |")
+    return [line for line in out if line is not None]
 
 
 def served_rows(serve: dict, http: dict | None) -> list[str]:
@@ -331,15 +371,39 @@ def bm25_shards_table() -> list[str]:
     d = load("bm25_shards.json")
     if not d:
         return []
+    rows = [(n, count, r) for n, by_count in d["sizes"].items()
+            for count, r in sorted(by_count.items(), key=lambda item: int(item[0]))]
+    judged = next((r["judged_queries"] for _, _, r in rows if r.get("judged_queries")), None)
     out = [f"The same corpus as 1, 2 and 4 BM25 shards with the whole corpus's statistics, served as one index in one "
            f"process (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread a search; each "
            "build and search a child process of its own, peak RSS from rusage):", "",
            *header("documents", "shards", "build s", "build peak RSS GiB", "disk GiB", "p50 / p99 ms",
-                   "resident after the queries GiB", "same document as the single index, untied ranks")]
-    for n, rows in d["sizes"].items():
-        for count, r in sorted(rows.items(), key=lambda item: int(item[0])):
-            same = r.get("vs_single_index", {}).get("same_document_untied")
-            agreement = "(the single index)" if count == "1" else f"{_fmt(None if same is None else 100 * same)}%"
-            out.append(f"| {int(n):,} | {count} | {r['build_s']} | {r['build_peak_rss_gib']} | {r['disk_gib']} | "
-                       f"{r['p50_ms']} / {r['p99_ms']} | {r['resident_after_queries_gib']} | {agreement} |")
+                   "resident after the queries GiB", "same document as the single index, untied ranks",
+                   *([f"NDCG@10 ({judged} judged queries)"] if judged else []))]
+    for n, count, r in rows:
+        same = r.get("vs_single_index", {}).get("same_document_untied")
+        agreement = "(the single index)" if count == "1" else f"{_fmt(None if same is None else 100 * same)}%"
+        out.append(f"| {int(n):,} | {count} | {r['build_s']} | {r['build_peak_rss_gib']} | {r['disk_gib']} | "
+                   f"{r['p50_ms']} / {r['p99_ms']} | {r['resident_after_queries_gib']} | {agreement} |"
+                   + (f" {_fmt(r.get('ndcg10'))} |" if judged else ""))
     return out
+
+
+def dense_shards_table() -> list[str]:
+    """`benchmarks/scale/dense_shards.py`: the single dense index's vectors as shards on a local Ray cluster."""
+    d = load("dense_shards.json")
+    if not d:
+        return []
+    single, ray, index = d["single"], d["ray"], d["index"]
+    return [f"Dense: {d['documents']:,} documents' {index['encoder']} vectors ({index['dtype']}, {index['index_type']}"
+            + (f", M {index['hnsw_m']}, efSearch {index['ef_search']}" if index["index_type"] == "hnsw" else "")
+            + f") in {d['shards']} shards on a {d['nodes']}-node local Ray cluster, each shard its rows of the single "
+            f"index's vectors indexed as it was, by a Ray task (`{d['command']}`; {describe_machine(d['machine'])}; "
+            f"{_load_text(d)}), recall@10 against exact search over every vector, {d['queries']:,} real queries:", "",
+            *header("", "recall@10", "one query p50 / p99 ms", "index build s"),
+            f"| single index (one thread) | {single['recall_at_10']} | {single['p50_ms']} / {single['p99_ms']} | "
+            "(scale.py's build) |",
+            f"| {d['shards']} shards on Ray (tasks, then actors) | {ray['recall_at_10']} | {ray['p50_ms']} / "
+            f"{ray['p99_ms']} | {ray['build_s']} |", "",
+            f"Recall difference (shards minus single): **{d['recall_delta']:+.4f}**; the merged top 10 is the single "
+            f"index's ten for {d['same_top10_set_share']:.1%} of the queries."]

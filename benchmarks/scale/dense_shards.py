@@ -21,7 +21,9 @@ p99 ms) beside the single index's; the shards' build seconds on Ray.
     python benchmarks/scale/dense_shards.py --size 300 --queries 20 --work /tmp/ds --out /tmp/ds.json
 
 The single index is built first where ``--work``/SIZE/docs-fast holds none (scale.py's build, resumable: hours at
-1M); a shards build whose ``shards.json`` exists is searched again without being built again.
+1M); a shards build whose ``shards.json`` exists is searched again without being built again. The vectors and the
+encoded queries stay in the shards' folder (``vectors.npy``, ``queries.npy``): compressed_vectors.py's ``--base`` and
+``--queries``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,12 +39,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # scale.py, bm25_shards.py, ray_shards.py
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
-from _common import command_line, machine, parser, write_result  # noqa: E402
+from _common import command_line, write_result  # noqa: E402
 from bm25_shards import split_corpus  # noqa: E402
-from ray_shards import RAY_ENV, shard_folders  # noqa: E402
-from scale import K, disk_gib, docs_fast_dense, in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
+from ray_shards import local_cluster, prepare, shard_folders, shard_options  # noqa: E402
+from scale import K, disk_gib, docs_fast_dense, in_child, percentiles  # noqa: E402
 
-#: rows of the single index's vectors read back, and of the exact search's scores, at a time
+#: rows of the single index's vectors read back, and scored by the exact search, at a time
 CHUNK = 100_000
 
 
@@ -96,20 +97,6 @@ def build_on_ray(vectors: Path, parts: list[Path], settings: dict, folder: Path)
             "disk_gib": round(disk_gib(folder / "index"), 3)}
 
 
-def exact_top10(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """Each query's ten best rows by inner product over every vector, read in chunks."""
-    best_rows = np.zeros((len(queries), 0), dtype=np.int64)
-    best_scores = np.zeros((len(queries), 0), dtype=np.float32)
-    for start in range(0, len(vectors), CHUNK):
-        scores = queries @ np.asarray(vectors[start:start + CHUNK]).T
-        rows = np.argpartition(-scores, min(K, scores.shape[1] - 1), axis=1)[:, :K]
-        best_rows = np.hstack([best_rows, rows + start])
-        best_scores = np.hstack([best_scores, np.take_along_axis(scores, rows, axis=1)])
-        keep = np.argsort(-best_scores, axis=1, kind="stable")[:, :K]
-        best_rows, best_scores = np.take_along_axis(best_rows, keep, 1), np.take_along_axis(best_scores, keep, 1)
-    return best_rows
-
-
 def recall(found: list[list[str]], exact: list[set[str]]) -> float:
     return round(float(np.mean([len(set(f[:K]) & e) / len(e) for f, e in zip(found, exact)])), 4)
 
@@ -147,27 +134,17 @@ def search_on_ray(folder: Path, queries: list[str]) -> tuple[dict, list[list[str
 
 
 def main() -> None:
-    options = parser(__doc__, out="benchmarks/results/dense_shards.json", seed=0)
-    options.add_argument("--size", type=int, default=1_000_000, help="documents (default: %(default)s)")
-    options.add_argument("--shards", type=int, default=3, help="shards, one a node (default: %(default)s)")
-    options.add_argument("--queries", type=int, default=1000, help="real queries compared (default: %(default)s)")
+    options = shard_options(__doc__, "benchmarks/results/dense_shards.json")
     options.add_argument("--work", default="runs/scale", help="scale.py's work folder: the corpus, its docs-fast "
                          "build, the shards (kept: a rerun resumes) (default: %(default)s)")
     args = options.parse_args()
-    os.environ.update(RAY_ENV)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    folders = real_sources(Path(args.data_dir))
-    started = machine(threads=1)
-    work = Path(args.work).resolve() / str(args.size)
-    work.mkdir(parents=True, exist_ok=True)
-    corpus = work / "corpus.jsonl"
-    if not corpus.exists():
-        write_corpus(corpus, folders, args.size, args.seed)
-    queries = real_queries(folders, args.queries, args.seed)
+    started, work, corpus, queries = prepare(args)
 
     single_folder = work / "docs-fast"
     if not (single_folder / "meta.json").is_file():  # scale.py's build, in a child of its own (resumes its shards)
         in_child(["--child-build", str(corpus), "docs-fast", str(single_folder)], str(HERE / "scale.py"))
+    from taskret.retrieval.ivfpq import exact_top
+
     dense = docs_fast_dense(single_folder, mmap=True)
     sharded = work / f"dense-{args.shards}"
     sharded.mkdir(parents=True, exist_ok=True)
@@ -176,7 +153,8 @@ def main() -> None:
         write_vectors(dense, vectors_path)
     vectors = np.load(vectors_path, mmap_mode="r")
     encoded = dense.encode(queries, queries=True)
-    exact = [{dense.ids[r] for r in row} for row in exact_top10(vectors, encoded)]
+    np.save(sharded / "queries.npy", encoded)  # the real queries' vectors: compressed_vectors.py's --queries
+    exact = [{dense.ids[r] for r in row} for row in exact_top(vectors, encoded, K, CHUNK)]
     single_search, single_found = search_single(dense, queries)
     settings = {"encoder": dense.encoder_name, "query_encoder": dense.query_encoder_name, "field": dense.field,
                 "dtype": dense.dtype, "index_type": dense.index_type, "hnsw_m": dense.hnsw_m,
@@ -184,24 +162,17 @@ def main() -> None:
 
     import ray
 
-    from taskret.backends.ray_pool import start_local_cluster
-
     parts = split_corpus(corpus, args.shards, sharded)
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths need a short folder
-    with start_local_cluster(num_cpus=1, temp_dir=temp, worker_nodes=args.shards - 1) as address:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        try:
-            nodes = len([n for n in ray.nodes() if n["Alive"]])
-            record = sharded / "build.json"
-            if (sharded / "shards.json").exists() and record.exists():
-                built = json.loads(record.read_text())
-            else:
-                built = build_on_ray(vectors_path, parts, settings, sharded)
-                record.write_text(json.dumps(built))
-            print(f"built {args.shards} dense shards on {nodes} nodes: {built['build_s']} s", flush=True)
-            ray_search, merged = search_on_ray(sharded, queries)
-        finally:
-            ray.shutdown()
+    with local_cluster(args.shards):
+        nodes = len([n for n in ray.nodes() if n["Alive"]])
+        record = sharded / "build.json"
+        if (sharded / "shards.json").exists() and record.exists():
+            built = json.loads(record.read_text())
+        else:
+            built = build_on_ray(vectors_path, parts, settings, sharded)
+            record.write_text(json.dumps(built))
+        print(f"built {args.shards} dense shards on {nodes} nodes: {built['build_s']} s", flush=True)
+        ray_search, merged = search_on_ray(sharded, queries)
     single_recall, shards_recall = recall(single_found, exact), recall(merged, exact)
     result = {"benchmark": "dense_shards", "command": command_line(args, options), "machine": started,
               "nodes": nodes, "shards": args.shards, "documents": args.size, "queries": len(queries),

@@ -31,6 +31,7 @@ A build whose ``shards.json`` exists under ``--work`` is searched again without 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -38,7 +39,9 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -248,15 +251,18 @@ def served(single: Path, shards_config: Path, queries: list[str], connections: i
     return out
 
 
-def main() -> None:
-    options = parser(__doc__, out="benchmarks/results/ray_shards.json", seed=0)
+def shard_options(doc: str, out: str) -> argparse.ArgumentParser:
+    """The options every shards benchmark takes (this one's and dense_shards.py's)."""
+    options = parser(doc, out=out, seed=0)
     options.add_argument("--size", type=int, default=1_000_000, help="documents (default: %(default)s)")
     options.add_argument("--shards", type=int, default=3, help="shards, one a node (default: %(default)s)")
     options.add_argument("--queries", type=int, default=1000, help="real queries compared (default: %(default)s)")
-    options.add_argument("--serve-duration", type=float, default=30.0, help="seconds of wrk load per run")
-    options.add_argument("--connections", type=int, default=8, help="wrk connections (default: %(default)s)")
-    options.add_argument("--work", default="runs/ray_shards", help="corpus and indexes (kept: a rerun resumes)")
-    args = options.parse_args()
+    return options
+
+
+def prepare(args) -> tuple[dict, Path, Path, list[str]]:
+    """Ray's environment set; the machine (before any work), the size's work folder, its corpus (scale.py's, written
+    once) and the real queries."""
     os.environ.update(RAY_ENV)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folders = real_sources(Path(args.data_dir))
@@ -266,8 +272,34 @@ def main() -> None:
     corpus = work / "corpus.jsonl"
     if not corpus.exists():
         write_corpus(corpus, folders, args.size, args.seed)
+    return started, work, corpus, real_queries(folders, args.queries, args.seed)
+
+
+@contextmanager
+def local_cluster(nodes: int) -> Iterator[str]:
+    """A real local Ray cluster of ``nodes`` nodes (a head and worker nodes, each a process of its own, one CPU
+    each), this process connected to it; yields its address."""
+    import ray
+
+    from taskret.backends.ray_pool import start_local_cluster
+
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths need a short folder
+    with start_local_cluster(num_cpus=1, temp_dir=temp, worker_nodes=nodes - 1) as address:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        try:
+            yield address
+        finally:
+            ray.shutdown()
+
+
+def main() -> None:
+    options = shard_options(__doc__, "benchmarks/results/ray_shards.json")
+    options.add_argument("--serve-duration", type=float, default=30.0, help="seconds of wrk load per run")
+    options.add_argument("--connections", type=int, default=8, help="wrk connections (default: %(default)s)")
+    options.add_argument("--work", default="runs/ray_shards", help="corpus and indexes (kept: a rerun resumes)")
+    args = options.parse_args()
+    started, work, corpus, queries = prepare(args)
     queries_file = work / "queries.json"
-    queries = real_queries(folders, args.queries, args.seed)
     queries_file.write_text(json.dumps(queries))
 
     # The single index: bm25_shards.py's one-shard build and one-thread search, each in a child of its own.
@@ -281,35 +313,28 @@ def main() -> None:
 
     import ray
 
-    from taskret.backends.ray_pool import start_local_cluster
-
     sharded = work / f"ray-{args.shards}"
     sharded.mkdir(parents=True, exist_ok=True)
     parts = split_corpus(corpus, args.shards, sharded)
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths need a short folder
-    with start_local_cluster(num_cpus=1, temp_dir=temp, worker_nodes=args.shards - 1) as address:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        try:
-            nodes = len([n for n in ray.nodes() if n["Alive"]])
-            record = sharded / "build.json"
-            if (sharded / "shards.json").exists() and record.exists():
-                built = json.loads(record.read_text())
-            else:
-                built = build_on_ray(parts, sharded)
-                record.write_text(json.dumps(built))
-            print(f"built {args.shards} shards on {nodes} nodes: {built['build_s']} s", flush=True)
-            search, tops = search_on_ray(sharded, queries)
-            single_tops = json.loads((single / "tops.json").read_text())
-            compared = agreement(tops, single_tops)
-            print(f"merged top 10: {compared}", flush=True)
-            killed = killed_shard(sharded, queries)
-            config = sharded / "serve_shards.json"
-            config.write_text(json.dumps({"shards": {n: str(p) for n, p in shard_folders(sharded).items()},
-                                          "ray": address, "allow_partial": True, "timeout_s": 120}))
-            serve = served(shard_folders(single)["shard-0"], config, queries, args.connections, args.serve_duration) \
-                if args.serve_duration > 0 else None
-        finally:
-            ray.shutdown()
+    with local_cluster(args.shards) as address:
+        nodes = len([n for n in ray.nodes() if n["Alive"]])
+        record = sharded / "build.json"
+        if (sharded / "shards.json").exists() and record.exists():
+            built = json.loads(record.read_text())
+        else:
+            built = build_on_ray(parts, sharded)
+            record.write_text(json.dumps(built))
+        print(f"built {args.shards} shards on {nodes} nodes: {built['build_s']} s", flush=True)
+        search, tops = search_on_ray(sharded, queries)
+        single_tops = json.loads((single / "tops.json").read_text())
+        compared = agreement(tops, single_tops)
+        print(f"merged top 10: {compared}", flush=True)
+        killed = killed_shard(sharded, queries)
+        config = sharded / "serve_shards.json"
+        config.write_text(json.dumps({"shards": {n: str(p) for n, p in shard_folders(sharded).items()},
+                                      "ray": address, "allow_partial": True, "timeout_s": 120}))
+        serve = served(shard_folders(single)["shard-0"], config, queries, args.connections, args.serve_duration) \
+            if args.serve_duration > 0 else None
     write_result(args.out, {
         "benchmark": "ray_shards", "command": command_line(args, options), "machine": started,
         "nodes": nodes, "shards": args.shards, "documents": args.size,

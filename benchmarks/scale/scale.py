@@ -440,8 +440,8 @@ def extrapolate(result: dict, cluster: int) -> dict:
                          **{k: at(k) for k in fits if k.endswith("_p50_ms")}}
     return {"fits": fits, "table": table, "cluster": cluster,
             "note": f"fitted to {len(sizes)} sizes (linear in N, the dense search in log N); a cluster of {cluster} "
-                    f"shares the encoding over Ray (BM25, the ANN build and writing stay on one machine), and an "
-                    f"index past one machine's memory would need sharding, which taskret does not do"}
+                    f"shares the encoding over Ray (BM25, the ANN build and writing stay on one machine); one unsharded "
+                    f"index (past one machine, shards: ray_shards.py, dense_shards.py)"}
 
 
 def plot(result: dict, folder: Path) -> list[str]:

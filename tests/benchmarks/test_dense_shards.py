@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from .test_assemble import ray_shards_result
 from .test_bm25_shards import _data
 
 pytest.importorskip("ray")
@@ -36,18 +37,12 @@ def test_dense_shards_on_three_nodes_find_what_the_single_index_finds(tmp_path):
     corpus = [json.loads(line)["_id"] for line in open(work / "300" / "corpus.jsonl")]
     assert last == corpus[200:]  # the last third of the corpus, with its texts
 
-    ray_result = {  # the ray_shards.py keys that assemble.py reads (test_ray_shards.py runs the script itself)
-        "nodes": 3, "shards": 3, "documents": 300, "machine": {}, "command": "ray_shards.py",
-        "vs_single_index": {"queries": 25, "same_top10_share": 1.0, "same_top10_up_to_ties_share": 1.0,
-                            "max_score_diff": 0.0},
-        "killed_shard": {"shard": "shard-1", "strict": {"raised": True, "names_shard": True},
-                         "partial_missing": ["shard-1"], "partial_has_no_killed_shard_documents": True},
-        "single": {"p50_ms": 1.0}, "ray": {"p50_ms": 2.0}}
-    (tmp_path / "ray.json").write_text(json.dumps(ray_result))
+    (tmp_path / "ray.json").write_text(json.dumps(ray_shards_result()))
     scale = tmp_path / "scale.json"
     scale.write_text(json.dumps({"sizes": {}}))
     subprocess.run([sys.executable, str(ROOT / "benchmarks/scale/assemble.py"), "--scale", str(scale),
-                    "--ray-shards", str(tmp_path / "ray.json"), "--dense-shards", str(out)],
+                    "--ray-shards", str(tmp_path / "ray.json"), "--dense-shards", str(out),
+                    "--bm25-shards", str(tmp_path / "none.json")],
                    check=True, cwd=ROOT, capture_output=True, timeout=60)
     entry = json.loads(scale.read_text())["shards"]
     assert entry["dense_recall_delta"] == 0.0 and entry["dense"]["recall_at_10"] == {"single": 1.0, "ray_shards": 1.0}

@@ -54,7 +54,9 @@ def test_shards_on_three_nodes_answer_as_the_single_index_and_a_killed_shard_is_
 
     scale.write_text(json.dumps({"sizes": {}}))
     subprocess.run([sys.executable, str(ROOT / "benchmarks/scale/assemble.py"), "--scale", str(scale),
-                    "--ray-shards", str(out), "--dense-shards", str(tmp_path / "not-run.json")], check=True, cwd=ROOT, capture_output=True, timeout=60)
+                    "--ray-shards", str(out), "--dense-shards", str(tmp_path / "not-run.json"),
+                    "--bm25-shards", str(tmp_path / "not-run.json")],
+                   check=True, cwd=ROOT, capture_output=True, timeout=60)
     shards = json.loads(scale.read_text())["shards"]
     assert shards["nodes"] == 3 and shards["documents"] == 300 and shards["killed_shard_tested"] is True
     assert shards["bm25_same_top10_up_to_ties_share"] == 1.0 and shards["dense_recall_delta"] is None
