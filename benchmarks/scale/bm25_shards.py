@@ -7,7 +7,8 @@ index (the same scores; the same documents wherever a score is not tied).
 
 The corpus and queries are scale.py's (every real document here pooled, extended past that by resampled real sentences;
 a seeded sample of the pooled tasks' real queries). The corpus is first cut into one file per shard, as a user with
-shards holds it (not timed). Each build and each search runs in a child process of its own, its peak RSS from rusage.
+shards holds it (not timed; deleted once the shards, which hold their texts, are built). Each build and each search
+runs in a child process of its own, its peak RSS from rusage.
 One shard is the single index: the corpus's statistics are its own.
 
     python benchmarks/scale/bm25_shards.py --data-dir ../shared/data --sizes 1000000,10000000 --shards 1,2,4 \\
@@ -36,7 +37,7 @@ from scale import K, disk_gib, in_child, percentiles, real_query_items, real_sou
 
 def split_corpus(corpus: Path, shards: int, folder: Path) -> list[Path]:
     """``corpus`` cut into ``shards`` contiguous parts, one JSONL file each (``folder/part-N.jsonl``): the corpus as a
-    user with shards holds it, written before the build is timed. Kept: a rerun uses them."""
+    user with shards holds it, written before the build is timed. A part already there is used again."""
     from taskret.io import atomic_path
 
     parts = [folder / f"part-{n}.jsonl" for n in range(shards)]
@@ -155,6 +156,8 @@ def main() -> None:
                 built, peak = in_child(["--child", "build", str(folder), *map(str, parts)], __file__)
                 built["build_peak_rss_gib"] = round(peak, 3)
                 record.write_text(json.dumps(built))
+                for part in parts:  # the shards hold their texts now: at 10M each count's parts are another 5 GB
+                    part.unlink()
             searched, peak = in_child(["--child", "search", str(folder), str(queries)], __file__)
             tops = json.loads((folder / "tops.json").read_text())
             rows[str(count)] = {**built, **searched, "search_peak_rss_gib": round(peak, 3),
