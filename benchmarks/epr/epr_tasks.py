@@ -43,7 +43,9 @@ step runs in another session, or on another machine where the evaluations then a
    ``TASK/lm_oracle/oracle/``). An evaluation made here on the same inputs is kept; one made on another machine (CPU,
    torch, transformers or the LM's dtype differ) is run again, never paired with this machine's.
 3. ``held_out``: the multitask retrievers (``held_out/TASK/multitask/``: rankings, training cost) and their
-   evaluations; MTOP's BM25 and single-task evaluations in ``held_out/mtop/``, Break's and nl2bash's are step 2's.
+   evaluations; MTOP's BM25 and single-task evaluations in ``held_out/mtop/``; a task step 2 measures reuses step 2's
+   where this machine made them, and is evaluated again in ``held_out/TASK/`` where another did (never paired across
+   machines, and step 2's own table left as it is).
 
 Each step ends by writing --out from every evaluation under --results (``report`` only writes it, with no LM, on any
 machine). A task's methods are paired only when one machine evaluated them all; different tasks may come from
@@ -249,13 +251,23 @@ def assemble_task(name: str, results: Path) -> dict:
 
 def held_out_folders(name: str, results: Path) -> dict[str, Path]:
     """Where a held-out task's three evaluations are: the multitask retriever's in ``held_out/TASK/``; BM25's and the
-    single-task retriever's (the recipe's) step 2's, for the tasks it measures, else in ``held_out/TASK/`` too."""
+    single-task retriever's (the recipe's) in ``held_out/TASK/`` too where they were made there (step 2's were on
+    another machine than the multitask one's: :func:`held_out`), else step 2's, for the tasks it measures."""
     own = results / "held_out" / name
+    folders = {m: own / m / "eval" for m in ("multitask", "bm25", "single_task")}
     if name in TASKS:
-        return {"multitask": own / "multitask" / "eval", "bm25": results / name / "bm25" / "eval",
-                "single_task": results / name / "recipe" / "eval"}
-    return {"multitask": own / "multitask" / "eval", "bm25": own / "bm25" / "eval",
-            "single_task": own / "single_task" / "eval"}
+        step_2 = {"bm25": results / name / "bm25" / "eval", "single_task": results / name / "recipe" / "eval"}
+        folders.update({m: f for m, f in step_2.items() if not (folders[m] / "summary.json").exists()})
+    return folders
+
+
+def made_here(out: Path, args) -> bool:
+    """Whether ``out``'s evaluation exists and was made on this machine (its LM outputs pair with this machine's)."""
+    from taskret.backends.base import engine_of, generation_spec
+    from taskret.models import dtype_name
+
+    return (out / "summary.json").exists() and not machine_differences(
+        read_json(out / "summary.json"), dtype_name("auto"), engine=engine_of(generation_spec(args.lm)))
 
 
 def assemble_held_out(name: str, results: Path) -> dict | None:
@@ -483,6 +495,13 @@ def held_out(name: str, results: Path, work: Path, lms: dict, args) -> None:
     sources = {"multitask": _from(f"file:{kept / 'rankings.jsonl'}", test)}
     if name not in TASKS:
         sources.update(bm25=_bm25(task, args.seed), single_task=_from(args.mtop_single_task, test))
+    elif not all(made_here(folders[m], args) for m in ("bm25", "single_task")):
+        # step 2 evaluated this task on another machine: BM25 and the recipe are evaluated again here, beside the
+        # multitask retriever, in held_out/TASK/ (step 2's stay as they are, paired with its own methods)
+        own = results / "held_out" / name
+        folders.update(bm25=own / "bm25" / "eval", single_task=own / "single_task" / "eval")
+        sources.update(bm25=_bm25(task, args.seed),
+                       single_task=_from(f"file:{results / name / 'recipe' / 'rankings.jsonl'}", test))
     for method, rank in sources.items():
         evaluate_method(task, test, folders[method], f"held out {name}/{method}", rank, lms, args)
 

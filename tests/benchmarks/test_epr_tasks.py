@@ -110,6 +110,13 @@ def test_held_out_rows_pair_the_multitask_retriever_with_bm25_and_the_single_tas
     assert held["break"]["p_vs_bm25"] == held["break"]["vs_bm25"]["p"]
     assert table["held_out_mean"]["multitask"] == pytest.approx((50.0 + 30.0) / 2)
     assert table["machine"] == MACHINE
+    # where step 2 ran on another machine, BM25 and the recipe are evaluated again beside the multitask retriever,
+    # in held_out/break/: the row reads those, and step 2's section keeps its own
+    _break_method(tmp_path / "held_out" / "break" / "bm25", [i < 4 for i in range(40)])
+    _break_method(tmp_path / "held_out" / "break" / "single_task", [i < 8 for i in range(40)])
+    again = tasks.assemble(tmp_path, ["break"], ["break"])
+    assert (again["held_out"]["break"]["bm25"], again["held_out"]["break"]["single_task"]) == (10.0, 20.0)
+    assert again["break"]["methods"]["bm25"]["score"] == 25.0
     _evaluation(tmp_path / "held_out" / "mtop" / "bm25" / "eval", [{"id": f"m{n}", "correct": n < 3}
                                                                    for n in range(10)], {"em": 30.0},
                 {**MACHINE, "cpu": "Another CPU"})
