@@ -331,3 +331,26 @@ def test_the_final_hint_is_one_line_in_a_log_of_80_columns(tmp_path):
                                 env={**ENV, "COLUMNS": "80"})  # the width rich takes where stderr is not a terminal
     assert result.exit_code == 0, result.output
     assert f"search it with `taskret tart search --index {out} \"QUERY\"`\n" in result.output
+
+
+def test_index_shards_writes_the_shards_and_their_config_and_names_a_bad_line(tmp_path):
+    parts = []
+    for number, words in enumerate(("aspirin heart risk", "coffee sleep adults", "vitamin cold winter")):
+        part = tmp_path / f"part-{number}.jsonl"
+        write_jsonl_rows(part, [{"_id": f"d{number}{i}", "title": "", "text": f"{words} note {i}"} for i in range(5)])
+        parts.append(part)
+    out = tmp_path / "shards"
+    result = invoke("index-shards", *[a for p in parts for a in ("--part", p)], "--out", out)
+    assert result.exit_code == 0, result.output
+    assert f"taskret serve --shards {out.resolve() / 'shards.json'}" in result.output
+    config = json.loads((out / "shards.json").read_text())
+    assert config["shards"] == {"shard-0": "shard-0", "shard-1": "shard-1", "shard-2": "shard-2"}
+    found = invoke("search", "--index", out / "shard-1", "coffee sleep", "--json")
+    assert json.loads(found.stdout.splitlines()[0])["ids"][0] == "d10"  # equal scores: the corpus's order
+
+    result = invoke("index-shards", "--part", tmp_path / "nowhere.jsonl", "--out", tmp_path / "other")
+    assert result.exit_code == 2 and "nowhere.jsonl: no such corpus part" in result.stderr
+    parts[1].write_text(parts[1].read_text() + '{"_id": "bad", "title": ""}\n')
+    result = invoke("index-shards", *[a for p in parts for a in ("--part", p)], "--out", tmp_path / "again")
+    assert result.exit_code == 2 and "part-1.jsonl" in result.stderr and "line 6" in result.stderr
+    assert "Traceback" not in result.output and not (tmp_path / "again").exists()  # nothing half-written

@@ -164,3 +164,24 @@ def test_dense_shards_served_over_ray_merge_into_the_single_dense_index(cluster,
             assert answer["ids"] == expected.ids[0]
     finally:
         app.state.index.retriever.close()
+
+
+def test_corpus_parts_indexed_by_ray_tasks_serve_as_the_single_index(cluster, corpus, tmp_path):
+    """`taskret tart index-shards --ray`'s work: each part a Ray task reading its own file (counted, then indexed
+    with the sum); the shards' config opens as one index whose top 10 scores are the single index's."""
+    import json
+
+    from taskret.retrieval.sharded_index import index_corpus_shards, load_sharded_index
+    from taskret.tart.tasks import open_corpus
+
+    ids, texts = corpus
+    parts = []
+    for number, (a, b) in enumerate(zip(SPLITS, SPLITS[1:])):
+        parts.append(tmp_path / f"part-{number}.jsonl")
+        parts[-1].write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in zip(ids[a:b], texts[a:b])))
+    config = index_corpus_shards([open_corpus(p) for p in parts], tmp_path / "shards", on_ray=True)
+    rng = random.Random(6)
+    queries = [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 2)) for _ in range(50)]
+    merged = load_sharded_index(config).retriever.retrieve(queries, k=10)
+    single = BM25Retriever().index_stream(ids, lambda: iter(texts)).retrieve(queries, k=10)
+    np.testing.assert_array_equal(merged.scores, single.scores)

@@ -106,3 +106,66 @@ def test_taskret_serve_shards_serves_them_from_the_command_line(shards):
     with running_server(config, flag="--shards", args=("--workers", "1")) as url:
         answer = httpx.post(f"{url}/retrieve", json={"query": query, "k": 3}, timeout=30).json()
     assert answer["ids"] == single.retrieve([query], k=3).ids[0]
+
+
+def _write_parts(folder, ids: list[str], texts: list[str], splits: tuple[int, ...]) -> list:
+    """The corpus as one JSONL file per part, as a user holding shards has it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for number, (a, b) in enumerate(zip(splits, splits[1:])):
+        path = folder / f"part-{number}.jsonl"
+        path.write_text("".join(json.dumps({"_id": i, "title": "", "text": t}) + "\n"
+                                for i, t in zip(ids[a:b], texts[a:b])))
+        paths.append(path)
+    return paths
+
+
+def test_corpus_parts_indexed_as_shards_serve_as_the_single_index_and_resume(tmp_path):
+    from taskret.retrieval.sharded_index import index_corpus_shards
+    from taskret.tart.tasks import open_corpus
+
+    ids, texts = sharded_corpus(SPLITS, seed=5, n_words=1200)
+    parts = _write_parts(tmp_path / "parts", ids, texts, SPLITS)
+    out = tmp_path / "shards"
+    config = index_corpus_shards([open_corpus(p) for p in parts], out)
+    assert config == out.resolve() / "shards.json" and (out / "statistics.json").is_file()
+    assert not (out / ".work").exists()
+    queries = _queries(texts)
+    single = BM25Retriever().index_stream(ids, lambda: iter(texts)).retrieve(queries, k=10)
+    index = load_sharded_index(config)
+    np.testing.assert_allclose(index.retriever.retrieve(queries, k=10).scores, single.scores, rtol=1e-6)
+    assert index.records["d1499"].text == texts[1499]  # the texts come with the shards
+
+    # stopped part-way: the shards already there are kept, the missing one is indexed again, alike
+    kept = (out / "shard-0" / "meta.json").stat().st_mtime_ns
+    import shutil
+
+    shutil.rmtree(out / "shard-1")
+    index_corpus_shards([open_corpus(p) for p in parts], out)
+    assert (out / "shard-0" / "meta.json").stat().st_mtime_ns == kept
+    np.testing.assert_allclose(load_sharded_index(config).retriever.retrieve(queries, k=10).scores, single.scores,
+                               rtol=1e-6)
+
+    # a part changed since: the finished shards' scores would be another corpus's
+    parts[2].write_text(parts[2].read_text().replace(texts[1400], "a wholly new document text", 1))
+    shutil.rmtree(out / "shard-2")
+    with pytest.raises(ValueError, match="indexed with other BM25 counts"):
+        index_corpus_shards([open_corpus(p) for p in parts], out)
+    with pytest.raises(ValueError, match="bm25 or a dense retriever"):
+        index_corpus_shards([open_corpus(p) for p in parts], tmp_path / "hybrid", "docs-fast")
+
+
+def test_corpus_parts_indexed_as_dense_shards_merge_into_the_single_dense_index(tmp_path, tiny_bert_dir):
+    from taskret.retrieval import DenseRetriever
+    from taskret.retrieval.sharded_index import index_corpus_shards
+    from taskret.tart.tasks import open_corpus
+
+    ids, texts = sharded_corpus((0, 40, 100, 150), seed=6, n_words=400)
+    parts = _write_parts(tmp_path / "parts", ids, texts, (0, 40, 100, 150))
+    spec = f"dense:{tiny_bert_dir}?dtype=float32&index_type=flat"
+    config = index_corpus_shards([open_corpus(p) for p in parts], tmp_path / "shards", spec)
+    single = DenseRetriever(encoder=str(tiny_bert_dir), dtype="float32", index_type="flat").index_texts(ids, texts)
+    queries = _queries(texts, 10)
+    merged, expected = load_sharded_index(config).retriever.retrieve(queries, k=10), single.retrieve(queries, k=10)
+    assert merged.ids == expected.ids
+    np.testing.assert_allclose(merged.scores, expected.scores, rtol=1e-5, atol=1e-5)

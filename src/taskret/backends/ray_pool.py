@@ -40,6 +40,30 @@ def import_ray():
     return ray
 
 
+@contextmanager
+def connected(address: str) -> Iterator[None]:
+    """This process connected to Ray for the block: ``local`` starts a private instance on loopback, any other
+    address (``auto``, ``HOST:PORT``, ``ray://...``) joins that cluster; an existing connection is used as it is.
+    Disconnects at the end where it connected."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield
+        return
+    options = {"configure_logging": False, "log_to_driver": False}
+    try:
+        if address == "local":
+            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, **options)
+        else:
+            ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise BackendError(f"cannot connect to the Ray cluster at '{address}' ({err}); start one with `ray start "
+                           "--head`, or use --ray local") from err
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 @dataclass(frozen=True)
 class RayOptions:
     """Where to run on Ray (see :class:`RayActorPool`): ``address`` (``auto``, ``local``, ``HOST:PORT`` or

@@ -263,6 +263,46 @@ def index(
                       else ""))
 
 
+@app.command("index-shards")
+def index_shards(
+    parts: list[str] = typer.Option(..., "--part", help="one part of the corpus (a corpus file: JSONL, CSV or TSV, "
+                                    "or a folder with corpus.jsonl), one shard each; repeat it in the corpus's order"),
+    retriever: str = typer.Option("bm25", "--setup", "--retriever", help="bm25 (every part scored with the whole "
+                                  "corpus's counts: the merged top k is one index's) or dense:ENCODER"),
+    text_field: str = typer.Option("text", help="a corpus file's field (column) holding each document's text"),
+    title_field: Optional[str] = typer.Option("title", help="its field holding the title, if any"),
+    id_field: Optional[str] = typer.Option(None, help="its field holding the id (default: _id, else id, else the "
+                                           "line number)"),
+    out: Path = typer.Option(..., help="folder of the shards (OUT/shard-N) and their config, OUT/shards.json"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="each part a Ray task: auto (the running cluster), local "
+                                      "(start one here), HOST:PORT or ray://HOST:PORT; every node must reach the "
+                                      "parts and OUT"),
+    memory_budget_gib: MemoryBudgetGib = 8.0,
+):
+    """Index a corpus held as parts, one shard each, for `taskret serve --shards OUT/shards.json`: on one machine, or
+    spread over a Ray cluster (--ray). A stopped run started again indexes only the shards not yet there."""
+    from contextlib import nullcontext
+
+    from ..progress import reporting
+    from ..retrieval.sharded_index import index_corpus_shards
+    from ..tart.tasks import open_corpus
+
+    for path in parts:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{path}: no such corpus part")
+    streams = [open_corpus(path, id_field=id_field, text_field=text_field, title_field=title_field) for path in parts]
+    session = nullcontext()
+    if ray is not None:
+        from ..backends.ray_pool import connected
+
+        session = connected(ray)
+    with session, reporting():
+        config = index_corpus_shards(streams, out, retriever, on_ray=ray is not None,
+                                     memory_budget=memory_budget(memory_budget_gib))
+    console.print(f"indexed {len(parts)} shards{' on Ray' if ray else ''} -> {out}; serve them with `taskret serve "
+                  f"--shards {config}`")
+
+
 @app.command()
 def search(
     query: list[str] = typer.Argument(..., help="one or more queries"),

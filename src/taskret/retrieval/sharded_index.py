@@ -31,7 +31,7 @@ from .base import RetrievalResult
 from .index import IndexRecord, InvalidIndex, LoadedIndex, load_index
 from .sharded import ShardedSearch
 
-__all__ = ["ShardsConfig", "ShardedRetriever", "PartialResult", "load_sharded_index"]
+__all__ = ["ShardsConfig", "ShardedRetriever", "PartialResult", "load_sharded_index", "index_corpus_shards", "SHARDS_CONFIG"]
 
 
 class ShardsConfig(BaseModel):
@@ -171,3 +171,95 @@ def load_sharded_index(config_path: str | os.PathLike) -> LoadedIndex:
     return LoadedIndex(directory=config_path, retriever=ShardedRetriever(indexes, config), kind=first.kind,
                        records=_ChainedRecords(list(indexes.values())),
                        info={**first.info, "shards": list(config.shards)})
+
+
+#: The shards config :func:`index_corpus_shards` writes beside the shards.
+SHARDS_CONFIG = "shards.json"
+
+
+def index_corpus_shards(parts: Sequence, out: str | os.PathLike, retriever: str = "bm25", *, on_ray: bool = False,
+                        memory_budget=None) -> Path:
+    """Index a corpus held as parts, one shard each, and return the shards config ``taskret serve --shards`` opens.
+
+    ``parts``: :class:`~taskret.corpus.DocumentStream`\\ s (one file each, from
+    :func:`~taskret.tart.tasks.open_corpus`), in the corpus's order. Each becomes a document index with its texts,
+    ``out/shard-N``, and ``out/shards.json`` names them, written last. ``retriever``: ``bm25``, every part counted
+    first and the counts summed into ``out/statistics.json``, each part then indexed with the sum, so the merged
+    top k is one index's over the whole corpus (:mod:`taskret.retrieval.sharded`); or a dense spec
+    (``dense:ENCODER``), each part an index of its own (a vector's score needs nothing shared). ``on_ray``: each
+    part's work is a Ray task on the cluster this process is connected to, so every node must reach the parts and
+    ``out`` (one machine, or a shared file system). A shard already in ``out`` is kept: a stopped run started again
+    indexes only the rest, and refuses, naming the folder, where the parts' BM25 counts changed since.
+    ``memory_budget``: a :class:`~taskret.retrieval.budget.MemoryBudget` for each part's build (8 GiB)."""
+    import shutil
+
+    from ..io import write_json
+    from .bm25_segments import CorpusStatistics
+    from .budget import MemoryBudget
+    from .sharded import summed_statistics
+
+    if not parts:
+        raise ValueError("no corpus parts to index")
+    if retriever != "bm25" and not retriever.startswith("dense:"):
+        raise ValueError(f"shards are indexed with bm25 or a dense retriever (dense:ENCODER), not '{retriever}': a "
+                         "hybrid's shards would be two indexes each (index the parts with each on its own)")
+    out = Path(out).resolve()
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    work, budget = out / ".work", memory_budget or MemoryBudget()
+    folders = [out / f"shard-{number}" for number in range(len(parts))]
+    pending = [number for number, folder in enumerate(folders) if not folder.is_dir()]  # save_index renames: whole
+    try:
+        if pending and retriever == "bm25":
+            counted = _each(_count_part, [(part, str(work / f"statistics-{n}")) for n, part in enumerate(parts)],
+                            on_ray)
+            saved = out / "statistics.json"
+            before = CorpusStatistics.load(saved) if saved.exists() and len(pending) < len(parts) else None
+            total = summed_statistics(counted, out)
+            if before is not None and before != total:
+                raise ValueError(f"{out}: its finished shards were indexed with other BM25 counts (the parts changed "
+                                 "since they were built); remove the folder and index the parts again")
+            _each(_index_bm25_part, [(parts[n], total, str(work / f"shard-{n}"), str(folders[n])) for n in pending],
+                  on_ray)
+        elif pending:
+            _each(_index_dense_part, [(parts[n], retriever, str(folders[n]), budget) for n in pending], on_ray)
+    except BaseException:
+        # finished shards stay for the next run; a folder this run made and filled with nothing goes
+        if created and not any(folder.is_dir() for folder in folders):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    config = out / SHARDS_CONFIG
+    write_json(config, ShardsConfig(shards={folder.name: folder.name for folder in folders}).model_dump())
+    return config
+
+
+def _each(function, jobs: list[tuple], on_ray: bool) -> list:
+    """``function(*job)`` for every job: here, one after another, or as Ray tasks at once (one CPU each)."""
+    if not on_ray:
+        return [function(*job) for job in jobs]
+    import ray
+
+    task = ray.remote(num_cpus=1)(function)
+    return ray.get([task.remote(*job) for job in jobs])
+
+
+def _count_part(part, work: str):
+    from .bm25_segments import corpus_statistics
+
+    return corpus_statistics(part.texts(), Path(work))
+
+
+def _index_bm25_part(part, statistics, work: str, out: str) -> str:
+    from .sharded import index_one_shard
+
+    ids, _ = part.scan()  # every document checked: a bad line is named by file, line and field
+    return str(index_one_shard(ids, part.texts, statistics, Path(work), Path(out), documents=part))
+
+
+def _index_dense_part(part, retriever: str, out: str, budget) -> str:
+    from . import make_retriever
+    from .index import index_documents
+
+    return str(index_documents(out, make_retriever(retriever), part, retriever_spec=retriever, memory_budget=budget))
