@@ -1,9 +1,10 @@
 """What does BM25 cost when the corpus is split into shards (issue 78)? The same corpus indexed as 1, 2 and 4 BM25 shards
-scored with the whole corpus's statistics (taskret.retrieval.sharded.index_bm25_shards, each shard written with its
-documents), then served as one index (taskret.retrieval.sharded_index, the shards memory-mapped, as `taskret serve
---shards` serves them): build time, peak RSS and disk per shard count; single-query p50 / p99 on one thread; resident
-memory after the queries; NDCG@10 on the queries the pooled tasks judge; and the merged top 10 against the one-shard
-index (the same scores; the same documents wherever a score is not tied).
+scored with the whole corpus's statistics, as `taskret tart index-shards` indexes them
+(taskret.retrieval.sharded_index.index_corpus_shards, each shard written with its documents), then served as one
+index (taskret.retrieval.sharded_index, the shards memory-mapped, as `taskret serve --shards` serves them): build
+time, peak RSS and disk per shard count; single-query p50 / p99 on one thread; resident memory after the queries;
+NDCG@10 on the queries the pooled tasks judge; and the merged top 10 against the one-shard index (the same scores;
+the same documents wherever a score is not tied).
 
 The corpus and queries are scale.py's (every real document here pooled, extended past that by resampled real sentences;
 a seeded sample of the pooled tasks' real queries). The corpus is first cut into one file per shard, as a user with
@@ -54,19 +55,18 @@ def split_corpus(corpus: Path, shards: int, folder: Path) -> list[Path]:
 
 
 def build(parts: list[Path], folder: Path) -> dict:
-    """Child: the corpus's parts indexed with the whole corpus's statistics, each part a document index with its
-    texts; ``folder/shards.json`` names them (written last: its presence marks a finished build)."""
-    from taskret.corpus import doc_text, iter_corpus
-    from taskret.retrieval.sharded import index_bm25_shards
+    """Child: the corpus's parts indexed as `taskret tart index-shards` indexes them (index_corpus_shards: counted,
+    then each indexed with the whole corpus's counts and its documents); ``folder/shards.json`` names the shards
+    (written last: its presence marks a finished build)."""
+    from taskret.retrieval.sharded_index import index_corpus_shards
+    from taskret.tart.tasks import open_corpus
 
     started = time.perf_counter()
-    ids = [[doc.id for doc in iter_corpus(part)] for part in parts]
-    shards = [(part_ids, (lambda part=part: (doc_text(d) for d in iter_corpus(part))))
-              for part_ids, part in zip(ids, parts)]
-    folders = index_bm25_shards(shards, folder / "index", folder / "work",
-                                documents=[iter_corpus(part) for part in parts])
-    (folder / "shards.json").write_text(json.dumps({"shards": {f.name: f"index/{f.name}" for f in folders}}))
-    return {"build_s": round(time.perf_counter() - started, 1), "documents": sum(len(i) for i in ids),
+    config = json.loads(index_corpus_shards([open_corpus(part) for part in parts], folder / "index").read_text())
+    names = list(config["shards"])
+    (folder / "shards.json").write_text(json.dumps({"shards": {name: f"index/{name}" for name in names}}))
+    documents = sum(json.loads((folder / "index" / name / "index_info.json").read_text())["n"] for name in names)
+    return {"build_s": round(time.perf_counter() - started, 1), "documents": documents,
             "disk_gib": round(disk_gib(folder / "index"), 3)}
 
 

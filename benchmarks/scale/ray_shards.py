@@ -1,8 +1,9 @@
 """Do BM25 shards on a multi-node Ray cluster answer as the single index does, and what does serving them cost
 (issue 78)? The corpus cut into shards, each indexed by a Ray task with the whole corpus's statistics
-(taskret.retrieval.ray_shards.index_bm25_shards_on_ray) on a real local cluster (``ray start --head`` and worker
-nodes, each a process of its own, one CPU each), then searched by one actor per shard on its own node
-(``RayShards``), and served as `taskret serve --shards CONFIG` with the cluster's address. Measured:
+(`taskret tart index-shards --ray`: taskret.retrieval.sharded_index.index_corpus_shards) on a real local cluster
+(``ray start --head`` and worker nodes, each a process of its own, one CPU each), then searched by one actor per
+shard on its own node (``RayShards``), and served as `taskret serve --shards CONFIG` with the cluster's address.
+Measured:
 
 1. build: seconds, and the peak of the summed RSS of the driver and every Ray process (sampled every second; RSS
    counts the object store's shared pages once per process that maps them, so it overstates);
@@ -93,30 +94,22 @@ class PeakMemory:
         self._thread.join()
 
 
-def read_parts(parts: list[Path]):
-    """Each part's ids, texts and documents (the documents: the shards keep their texts, as `serve --shards` reads)."""
-    from taskret.corpus import doc_text, iter_corpus
-
-    for part in parts:
-        documents = list(iter_corpus(part))
-        yield [d.id for d in documents], [doc_text(d) for d in documents], documents
-
-
 def build_on_ray(parts: list[Path], folder: Path) -> dict:
-    """The parts indexed on the connected cluster, one task a shard; ``folder/shards.json`` names them (written
-    last: its presence marks a finished build)."""
-    from taskret.retrieval.ray_shards import index_bm25_shards_on_ray
+    """The parts indexed on the connected cluster as `taskret tart index-shards --ray` indexes them, each part's
+    counting and indexing a Ray task reading its own file; ``folder/shards.json`` names the shards (written last:
+    its presence marks a finished build)."""
+    from taskret.retrieval.sharded_index import index_corpus_shards
+    from taskret.tart.tasks import open_corpus
 
     with PeakMemory() as memory:
         started = time.perf_counter()
-        ids, texts, documents = zip(*read_parts(parts))
-        read_s = time.perf_counter() - started
-        folders = index_bm25_shards_on_ray(list(zip(ids, texts)), folder / "index", folder / "work",
-                                           documents=documents)
+        config = index_corpus_shards([open_corpus(part) for part in parts], folder / "index", on_ray=True)
         seconds = time.perf_counter() - started
-    (folder / "shards.json").write_text(json.dumps({"shards": {f.name: f"index/{f.name}" for f in folders}}))
-    return {"build_s": round(seconds, 1), "read_s": round(read_s, 1), "documents": sum(len(i) for i in ids),
-            "disk_gib": round(disk_gib(folder / "index"), 3), "peak_rss_gib": round(memory.peak_gib, 3)}
+    names = list(json.loads(config.read_text())["shards"])
+    (folder / "shards.json").write_text(json.dumps({"shards": {name: f"index/{name}" for name in names}}))
+    documents = sum(json.loads((folder / "index" / name / "index_info.json").read_text())["n"] for name in names)
+    return {"build_s": round(seconds, 1), "documents": documents, "disk_gib": round(disk_gib(folder / "index"), 3),
+            "peak_rss_gib": round(memory.peak_gib, 3)}
 
 
 def shard_folders(folder: Path) -> dict[str, Path]:
