@@ -166,3 +166,26 @@ def test_a_killed_driver_leaves_no_ray_process_and_ray_says_nothing_on_the_termi
     log = Path(tempfile.gettempdir()) / "taskret" / f"ray-{driver.pid}.log"
     assert f"Ray's messages -> {log}" in stderr and "Token authentication is enabled" in log.read_text()
     log.unlink()
+
+
+def test_tart_index_shards_on_ray_local_writes_shards_that_rank_as_one_index(tmp_path, ray_env, corpus):
+    """`taskret tart index-shards --ray local`: a private Ray instance started for the command, each part counted and
+    indexed by a task, the instance gone after; the shards' config ranks as one BM25 index over every part."""
+    import ray
+
+    from taskret.retrieval.bm25 import BM25Retriever
+    from taskret.retrieval.sharded_index import load_sharded_index
+
+    rows = [json.loads(line) for line in corpus.read_text().splitlines()]
+    parts = []
+    for number, (a, b) in enumerate(((0, 10), (10, 31))):
+        parts.append(write_jsonl_rows(tmp_path / f"part-{number}.jsonl", rows[a:b]))
+    out = tmp_path / "shards"
+    result = CliRunner().invoke(app, ["tart", "index-shards", *[a for p in parts for a in ("--part", str(p))],
+                                      "--ray", "local", "--out", str(out)], env={"COLUMNS": "2000"})
+    assert result.exit_code == 0, result.output
+    assert "on Ray" in result.output and not ray.is_initialized()
+    single = BM25Retriever().index_stream([r["_id"] for r in rows],
+                                          lambda: (f"{r.get('title', '')} {r['text']}".strip() for r in rows))
+    found = load_sharded_index(out / "shards.json").retriever.retrieve(QUERIES, k=5)
+    np.testing.assert_allclose(found.scores, single.retrieve(QUERIES, k=5).scores, rtol=1e-6)
