@@ -126,3 +126,12 @@ def test_read_jsonl_reports_the_bad_line(tmp_path):
     with pytest.raises(DataError) as info:
         read_jsonl(path)
     assert info.value.line == 2
+
+
+def test_a_data_error_pickles_whole():
+    """As a Ray task's error reaches the driver: the same file, line, field and message."""
+    import pickle
+
+    err = pickle.loads(pickle.dumps(DataError("corpus.jsonl", 7, "text", "missing field")))
+    assert (err.path, err.line, err.field, err.message) == ("corpus.jsonl", 7, "text", "missing field")
+    assert str(err) == "corpus.jsonl, line 7, field 'text': missing field"

@@ -28,6 +28,11 @@ class DataError(ValueError):
             where += f", field '{field}'"
         super().__init__(f"{where}: {message}")
 
+    def __reduce__(self):
+        # pickled with its own four arguments (the default passes args, the one joined message): a Ray task's
+        # DataError reaches the driver whole, and the command says it in one line
+        return type(self), (self.path, self.line, self.field, self.message)
+
 
 def iter_records(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield (line number, record) from a .jsonl or .csv file."""

@@ -189,3 +189,10 @@ def test_tart_index_shards_on_ray_local_writes_shards_that_rank_as_one_index(tmp
                                           lambda: (f"{r.get('title', '')} {r['text']}".strip() for r in rows))
     found = load_sharded_index(out / "shards.json").retriever.retrieve(QUERIES, k=5)
     np.testing.assert_allclose(found.scores, single.retrieve(QUERIES, k=5).scores, rtol=1e-6)
+
+    # a bad line read in a Ray task is said as here: one line naming file, line and field, nothing left behind
+    bad = write_jsonl_rows(tmp_path / "bad.jsonl", [{"_id": "x", "title": "no text"}])
+    result = CliRunner().invoke(app, ["tart", "index-shards", "--part", str(parts[0]), "--part", str(bad), "--ray",
+                                      "local", "--out", str(tmp_path / "again")], env={"COLUMNS": "2000"})
+    assert result.exit_code == 2 and f"{bad}, line 1, field 'text': missing field" in result.stderr
+    assert "Traceback" not in result.output and not (tmp_path / "again").exists()

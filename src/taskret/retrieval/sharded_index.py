@@ -242,7 +242,13 @@ def _each(function, jobs: list[tuple], on_ray: bool) -> list:
     import ray
 
     task = ray.remote(num_cpus=1)(function)
-    return ray.get([task.remote(*job) for job in jobs])
+    try:
+        return ray.get([task.remote(*job) for job in jobs])
+    except ray.exceptions.RayTaskError as err:
+        # the task's own error (a bad line named by file, line and field), not Ray's wrapper and remote traceback
+        if isinstance(err.cause, Exception):
+            raise err.cause from None
+        raise
 
 
 def _count_part(part, work: str):
