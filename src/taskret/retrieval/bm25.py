@@ -156,13 +156,14 @@ class BM25Retriever(Retriever):
             raise ValueError(f"{n} ids but {len(stream.docs)} texts")
         self._fit(stream.tokenized(), first, n)
 
-    def index_shard(self, ids, texts, statistics, work: Path) -> "BM25Retriever":
+    def index_shard(self, ids, texts, statistics, work: Path, budget: MemoryBudget = MemoryBudget()) -> "BM25Retriever":
         """Index one shard of a corpus (``texts()`` yields its texts in ``ids``' order) scored with the whole
         corpus's ``statistics`` (:class:`~taskret.retrieval.bm25_segments.CorpusStatistics`): its documents score
-        as in one index over the corpus (:mod:`taskret.retrieval.sharded`). ``work`` holds the segments."""
+        as in one index over the corpus (:mod:`taskret.retrieval.sharded`). ``work`` holds the segments, cut to
+        ``budget`` (a :class:`~taskret.retrieval.budget.MemoryBudget`)."""
         if len(set(ids)) != len(ids):
             raise ValueError("ids must be unique")
-        self._index_in_segments(texts, len(ids), Path(work), statistics)
+        self._index_in_segments(texts, len(ids), Path(work), statistics, budget)
         self.corpus_statistics = {"n_docs": statistics.n_docs, "total_length": statistics.total_length}
         self.ids = list(ids)
         return self

@@ -109,15 +109,17 @@ def summed_statistics(parts: Sequence, out: Path):
 
 
 def index_one_shard(ids: Sequence[str], texts: Callable[[], object], statistics, work: Path, out: Path,
-                    k1: float = 1.5, b: float = 0.75, documents: Sequence | None = None) -> Path:
+                    k1: float = 1.5, b: float = 0.75, documents: Sequence | None = None, budget=None) -> Path:
     """One shard's BM25 index in ``out``, scored with the whole corpus's ``statistics``: a Ray task's step too.
     With ``documents`` (the shard's documents, :class:`~taskret.corpus.Document`, in ``ids``' order) ``out`` is a document
     index with their texts, which ``taskret serve --shards`` opens (:mod:`taskret.retrieval.sharded_index`);
-    without, the retriever's files alone."""
+    without, the retriever's files alone. ``budget``: the :class:`~taskret.retrieval.budget.MemoryBudget` its
+    segments are cut to (8 GiB)."""
     from .bm25 import BM25Retriever
+    from .budget import MemoryBudget
     from .index import save_index
 
-    retriever = BM25Retriever(k1=k1, b=b).index_shard(ids, texts, statistics, Path(work))
+    retriever = BM25Retriever(k1=k1, b=b).index_shard(ids, texts, statistics, Path(work), budget or MemoryBudget())
     if documents is None:
         retriever.save(out)
     else:

@@ -219,8 +219,8 @@ def index_corpus_shards(parts: Sequence, out: str | os.PathLike, retriever: str 
             if before is not None and before != total:
                 raise ValueError(f"{out}: its finished shards were indexed with other BM25 counts (the parts changed "
                                  "since they were built); remove the folder and index the parts again")
-            _each(_index_bm25_part, [(parts[n], total, str(work / f"shard-{n}"), str(folders[n])) for n in pending],
-                  on_ray)
+            _each(_index_bm25_part, [(parts[n], total, str(work / f"shard-{n}"), str(folders[n]), budget)
+                                     for n in pending], on_ray)
         elif pending:
             _each(_index_dense_part, [(parts[n], retriever, str(folders[n]), budget) for n in pending], on_ray)
     except BaseException:
@@ -257,11 +257,11 @@ def _count_part(part, work: str):
     return corpus_statistics(part.texts(), Path(work))
 
 
-def _index_bm25_part(part, statistics, work: str, out: str) -> str:
+def _index_bm25_part(part, statistics, work: str, out: str, budget) -> str:
     from .sharded import index_one_shard
 
     ids, _ = part.scan()  # every document checked: a bad line is named by file, line and field
-    return str(index_one_shard(ids, part.texts, statistics, Path(work), Path(out), documents=part))
+    return str(index_one_shard(ids, part.texts, statistics, Path(work), Path(out), documents=part, budget=budget))
 
 
 def _index_dense_part(part, retriever: str, out: str, budget) -> str:
