@@ -31,7 +31,8 @@ from .base import RetrievalResult
 from .index import IndexRecord, InvalidIndex, LoadedIndex, load_index
 from .sharded import ShardedSearch
 
-__all__ = ["ShardsConfig", "ShardedRetriever", "PartialResult", "load_sharded_index", "index_corpus_shards", "SHARDS_CONFIG"]
+__all__ = ["ShardsConfig", "ShardedRetriever", "PartialResult", "load_sharded_index", "index_corpus_shards",
+           "SHARDS_CONFIG"]
 
 
 class ShardsConfig(BaseModel):
