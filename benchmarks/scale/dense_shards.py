@@ -39,7 +39,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # scale.py, bm25_shards.py, ray_shards.py
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
-from _common import command_line, write_result  # noqa: E402
+from _common import command_line, machine, write_result  # noqa: E402
 from bm25_shards import split_corpus  # noqa: E402
 from ray_shards import local_cluster, prepare, shard_folders, shard_options  # noqa: E402
 from scale import K, disk_gib, docs_fast_dense, in_child, percentiles  # noqa: E402
@@ -138,11 +138,12 @@ def main() -> None:
     options.add_argument("--work", default="runs/scale", help="scale.py's work folder: the corpus, its docs-fast "
                          "build, the shards (kept: a rerun resumes) (default: %(default)s)")
     args = options.parse_args()
-    started, work, corpus, queries = prepare(args)
+    _, work, corpus, queries = prepare(args)
 
     single_folder = work / "docs-fast"
     if not (single_folder / "meta.json").is_file():  # scale.py's build, in a child of its own (resumes its shards)
         in_child(["--child-build", str(corpus), "docs-fast", str(single_folder)], str(HERE / "scale.py"))
+    started = machine(threads=1)  # after that build: the load the timings below start at
     from taskret.retrieval.ivfpq import exact_top
 
     dense = docs_fast_dense(single_folder, mmap=True)
@@ -181,8 +182,8 @@ def main() -> None:
               "single": {"recall_at_10": single_recall, **single_search, "disk_gib": round(disk_gib(single_folder), 3)},
               "ray": {**built, **ray_search, "recall_at_10": shards_recall},
               "recall_delta": round(shards_recall - single_recall, 4),
-              "same_top10_set_share": round(float(np.mean([set(s) == set(m) for s, m in
-                                                                      zip(single_found, merged)])), 4)}
+              "same_top10_set_share": round(float(np.mean([set(s) == set(m)
+                                                           for s, m in zip(single_found, merged)])), 4)}
     write_result(args.out, result)
     print(f"recall@10: single {single_recall}, {args.shards} shards {shards_recall} "
           f"(delta {result['recall_delta']:+.4f})", flush=True)

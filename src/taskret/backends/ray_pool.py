@@ -29,7 +29,8 @@ from .base import BackendError, BackendNotInstalled
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RayActorPool", "RayOptions", "import_ray", "root_cause", "start_local_cluster", "worker_died_errors"]
+__all__ = ["RayActorPool", "RayOptions", "connected", "import_ray", "root_cause", "start_local_cluster",
+           "worker_died_errors"]
 
 
 def import_ray():
