@@ -32,23 +32,33 @@ def _dense_row(peak: float, recall: float) -> dict:
             "resident_after_queries_gib": 0.2}
 
 
-def test_a_size_from_the_bounded_builds_lands_under_scale_jsons_keys(tmp_path):
+#: scale.py's own size in the assembled file: only what the extrapolation reads of it
+SCALE = {"sizes": {"1000": {"encode_docs_per_s": 100.0}}}
+
+
+def _assemble(folder) -> str:
+    """assemble.py over toy bounded builds at 1,000 and 10,000 documents (asked for 10,000 and 20,000), and a Ray
+    front that adds 2.5 ms; what it printed."""
     bm25 = {"command": "bm25_shards.py", "sizes": {"1000": {"1": _bm25_row(1.5, 1.0), "2": _bm25_row(1.1, 1.2)},
                                                      "10000": {"1": _bm25_row(2.0, 3.0)}}}
     dense = {"command": "compressed_vectors.py", "queries": "real",
              "sizes": {"1000": _dense_row(1.0, 0.99), "10000": _dense_row(3.0, 0.96)}}
-    ray = ray_shards_result(single_p50=1.0, ray_p50=3.5)  # the front's merge: +2.5 ms
-    scale = {"sizes": {"1000": {"encode_docs_per_s": 100.0}}}
-    for name, value in (("bm25.json", bm25), ("dense.json", dense), ("scale.json", scale), ("ray.json", ray)):
-        (tmp_path / name).write_text(json.dumps(value))
-    command = [sys.executable, str(ROOT / "benchmarks/scale/assemble.py"), "--scale", str(tmp_path / "scale.json"),
-               "--ray-shards", str(tmp_path / "ray.json"), "--dense-shards", str(tmp_path / "none.json"), "--bm25-shards", str(tmp_path / "bm25.json"),
-               "--compressed", str(tmp_path / "dense.json"), "--sizes", "10000,20000", "--extrapolate-to", "20000000"]
-    said = subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    ray = ray_shards_result(single_p50=1.0, ray_p50=3.5)
+    for name, value in (("bm25.json", bm25), ("dense.json", dense), ("scale.json", SCALE), ("ray.json", ray)):
+        (folder / name).write_text(json.dumps(value))
+    command = [sys.executable, str(ROOT / "benchmarks/scale/assemble.py"), "--scale", str(folder / "scale.json"),
+               "--ray-shards", str(folder / "ray.json"), "--dense-shards", str(folder / "none.json"),
+               "--bm25-shards", str(folder / "bm25.json"), "--compressed", str(folder / "dense.json"),
+               "--sizes", "10000,20000", "--extrapolate-to", "20000000"]
+    return subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+
+
+def test_a_size_from_the_bounded_builds_lands_under_scale_jsons_keys(tmp_path):
+    said = _assemble(tmp_path)
     assert "sizes[20000]: left out" in said
     written = json.loads((tmp_path / "scale.json").read_text())
     sizes = written["sizes"]
-    assert set(sizes) == {"1000", "10000"} and sizes["1000"] == scale["sizes"]["1000"]  # scale.py's own is kept
+    assert set(sizes) == {"1000", "10000"} and sizes["1000"] == SCALE["sizes"]["1000"]  # scale.py's own is kept
     entry = sizes["10000"]
     assert entry["peak_rss_gib"] == 3.0  # the larger of the two builds, each its own process tree
     assert entry["peak_rss_ratio_to"] == {"documents": 1000, "ratio": 2.0}  # against max(1.5, 1.0) at 1000
@@ -65,3 +75,19 @@ def test_a_size_from_the_bounded_builds_lands_under_scale_jsons_keys(tmp_path):
     assert abs(rows[1_000_000]["bm25_p50_ms"] - (1 + 2 * 999_000 / 9000 + 2.5)) < 0.01
     # the encoding at 100 documents/s dominates the build: 1M documents is 2.78 h of it
     assert rows[1_000_000]["encode_h"] == 2.78 and rows[1_000_000]["build_h"] > 2.78
+
+
+def test_the_assembled_size_and_the_extrapolation_render_apart_from_scale_pys_own_sizes(tmp_path, monkeypatch):
+    from .test_engines import import_scale_renderer
+
+    _assemble(tmp_path)
+    assembled = json.loads((tmp_path / "scale.json").read_text())
+    assembled.update(command="scale.py", corpus="pooled", queries=1000,
+                     machine={"cpu": "AMD EPYC", "cores": 2, "python": "3.11.7", "load_average": [0.5, 0.5, 0.5]})
+    render = import_scale_renderer()
+    monkeypatch.setattr(render, "load", lambda name: assembled)
+    own = "\n".join(render.scale_table())
+    assert "| 10,000 |" not in own  # not one of scale.py's builds: no stages, no encoder rate to show
+    bounded = "\n".join(render.bounded_builds_table())
+    assert "| 10,000 | 3.00 (2.00x 1,000) |" in bounded and "47.50" in bounded
+    assert "**Extrapolated, not measured**: 20,000,000 documents" in bounded and "| 1,000,000 | 20 |" in bounded
