@@ -261,13 +261,19 @@ def held_out_folders(name: str, results: Path) -> dict[str, Path]:
     return folders
 
 
-def made_here(out: Path, args) -> bool:
-    """Whether ``out``'s evaluation exists and was made on this machine (its LM outputs pair with this machine's)."""
+def differences_from_here(out: Path, args):
+    """How the machine that made ``out``'s evaluation differs from this one (empty: its LM outputs pair with this
+    machine's)."""
     from taskret.backends.base import engine_of, generation_spec
     from taskret.models import dtype_name
 
-    return (out / "summary.json").exists() and not machine_differences(
-        read_json(out / "summary.json"), dtype_name("auto"), engine=engine_of(generation_spec(args.lm)))
+    return machine_differences(read_json(out / "summary.json"), dtype_name("auto"),
+                               engine=engine_of(generation_spec(args.lm)))
+
+
+def made_here(out: Path, args) -> bool:
+    """Whether ``out``'s evaluation exists and was made on this machine."""
+    return (out / "summary.json").exists() and not differences_from_here(out, args)
 
 
 def assemble_held_out(name: str, results: Path) -> dict | None:
@@ -402,14 +408,12 @@ def _gpu_name() -> str | None:
 def evaluate_method(task, test, out: Path, label: str, rank, lms: dict, args) -> None:
     """``out``'s evaluation of ``test`` with the ranking ``rank(lm)`` returns (``(retriever, retrieved)``), unless
     one made on this machine on these inputs is there."""
-    from taskret.backends.base import engine_of, generation_spec, load_lm
+    from taskret.backends.base import generation_spec, load_lm
     from taskret.icl.evaluation import evaluate
-    from taskret.models import dtype_name
     from taskret.progress import progress_bar
 
     if (out / "summary.json").exists():
-        elsewhere = machine_differences(read_json(out / "summary.json"), dtype_name("auto"),
-                                        engine=engine_of(generation_spec(args.lm)))
+        elsewhere = differences_from_here(out, args)
         same_inputs = {r["id"] for r in read_jsonl(out / "predictions.jsonl")} == {e.id for e in test}
         if not elsewhere and same_inputs:
             print(f"{label}: evaluated on this machine, kept", flush=True)
