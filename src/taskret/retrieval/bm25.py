@@ -8,10 +8,9 @@ noise to a lexical match (on a medical QA corpus, 39.0 NDCG@10 instructed agains
 Retrieval runs on bm25s's numpy backend or its numba one (``backend``). Numba is the faster by far (top 10 of 1M
 documents: 0.75 ms against 29 ms; of 100K: 0.14 against 3.0; ``benchmarks/results/scale.json``) and ranks by the same
 scores (equal scores in corpus order on both: :meth:`BM25Retriever._ranked`), but compiles for ~5 s once per process.
-``auto`` (the
-default) chooses by the index's size, so that an index always ranks the same way: numba from :data:`NUMBA_FROM`
-documents on, where it pays back its compile within a few thousand queries; a service compiles it as it starts
-(:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query.
+``auto`` (the default) chooses by the index's size, so that an index always ranks the same way: numba from
+:data:`NUMBA_FROM` documents on, where it pays back its compile within a few thousand queries; a service compiles it
+as it starts (:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query.
 
 A build streamed with a shard folder (``taskret tart index``, ``taskret index``: :meth:`index_stream` with a
 :class:`~taskret.retrieval.shards.ShardPlan`) runs in segments on disk (:mod:`taskret.retrieval.bm25_segments`): its
@@ -230,8 +229,6 @@ class BM25Retriever(Retriever):
         tokens = _tokenize(queries, return_ids=False)
         self._bm25.backend = "numba" if self.uses_numba() else "numpy"
         # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
-        # n_threads=0: a plain loop; any other count starts a thread pool per call, which cost a single query (the
-        # service's case) more than its scoring did.
         rows, scores = self._ranked(tokens, k)
         return rows.tolist(), np.asarray(scores, dtype=np.float32)
 
@@ -245,19 +242,23 @@ class BM25Retriever(Retriever):
         A query with fewer than ``k`` matching documents is filled with unmatched ones (score 0) in bm25s's order:
         they are no match, and corpus order there would make every small corpus's first documents the hard negatives
         a miner draws."""
+        def retrieve(queries: list[list[str]], depth: int) -> tuple[np.ndarray, np.ndarray]:
+            # n_threads=0: a plain loop; any other count starts a thread pool per call, which cost a single query
+            # (the service's case) more than its scoring did.
+            rows, scores = self._bm25.retrieve(queries, k=depth, show_progress=False, n_threads=0)
+            return np.asarray(rows), np.asarray(scores)
+
         n = len(self.ids)
         depth = min(n, k + TIE_MARGIN)
-        rows, scores = self._bm25.retrieve(tokens, k=depth, show_progress=False, n_threads=0)
-        rows, scores = np.asarray(rows), np.asarray(scores)
+        rows, scores = retrieve(tokens, depth)
         out_rows, out_scores = np.empty((len(tokens), k), dtype=rows.dtype), np.zeros((len(tokens), k), scores.dtype)
         for q in range(len(tokens)):
             q_rows, q_scores, q_depth = rows[q], scores[q], depth
             # a tie running past the depth: search that query deeper (rare: a score shared by > TIE_MARGIN documents)
             while k > 0 and q_depth < n and q_scores[-1] > 0 and q_scores[-1] >= q_scores[k - 1]:
                 q_depth = min(n, q_depth * 4)
-                deeper_rows, deeper_scores = self._bm25.retrieve(tokens[q:q + 1], k=q_depth, show_progress=False,
-                                                                 n_threads=0)
-                q_rows, q_scores = np.asarray(deeper_rows)[0], np.asarray(deeper_scores)[0]
+                deeper_rows, deeper_scores = retrieve(tokens[q:q + 1], q_depth)
+                q_rows, q_scores = deeper_rows[0], deeper_scores[0]
             matched = q_scores > 0
             m_rows, m_scores = q_rows[matched], q_scores[matched]
             order = np.lexsort((m_rows, -m_scores))[:k]
