@@ -87,10 +87,11 @@ def bounded_builds_table() -> list[str]:
     out: list[str] = []
     bounded = {n: r for n, r in d["sizes"].items() if "commands" in r}
     if bounded:
+        commands = next(iter(bounded.values()))["commands"]
         out += ["Built within the memory budget, each build a child process of its own (its peak RSS from rusage; the "
-                "size's peak is the larger build's): BM25 as one index (`" + next(iter(bounded.values()))["commands"]
-                ["bm25"] + "`), dense as IVF-PQ with exact re-ranking over vectors synthesised from the real 1M "
-                "(`" + next(iter(bounded.values()))["commands"]["dense"] + "`); one query at a time on one thread:",
+                f"size's peak is the larger build's): BM25 as one index (`{commands['bm25']}`), dense as IVF-PQ with "
+                f"exact re-ranking over vectors synthesised from the real 1M (`{commands['dense']}`); one query at a "
+                "time on one thread:",
                 "", *header("documents", "peak RSS GiB (x the smaller size's)", "disk GiB", "BM25 p50 / p99 ms",
                             "BM25 NDCG@10", "dense recall@10", "dense p50 / p99 ms", "resident / disk after the "
                             "queries")]

@@ -54,20 +54,21 @@ def split_corpus(corpus: Path, shards: int, folder: Path) -> list[Path]:
     return parts
 
 
-def build(parts: list[Path], folder: Path) -> dict:
-    """Child: the corpus's parts indexed as `taskret tart index-shards` indexes them (index_corpus_shards: counted,
-    then each indexed with the whole corpus's counts and its documents); ``folder/shards.json`` names the shards
-    (written last: its presence marks a finished build)."""
+def build(parts: list[Path], folder: Path, on_ray: bool = False) -> dict:
+    """The corpus's parts indexed as `taskret tart index-shards` indexes them (index_corpus_shards: counted, then
+    each indexed with the whole corpus's counts and its documents; ``on_ray``: each part's steps a Ray task on the
+    connected cluster, as with ``--ray``); ``folder/shards.json`` names the shards (written last: its presence marks
+    a finished build). A child process of this script; ray_shards.py's build on Ray too."""
     from taskret.retrieval.sharded_index import index_corpus_shards
     from taskret.tart.tasks import open_corpus
 
     started = time.perf_counter()
-    config = json.loads(index_corpus_shards([open_corpus(part) for part in parts], folder / "index").read_text())
-    names = list(config["shards"])
+    config = index_corpus_shards([open_corpus(part) for part in parts], folder / "index", on_ray=on_ray)
+    seconds = time.perf_counter() - started
+    names = list(json.loads(config.read_text())["shards"])
     (folder / "shards.json").write_text(json.dumps({"shards": {name: f"index/{name}" for name in names}}))
     documents = sum(json.loads((folder / "index" / name / "index_info.json").read_text())["n"] for name in names)
-    return {"build_s": round(time.perf_counter() - started, 1), "documents": documents,
-            "disk_gib": round(disk_gib(folder / "index"), 3)}
+    return {"build_s": round(seconds, 1), "documents": documents, "disk_gib": round(disk_gib(folder / "index"), 3)}
 
 
 def search(folder: Path, queries: Path) -> dict:

@@ -138,7 +138,7 @@ def main() -> None:
     options.add_argument("--work", default="runs/scale", help="scale.py's work folder: the corpus, its docs-fast "
                          "build, the shards (kept: a rerun resumes) (default: %(default)s)")
     args = options.parse_args()
-    _, work, corpus, queries = prepare(args)
+    work, corpus, queries = prepare(args)
 
     single_folder = work / "docs-fast"
     if not (single_folder / "meta.json").is_file():  # scale.py's build, in a child of its own (resumes its shards)

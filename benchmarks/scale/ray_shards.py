@@ -51,8 +51,8 @@ sys.path.insert(0, str(HERE))  # scale.py, bm25_shards.py
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
 sys.path.insert(0, str(HERE.parent / "serve"))  # serve_load.py: the server and wrk
 from _common import command_line, machine, parser, write_result  # noqa: E402
-from bm25_shards import split_corpus  # noqa: E402
-from scale import K, disk_gib, in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
+from bm25_shards import build, split_corpus  # noqa: E402
+from scale import K, in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
 
 WARM_UP_QUERIES = 20  # /retrieve requests answered one at a time before each wrk run
 RAY_PROGRAMS = {"raylet", "gcs_server", "plasma_store"}
@@ -96,20 +96,10 @@ class PeakMemory:
 
 def build_on_ray(parts: list[Path], folder: Path) -> dict:
     """The parts indexed on the connected cluster as `taskret tart index-shards --ray` indexes them, each part's
-    counting and indexing a Ray task reading its own file; ``folder/shards.json`` names the shards (written last:
-    its presence marks a finished build)."""
-    from taskret.retrieval.sharded_index import index_corpus_shards
-    from taskret.tart.tasks import open_corpus
-
+    counting and indexing a Ray task reading its own file (bm25_shards.py's build, on Ray), with the peak memory."""
     with PeakMemory() as memory:
-        started = time.perf_counter()
-        config = index_corpus_shards([open_corpus(part) for part in parts], folder / "index", on_ray=True)
-        seconds = time.perf_counter() - started
-    names = list(json.loads(config.read_text())["shards"])
-    (folder / "shards.json").write_text(json.dumps({"shards": {name: f"index/{name}" for name in names}}))
-    documents = sum(json.loads((folder / "index" / name / "index_info.json").read_text())["n"] for name in names)
-    return {"build_s": round(seconds, 1), "documents": documents, "disk_gib": round(disk_gib(folder / "index"), 3),
-            "peak_rss_gib": round(memory.peak_gib, 3)}
+        built = build(parts, folder, on_ray=True)
+    return {**built, "peak_rss_gib": round(memory.peak_gib, 3)}
 
 
 def shard_folders(folder: Path) -> dict[str, Path]:
@@ -253,19 +243,17 @@ def shard_options(doc: str, out: str) -> argparse.ArgumentParser:
     return options
 
 
-def prepare(args) -> tuple[dict, Path, Path, list[str]]:
-    """Ray's environment set; the machine (before any work), the size's work folder, its corpus (scale.py's, written
-    once) and the real queries."""
+def prepare(args) -> tuple[Path, Path, list[str]]:
+    """Ray's environment set; the size's work folder, its corpus (scale.py's, written once) and the real queries."""
     os.environ.update(RAY_ENV)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folders = real_sources(Path(args.data_dir))
-    started = machine(threads=1)
     work = Path(args.work).resolve() / str(args.size)
     work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus.jsonl"
     if not corpus.exists():
         write_corpus(corpus, folders, args.size, args.seed)
-    return started, work, corpus, real_queries(folders, args.queries, args.seed)
+    return work, corpus, real_queries(folders, args.queries, args.seed)
 
 
 @contextmanager
@@ -291,7 +279,8 @@ def main() -> None:
     options.add_argument("--connections", type=int, default=8, help="wrk connections (default: %(default)s)")
     options.add_argument("--work", default="runs/ray_shards", help="corpus and indexes (kept: a rerun resumes)")
     args = options.parse_args()
-    started, work, corpus, queries = prepare(args)
+    started = machine(threads=1)  # before any work: the load the build starts at
+    work, corpus, queries = prepare(args)
     queries_file = work / "queries.json"
     queries_file.write_text(json.dumps(queries))
 
