@@ -145,30 +145,27 @@ def main() -> None:
                          help="documents of the per-shard table (default: %(default)s)")
     args = options.parse_args()
     scale = json.loads(Path(args.scale).read_text())
-    ray_shards = Path(args.ray_shards)
-    dense_shards = Path(args.dense_shards)
-    if ray_shards.is_file():
-        dense = json.loads(dense_shards.read_text()) if dense_shards.is_file() else None
-        scale["shards"] = shards_entry(json.loads(ray_shards.read_text()), dense)
-        print(f"shards: from {ray_shards}" + (f" and {dense_shards}" if dense else f" ({dense_shards} is not there)"))
+    ray_shards, dense_shards, bm25_shards, compressed = (
+        json.loads(Path(path).read_text()) if Path(path).is_file() else None
+        for path in (args.ray_shards, args.dense_shards, args.bm25_shards, args.compressed))
+    if ray_shards:
+        scale["shards"] = shards_entry(ray_shards, dense_shards)
+        print(f"shards: from {args.ray_shards}"
+              + (f" and {args.dense_shards}" if dense_shards else f" ({args.dense_shards} is not there)"))
     else:
-        print(f"shards: left out ({ray_shards} is not there)")
-    bm25_shards, compressed = Path(args.bm25_shards), Path(args.compressed)
+        print(f"shards: left out ({args.ray_shards} is not there)")
     for n in [s for s in args.sizes.split(",") if s]:
-        entry = (size_entry(n, json.loads(bm25_shards.read_text()), json.loads(compressed.read_text()))
-                 if bm25_shards.is_file() and compressed.is_file() else None)
+        entry = size_entry(n, bm25_shards, compressed) if bm25_shards and compressed else None
         if entry is None:
-            print(f"sizes[{n}]: left out (not measured at {n} in both {bm25_shards} and {compressed})")
+            print(f"sizes[{n}]: left out (not measured at {n} in both {args.bm25_shards} and {args.compressed})")
             continue
         scale["sizes"][n] = entry
-        print(f"sizes[{n}]: from {bm25_shards} and {compressed}")
+        print(f"sizes[{n}]: from {args.bm25_shards} and {args.compressed}")
     # the encoding rate of scale.py's largest build (its own: the bounded builds do not encode)
     encoded = [scale["sizes"][n] for n in sorted(scale["sizes"], key=int) if "encode_docs_per_s" in scale["sizes"][n]]
-    if bm25_shards.is_file() and compressed.is_file() and ray_shards.is_file() and encoded:
-        measured = json.loads(ray_shards.read_text())
-        table = per_shard_extrapolation(args.extrapolate_to, json.loads(bm25_shards.read_text()),
-                                        json.loads(compressed.read_text()), encoded[-1]["encode_docs_per_s"],
-                                        measured["ray"]["p50_ms"] - measured["single"]["p50_ms"])
+    if bm25_shards and compressed and ray_shards and encoded:
+        table = per_shard_extrapolation(args.extrapolate_to, bm25_shards, compressed, encoded[-1]["encode_docs_per_s"],
+                                        ray_shards["ray"]["p50_ms"] - ray_shards["single"]["p50_ms"])
         if table is not None:
             scale["extrapolation_shards"] = table
         print("extrapolation_shards: " + ("written" if table else "left out (fewer than two sizes in both builds)"))
