@@ -5,8 +5,8 @@
 shard on its own node (``RayShards``), and served as `taskret serve --shards CONFIG` with the cluster's address.
 Measured:
 
-1. build: seconds, and the peak of the summed RSS of the driver and every Ray process (sampled every second; RSS
-   counts the object store's shared pages once per process that maps them, so it overstates);
+1. build: seconds, and the peak of the summed RSS of the driver and every process of the cluster (sampled every
+   second; RSS counts the object store's shared pages once per process that maps them, so it overstates);
 2. the merged top 10 of ``--queries`` real queries against the single index's (bm25_shards.py's one-shard build of
    the same corpus, its own child): the share of queries with the same ten ids in the same order, the same up to the
    order of tied scores, and the largest score difference; one query at a time through the actors (p50 / p99 ms)
@@ -55,28 +55,24 @@ from bm25_shards import build, split_corpus  # noqa: E402
 from scale import K, in_child, percentiles, real_queries, real_sources, write_corpus  # noqa: E402
 
 WARM_UP_QUERIES = 20  # /retrieve requests answered one at a time before each wrk run
-RAY_PROGRAMS = {"raylet", "gcs_server", "plasma_store"}
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
 
 
 class PeakMemory:
-    """The peak, sampled every ``every`` seconds, of the summed RSS (GiB) of this process and every Ray process."""
+    """The peak, sampled every ``every`` seconds, of the summed RSS (GiB) of this process and every process of the
+    Ray cluster at ``address`` (:func:`cluster_processes`)."""
 
-    def __init__(self, every: float = 1.0):
-        self.every, self.peak_gib, self._stop = every, 0.0, threading.Event()
+    def __init__(self, address: str, every: float = 1.0):
+        self.address, self.every, self.peak_gib, self._stop = address, every, 0.0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _total(self) -> float:
         import psutil
 
         total = psutil.Process().memory_info().rss
-        for process in psutil.process_iter(["pid", "cmdline"]):
+        for process in cluster_processes(self.address):
             try:
-                words = process.info["cmdline"] or [""]
-                ray_process = (words[0].startswith("ray::") or os.path.basename(words[0]) in RAY_PROGRAMS
-                               or any("/ray/" in word or os.path.basename(word) == "ray" for word in words[:2]))
-                if process.info["pid"] != os.getpid() and ray_process:
-                    total += process.memory_info().rss
+                total += process.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         return total / 2**30
@@ -94,10 +90,10 @@ class PeakMemory:
         self._thread.join()
 
 
-def build_on_ray(parts: list[Path], folder: Path) -> dict:
+def build_on_ray(parts: list[Path], folder: Path, address: str) -> dict:
     """The parts indexed on the connected cluster as `taskret tart index-shards --ray` indexes them, each part's
     counting and indexing a Ray task reading its own file (bm25_shards.py's build, on Ray), with the peak memory."""
-    with PeakMemory() as memory:
+    with PeakMemory(address) as memory:
         built = build(parts, folder, on_ray=True)
     return {**built, "peak_rss_gib": round(memory.peak_gib, 3)}
 
@@ -188,19 +184,43 @@ def killed_shard(folder: Path, queries: list[str]) -> dict:
         searched.close()
 
 
-def shard_actor_processes() -> list:
-    """The shard actors' processes on this machine (Ray titles an actor's process ``ray::_ShardActor...``)."""
+def cluster_processes(address: str) -> list:
+    """The processes of the Ray cluster at ``address`` on this machine: its nodes' ``ray start`` processes (found by
+    the head's port in their command lines) and every process they started (GCS, raylets, workers, actors). Another
+    Ray cluster on the machine (a benchmark or test beside this one) is left out."""
+    import psutil
+
+    marks = {f"--port={address.rsplit(':', 1)[-1]}", f"--address={address}"}
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        words = process.info["cmdline"] or []
+        if "start" not in words or not marks & set(words):
+            continue
+        try:
+            for member in (process, *process.children(recursive=True)):
+                found[member.pid] = member
+        except psutil.NoSuchProcess:
+            continue
+    return list(found.values())
+
+
+def shard_actor_processes(address: str) -> list:
+    """The shard actors' processes of the cluster at ``address`` (Ray titles an actor's process
+    ``ray::_ShardActor...``)."""
     import psutil
 
     found = []
-    for process in psutil.process_iter(["cmdline"]):
-        words = process.info["cmdline"] or [""]
-        if words and words[0].startswith("ray::_ShardActor"):
-            found.append(process)
+    for process in cluster_processes(address):
+        try:
+            if (process.cmdline() or [""])[0].startswith("ray::_ShardActor"):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
     return found
 
 
-def served(single: Path, shards_config: Path, queries: list[str], connections: int, duration: float) -> dict:
+def served(single: Path, shards_config: Path, address: str, queries: list[str], connections: int,
+           duration: float) -> dict:
     """`taskret serve` over the single index and over the shards (Ray), each under wrk; then one of the service's
     shard actors killed and the next answer checked for ``missing_shards``."""
     import httpx
@@ -221,7 +241,7 @@ def served(single: Path, shards_config: Path, queries: list[str], connections: i
             loaded = serve_load.warmed_wrk(server.url + "/retrieve", bodies, connections, duration)
             out[name] = {**serve_load.wrk_summary(loaded), "startup_s": server.startup_s, "warm_up_s": warm_up_s}
             if name == "ray_shards":
-                actors = shard_actor_processes()
+                actors = shard_actor_processes(address)
                 out[name]["actor_rss_mib"] = [round(p.memory_info().rss / 2**20, 1) for p in actors]
                 os.kill(actors[0].pid, signal.SIGKILL)
                 answer = httpx.post(server.url + "/retrieve", json={"query": queries[0], "k": K}, timeout=120)
@@ -304,7 +324,7 @@ def main() -> None:
         if (sharded / "shards.json").exists() and record.exists():
             built = json.loads(record.read_text())
         else:
-            built = build_on_ray(parts, sharded)
+            built = build_on_ray(parts, sharded, address)
             record.write_text(json.dumps(built))
         print(f"built {args.shards} shards on {nodes} nodes: {built['build_s']} s", flush=True)
         search, tops = search_on_ray(sharded, queries)
@@ -315,8 +335,8 @@ def main() -> None:
         config = sharded / "serve_shards.json"
         config.write_text(json.dumps({"shards": {n: str(p) for n, p in shard_folders(sharded).items()},
                                       "ray": address, "allow_partial": True, "timeout_s": 120}))
-        serve = served(shard_folders(single)["shard-0"], config, queries, args.connections, args.serve_duration) \
-            if args.serve_duration > 0 else None
+        serve = served(shard_folders(single)["shard-0"], config, address, queries, args.connections,
+                       args.serve_duration) if args.serve_duration > 0 else None
     write_result(args.out, {
         "benchmark": "ray_shards", "command": command_line(args, options), "machine": started,
         "nodes": nodes, "shards": args.shards, "documents": args.size,

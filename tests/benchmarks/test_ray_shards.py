@@ -20,6 +20,45 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "scale"))
 
 
+def test_a_clusters_processes_leave_out_another_cluster_on_the_same_machine(ray_temp_dir, monkeypatch):
+    """Two benchmarks' clusters side by side (as two test workers run them): each one's memory and actors are its
+    own, so that a benchmark never kills, nor counts, the other's actors."""
+    import tempfile
+
+    import ray
+    import ray._private.ray_constants as constants
+    from ray_shards import cluster_processes
+
+    from taskret.backends.ray_pool import start_local_cluster
+
+    # two head-only clusters, kept on loopback (as tests/epr/test_ray_scoring.py keeps its own)
+    for key, value in {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(constants, "ENABLE_RAY_CLUSTER", False, raising=False)
+
+    class Probe:
+        def pid(self) -> int:
+            import os
+
+            return os.getpid()
+
+    second_temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    try:
+        with start_local_cluster(num_cpus=1, temp_dir=ray_temp_dir) as first, \
+                start_local_cluster(num_cpus=1, temp_dir=second_temp) as second:
+            ray.init(address=first, logging_level="ERROR", log_to_driver=False)
+            try:
+                actor = ray.remote(num_cpus=0)(Probe).remote()
+                actor_pid = ray.get(actor.pid.remote())
+                mine, theirs = ({p.pid for p in cluster_processes(a)} for a in (first, second))
+            finally:
+                ray.shutdown()
+    finally:
+        shutil.rmtree(second_temp, ignore_errors=True)
+    assert actor_pid in mine and actor_pid not in theirs
+    assert theirs and not mine & theirs
+
+
 def test_tied_scores_compare_as_sets_and_a_tie_cut_by_rank_10_is_left_out():
     from ray_shards import agreement, tied_groups
 
