@@ -23,10 +23,10 @@ signed-rank test, the paired bootstrap's interval of the mean difference and its
 ``gap_share`` = (method - BM25) / (LM-Oracle - BM25).
 
 Leave-one-task-out (--held-out, default mtop,break,nl2bash): for each held-out task one dual encoder trained
-(taskret.epr.multitask, the recipe's loss: benchmarks/epr/configs/epr_tasks/multitask.json) on the other tasks' labels
-and scores (MTOP's: the committed full recipe's, benchmarks/results/epr_mtop_full/; the others': this benchmark's
-first round), each query written ``{instruction} [SEP] {input}`` with its task's instruction (epr_runs.INSTRUCTIONS),
-then queried on the held-out task with its own instruction; evaluated on that task's test inputs against BM25 and the
+(taskret.epr.multitask, the recipe's loss: benchmarks/epr/configs/epr_tasks/multitask.json) on the labels and scores
+of MTOP and the other --tasks (MTOP's: the committed full recipe's, benchmarks/results/epr_mtop_full/; the others':
+this benchmark's first round), each query written ``{instruction} [SEP] {input}`` with its task's instruction
+(epr_runs.INSTRUCTIONS), then queried on the held-out task with its own instruction; evaluated on that task's test inputs against BM25 and the
 task's own single-task retriever (the recipe's; MTOP's: the committed full UDR's rankings, --mtop-single-task), each
 paired with the multitask retriever as above.
 
@@ -451,16 +451,16 @@ def evaluations(name: str, task, test, results: Path, lms: dict, args) -> None:
         evaluate_method(task, test, folder / method / "eval", f"{name}/{method}", sources[method], lms, args)
 
 
-def _multitask_rankings(name: str, args, kept: Path, model_dir: Path, all_test) -> None:
-    """The held-out task's multitask retriever (trained here unless its model is in ``model_dir``) and its top 100
-    for every test input, queried with the task's instruction."""
+def _multitask_rankings(name: str, trained_on: list[str], args, kept: Path, model_dir: Path, all_test) -> None:
+    """The held-out task's multitask retriever (trained here on the ``trained_on`` tasks unless its model is in
+    ``model_dir``) and its top 100 for every test input, queried with the task's instruction."""
     from taskret.epr.listwise import ListwiseConfig
     from taskret.epr.multitask import LabelledTask, train_multitask
     from taskret.epr.training import TrainingConfig, load_retriever
     from taskret.formats import format_query
 
     settings = read_json(Path(args.multitask_config))
-    others = [t for t in HELD_OUT if t != name]
+    others = [t for t in trained_on if t != name]
     if not (model_dir / "model").is_dir():
         sources = []
         for other in others:
@@ -485,16 +485,16 @@ def _multitask_rankings(name: str, args, kept: Path, model_dir: Path, all_test) 
     write_rankings(kept / "rankings.jsonl", all_test, retriever.retrieve(queries, k=100))
 
 
-def held_out(name: str, results: Path, work: Path, lms: dict, args) -> None:
-    """Step 3 for one held-out task: its multitask retriever's rankings and evaluation; for a task step 2 does not
-    measure (MTOP), its BM25 and single-task evaluations too."""
+def held_out(name: str, tasks: list[str], results: Path, work: Path, lms: dict, args) -> None:
+    """Step 3 for one held-out task: its multitask retriever (trained on MTOP and ``tasks``, less this one), its
+    rankings and evaluation; for a task step 2 does not measure (MTOP), its BM25 and single-task evaluations too."""
     task = load_task(HELD_OUT[name], data_dir=args.data_dir)
     all_test = list(task.test)
     test = sample(all_test, args.limit or None, seed=args.seed)
     kept = results / "held_out" / name / "multitask"
     kept.mkdir(parents=True, exist_ok=True)
     if not (kept / "rankings.jsonl").exists():
-        _multitask_rankings(name, args, kept, work / "held_out" / name / "multitask", all_test)
+        _multitask_rankings(name, ["mtop", *tasks], args, kept, work / "held_out" / name / "multitask", all_test)
     folders = held_out_folders(name, results)
     sources = {"multitask": _from(f"file:{kept / 'rankings.jsonl'}", test)}
     if name not in TASKS:
@@ -552,7 +552,7 @@ def main() -> None:
             evaluations(name, task, sample(task.test, args.limit or None, seed=args.seed), results, lms, args)
     if args.step in ("held_out", "all"):
         for name in held:
-            held_out(name, results, work, lms, args)
+            held_out(name, tasks, results, work, lms, args)
     if args.step == "train":
         return
     table = assemble(results, tasks, held)
