@@ -451,6 +451,12 @@ def evaluations(name: str, task, test, results: Path, lms: dict, args) -> None:
         evaluate_method(task, test, folder / method / "eval", f"{name}/{method}", sources[method], lms, args)
 
 
+def multitask_training_tasks(held_out: str, tasks: list[str]) -> list[str]:
+    """What the retriever that holds ``held_out`` out trains on: MTOP and the benchmark's ``tasks``, less that one
+    (never a task the benchmark does not label, whose labels would not be there)."""
+    return [t for t in dict.fromkeys(("mtop", *tasks)) if t != held_out]
+
+
 def _multitask_rankings(name: str, trained_on: list[str], args, kept: Path, model_dir: Path, all_test) -> None:
     """The held-out task's multitask retriever (trained here on the ``trained_on`` tasks unless its model is in
     ``model_dir``) and its top 100 for every test input, queried with the task's instruction."""
@@ -460,10 +466,9 @@ def _multitask_rankings(name: str, trained_on: list[str], args, kept: Path, mode
     from taskret.formats import format_query
 
     settings = read_json(Path(args.multitask_config))
-    others = [t for t in trained_on if t != name]
     if not (model_dir / "model").is_dir():
         sources = []
-        for other in others:
+        for other in trained_on:
             labelled = MTOP_LABELLED if other == "mtop" else Path(args.results) / other / "epr"
             if not (labelled / "labels.jsonl").exists():
                 raise SystemExit(f"held out {name}: {labelled / 'labels.jsonl'} is missing (--step train first)")
@@ -494,7 +499,7 @@ def held_out(name: str, tasks: list[str], results: Path, work: Path, lms: dict, 
     kept = results / "held_out" / name / "multitask"
     kept.mkdir(parents=True, exist_ok=True)
     if not (kept / "rankings.jsonl").exists():
-        _multitask_rankings(name, ["mtop", *tasks], args, kept, work / "held_out" / name / "multitask", all_test)
+        _multitask_rankings(name, multitask_training_tasks(name, tasks), args, kept, work / "held_out" / name / "multitask", all_test)
     folders = held_out_folders(name, results)
     sources = {"multitask": _from(f"file:{kept / 'rankings.jsonl'}", test)}
     if name not in TASKS:

@@ -124,6 +124,13 @@ def test_held_out_rows_pair_the_multitask_retriever_with_bm25_and_the_single_tas
         tasks.assemble(tmp_path, ["break"], ["mtop"])
 
 
+def test_each_held_out_retriever_trains_on_mtop_and_the_other_labelled_tasks_only(tasks):
+    labelled = ["trec", "geoquery", "nl2bash"]
+    assert tasks.multitask_training_tasks("trec", labelled) == ["mtop", "geoquery", "nl2bash"]
+    assert tasks.multitask_training_tasks("mtop", labelled) == labelled
+    assert tasks.multitask_training_tasks("mtop", ["mtop", *labelled]) == labelled  # named twice: trained on once
+
+
 def test_an_evaluation_made_here_is_kept_and_one_made_elsewhere_is_made_again(tasks, tmp_path, monkeypatch):
     from taskret.models import machine_info
 
