@@ -22,13 +22,13 @@ LF-EM verdicts, the paired bootstrap's 95% interval of the difference and the sm
 signed-rank test, the paired bootstrap's interval of the mean difference and its detectable difference.
 ``gap_share`` = (method - BM25) / (LM-Oracle - BM25).
 
-Leave-one-task-out (--held-out, default mtop,break,nl2bash): for each held-out task one dual encoder trained
-(taskret.epr.multitask, the recipe's loss: benchmarks/epr/configs/epr_tasks/multitask.json) on the labels and scores
-of MTOP and the other --tasks (MTOP's: the committed full recipe's, benchmarks/results/epr_mtop_full/; the others':
-this benchmark's first round), each query written ``{instruction} [SEP] {input}`` with its task's instruction
-(epr_runs.INSTRUCTIONS), then queried on the held-out task with its own instruction; evaluated on that task's test inputs against BM25 and the
-task's own single-task retriever (the recipe's; MTOP's: the committed full UDR's rankings, --mtop-single-task), each
-paired with the multitask retriever as above.
+Leave-one-task-out (--held-out, default MTOP and every task with a config): for each held-out task one dual encoder
+trained (taskret.epr.multitask, the recipe's loss: benchmarks/epr/configs/epr_tasks/multitask.json) on the labels and
+scores of MTOP and the other --tasks (MTOP's: the committed full recipe's, benchmarks/results/epr_mtop_full/; the
+others': this benchmark's first round), each query written ``{instruction} [SEP] {input}`` with its task's
+instruction (epr_runs.INSTRUCTIONS), then queried on the held-out task with its own instruction; evaluated on that
+task's test inputs against BM25 and the task's own single-task retriever (the recipe's; MTOP's: the committed full
+UDR's rankings, --mtop-single-task), each paired with the multitask retriever as above.
 
 Three steps (--step; ``all`` runs them in turn), each resumable, writing under --results (committed, so that a later
 step runs in another session, or on another machine where the evaluations then all run again):
@@ -499,7 +499,8 @@ def held_out(name: str, tasks: list[str], results: Path, work: Path, lms: dict, 
     kept = results / "held_out" / name / "multitask"
     kept.mkdir(parents=True, exist_ok=True)
     if not (kept / "rankings.jsonl").exists():
-        _multitask_rankings(name, multitask_training_tasks(name, tasks), args, kept, work / "held_out" / name / "multitask", all_test)
+        _multitask_rankings(name, multitask_training_tasks(name, tasks), args, kept,
+                            work / "held_out" / name / "multitask", all_test)
     folders = held_out_folders(name, results)
     sources = {"multitask": _from(f"file:{kept / 'rankings.jsonl'}", test)}
     if name not in TASKS:
@@ -524,8 +525,8 @@ def main() -> None:
     options.add_argument("--results", default="benchmarks/results/epr_tasks",
                          help="kept scores, rankings and evaluations, committed (default: %(default)s)")
     options.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="(default: %(default)s)")
-    options.add_argument("--held-out", default=",".join(("mtop", *DEFAULT_TASKS)), help="tasks held out of multitask training, one "
-                         "at a time (default: %(default)s; empty: none)")
+    options.add_argument("--held-out", default=",".join(("mtop", *DEFAULT_TASKS)),
+                         help="tasks held out of multitask training, one at a time (default: %(default)s; empty: none)")
     options.add_argument("--step", choices=("train", "evaluation", "held_out", "report", "all"), default="all",
                          help="report: only write --out from the evaluations under --results, on any machine, no LM "
                          "(default: %(default)s)")
