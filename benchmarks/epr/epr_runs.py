@@ -14,6 +14,7 @@ from typing import Sequence
 
 from taskret.data import Example
 from taskret.io import read_json, read_jsonl, write_json, write_jsonl
+from taskret.models import machine_info
 from taskret.progress import progress_bar
 from taskret.retrieval import RetrievalResult, Retriever
 
@@ -87,7 +88,9 @@ def lm_oracle(task, examples: Sequence[Example], lm, folder: Path) -> RetrievalR
                         "scores": [[None if np.isnan(v) else float(v) for v in row] for row in ranked.scores],
                         # what the ranking cost here: the pairs the LM scored (50 per input, or the whole pool)
                         "pairs": len(chunk) * min(50, len(task.train)),
-                        "seconds": round(time.perf_counter() - start, 2), "runtime": lm.runtime()}
+                        "seconds": round(time.perf_counter() - start, 2), "runtime": lm.runtime(),
+                        # the seconds hold only on this CPU kind (a resumed ranking's chunks may come from several)
+                        "machine": {k: v for k, v in machine_info().items() if k in ("cpu", "cpu_flags")}}
                 write_json(path, done)
             ids += done["ids"]
             scores += done["scores"]

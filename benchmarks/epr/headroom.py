@@ -69,7 +69,7 @@ def pilot(name: str, lm_name: str, results: Path, args) -> None:
 
     def scorer():
         if "scorer" not in lms:
-            lms["scorer"] = load_lm(lm_name)
+            lms["scorer"] = load_lm(lm_name, dtype=args.scoring_dtype)
         return lms["scorer"]
 
     sources = {
@@ -113,6 +113,9 @@ def assemble_one(name: str, lm_name: str, results: Path, n_full: int) -> dict | 
     detectable = detectable_at(n_full, values["lm_oracle"], values["bm25"], metric)
     chunks = [read_json(c) for c in sorted((folder / "lm_oracle" / "oracle").glob("*.json"))]
     timed = [c for c in chunks if "seconds" in c]
+    if any("machine" in c for c in timed):  # a ranking resumed on another CPU kind: the evaluations' kind's seconds
+        timed = [c for c in timed
+                 if all(c.get("machine", {}).get(k) == (where or {}).get(k) for k in ("cpu", "cpu_flags"))]
     answers = sum(summaries[m]["n"] for m in METHODS)
     difference = scores["lm_oracle"] - scores["bm25"]
     return {**scores, "metric": metric, "n": summaries["bm25"]["n"], "n_full": n_full,
@@ -121,6 +124,9 @@ def assemble_one(name: str, lm_name: str, results: Path, n_full: int) -> dict | 
             "floor": bool(detectable is None or difference < 2 * detectable),  # a JSON bool, never numpy's
             "s_per_pair": round(sum(c["seconds"] for c in timed) / sum(c["pairs"] for c in timed), 3) if timed else None,
             "s_per_answer": round(sum(summaries[m]["wall_time_s"] for m in METHODS) / answers, 2),
+            "s_per_pair_inputs": sum(len(c["inputs"]) for c in timed),
+            # the LM-Oracle's precision and engine (each chunk's: one ranking, one precision)
+            "scoring_runtime": chunks[0].get("runtime") if chunks else None,
             "generation_engine": (where or {}).get("engine", "transformers"), "machine": where,
             # the busiest start of the three evaluations (None before it was recorded): their seconds hold only
             # where this is under 1.5
@@ -134,6 +140,9 @@ def main() -> None:
     options.add_argument("--lms", default=",".join(LMS), help="(default: %(default)s)")
     options.add_argument("--n", type=int, default=100, help="test inputs per task (default: %(default)s)")
     options.add_argument("--results", default="benchmarks/results/headroom", help="the evaluations (committed)")
+    options.add_argument("--scoring-dtype", default="auto",
+                         help="the LM-Oracle's precision (auto: bfloat16 where the CPU has it, else float32); a "
+                         "ranking resumed on another CPU kind keeps its chunks' with it (default: %(default)s)")
     options.add_argument("--step", choices=("pilot", "report"), default="pilot",
                          help="pilot: run what is missing, then report; report: only the table from what exists")
     args = options.parse_args()

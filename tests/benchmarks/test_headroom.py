@@ -61,6 +61,23 @@ def test_a_gap_twice_what_the_full_n_detects_passes_and_a_small_one_is_at_the_fl
     assert headroom.assemble_one("mtop", "gemma3-270m", tmp_path / "narrow", n_full=859) is None  # not run yet
 
 
+def test_seconds_per_pair_count_only_the_chunks_ranked_on_the_evaluations_cpu_kind(headroom, tmp_path):
+    """A ranking resumed on another CPU kind, its precision kept: the row's seconds per pair are those of the chunks
+    ranked where the evaluations ran (a chunk from before machines were recorded says nothing of where)."""
+    _mtop(tmp_path, {"random": range(5), "bm25": range(20), "lm_oracle": range(45)})
+    oracle = tmp_path / "mtop" / "smollm2-135m" / "lm_oracle" / "oracle"
+    here = {"cpu": MACHINE["cpu"], "cpu_flags": MACHINE["cpu_flags"]}
+    elsewhere = {"cpu": "Another CPU", "cpu_flags": ["amx_bf16"]}
+    for chunk, (where, seconds) in enumerate([(None, 1900.0), (elsewhere, 20.0), (here, 125.0), (here, 175.0)]):
+        path = oracle / f"{chunk:05d}.json"
+        row = {**json.loads(path.read_text()), "inputs": [f"t{i}" for i in range(25)], "seconds": seconds,
+               "runtime": {"engine": "transformers", "device": "cpu", "dtype": "float32"}}
+        path.write_text(json.dumps({**row, **({"machine": where} if where else {})}))
+    row = headroom.assemble_one("mtop", "smollm2-135m", tmp_path, n_full=859)
+    assert row["s_per_pair"] == pytest.approx(300.0 / 2500) and row["s_per_pair_inputs"] == 50
+    assert row["scoring_runtime"]["dtype"] == "float32"
+
+
 def test_evaluations_from_two_machines_are_never_paired(headroom, tmp_path):
     _mtop(tmp_path, {"random": range(5), "bm25": range(20), "lm_oracle": range(45)},
           machine={**MACHINE, "cpu": "Another CPU"})
@@ -110,6 +127,7 @@ def test_an_oracle_chunk_ranked_in_another_precision_is_ranked_again(tmp_path, d
     chunk = folder / "00000.json"
     kept = json.loads(chunk.read_text())
     assert kept["runtime"] == tiny_lm.runtime() and kept["pairs"] == 3 * 50
+    assert set(kept["machine"]) == {"cpu", "cpu_flags"}  # where its seconds hold
     runs.lm_oracle(demo_task, inputs, tiny_lm, folder)
     assert json.loads(chunk.read_text()) == kept  # the same runtime: kept, not ranked again
     chunk.write_text(json.dumps({**kept, "runtime": {**kept["runtime"], "dtype": "bfloat16"}, "seconds": -1.0}))

@@ -42,27 +42,45 @@ def import_ray():
 
 
 @contextmanager
-def connected(address: str) -> Iterator[None]:
-    """This process connected to Ray for the block: ``local`` starts a private instance on loopback, any other
-    address (``auto``, ``HOST:PORT``, ``ray://...``) joins that cluster; an existing connection is used as it is.
-    Disconnects at the end where it connected."""
+def connected(address: str, log_file: str | os.PathLike | None = None,
+              init_options: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """This process connected to Ray for the block: ``local`` starts a private instance on loopback (its processes
+    stopped by a watcher should this process die first), any other address (``auto``, ``HOST:PORT``,
+    ``ray://...``) joins that cluster; an existing connection is used as it is. Ray's messages go to ``log_file``
+    (:class:`_RayLog`). Disconnects at the end where it connected."""
     ray = import_ray()
     if ray.is_initialized():
         yield
         return
-    options = {"configure_logging": False, "log_to_driver": False}
+    # configure_logging=False: no handler of Ray's own on the terminal; the workers' output stays in Ray's logs
+    options = {"configure_logging": False, "log_to_driver": False, **(init_options or {})}
+    ray_log, reaper = _RayLog(log_file), None
     try:
-        if address == "local":
-            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, **options)
-        else:
-            ray.init(address=address, **options)
+        with ray_log.starting():
+            if address == "local":
+                # A private instance on loopback (Ray would otherwise use the outward-facing address).
+                options = {"_node_ip_address": "127.0.0.1", "include_dashboard": _dashboard_wanted(), **options}
+                before = _children()
+                ray.init(**options)
+                reaper = _start_reaper(_children() - before)
+            else:
+                ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as err:
+        ray_log.close()
         raise BackendError(f"cannot connect to the Ray cluster at '{address}' ({err}); start one with `ray start "
                            "--head`, or use --ray local") from err
     try:
         yield
     finally:
-        ray.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+        if reaper is not None:  # Ray is stopped: the watcher stops what may be left, and exits
+            reaper.stdin.close()
+            try:
+                reaper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                reaper.kill()
+        ray_log.close()
 
 
 @dataclass(frozen=True)
@@ -115,38 +133,16 @@ class RayActorPool:
         self.actors: list = []
         self.model_name: str | None = None
         self.stats = {"shards": 0, "retried_shards": 0, "worker_failures": 0, "workers_started": 0}
-        self._connected_here = False
         self._actor_cls = None
         self.log_file = log_file  # Ray's messages (default: the active run log, else $TMPDIR/taskret/ray-PID.log)
-        self._ray_log: _RayLog | None = None
-        self._reaper: subprocess.Popen | None = None
+        self._connection = None  # connected(...) while this pool holds the connection
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def __enter__(self) -> "RayActorPool":
         ray = import_ray()
-        if not ray.is_initialized():
-            # Ray's logger to a file (configure_logging=False: no handler of Ray's own on the terminal); the
-            # workers' output stays in Ray's session logs.
-            options = {"configure_logging": False, "log_to_driver": False, **self.init_options}
-            self._ray_log = _RayLog(self.log_file)
-            try:
-                with self._ray_log.starting():
-                    if self.address == "local":
-                        # A private instance on loopback (Ray would otherwise use the outward-facing address).
-                        options = {"_node_ip_address": "127.0.0.1", "include_dashboard": _dashboard_wanted(),
-                                   **options}
-                        before = _children()
-                        ray.init(**options)
-                        self._reaper = _start_reaper(_children() - before)
-                    else:
-                        ray.init(address=self.address, **options)
-            except (ConnectionError, RuntimeError, ValueError) as err:
-                self._ray_log.close()
-                self._ray_log = None
-                raise BackendError(f"cannot connect to the Ray cluster at '{self.address}' ({err}); start one with "
-                                   f"`ray start --head`, or use --ray local") from err
-            self._connected_here = True
+        self._connection = connected(self.address, self.log_file, self.init_options)
+        self._connection.__enter__()
         try:
             resources = ray.cluster_resources()
             gpus = float(resources.get("GPU", 0))
@@ -193,19 +189,9 @@ class RayActorPool:
             except Exception:  # already dead
                 pass
         self.actors = []
-        if self._connected_here and ray.is_initialized():
-            ray.shutdown()
-            self._connected_here = False
-        if self._reaper is not None:  # Ray is stopped: the watcher stops what may be left, and exits
-            self._reaper.stdin.close()
-            try:
-                self._reaper.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._reaper.kill()
-            self._reaper = None
-        if self._ray_log is not None:
-            self._ray_log.close()
-            self._ray_log = None
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            connection.__exit__(None, None, None)
 
     def _start_actor(self):
         threads = None if self.gpus_per_worker else max(1, int(self.cpus_per_worker))
