@@ -102,12 +102,14 @@ bench: setup
 		--tart-dual tart_distil_len256_neg2_q350_cpu60_seed3=runs/tart_distil_len256_neg2_q350_cpu60_seed3/distil \
 		--merge
 	# README: the recipe beyond MTOP, each task on all its test inputs, beside BM25, plain EPR and the LM-Oracle (hours
-	# per task on 2 cores; resumes from the LM-score shards committed under benchmarks/results/epr_tasks_work)
+	# per task on 2 cores; resumes from the LM-score shards committed under benchmarks/results/epr_tasks_work), then one
+	# multitask retriever per held-out task (under an hour of training each, then its evaluations)
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret data download trec
 	TASKRET_DATA_DIR=$(DATA_DIR) $(BIN)/taskret data download geoquery
 	$(BIN)/python benchmarks/epr/epr_tasks.py --data-dir $(DATA_DIR) --lm smollm2-135m --seed 0 --context-window 640 \
-		--max-new-tokens 128 --results benchmarks/results/epr_tasks --tasks trec,geoquery,nl2bash --held-out '' --limit 0 \
-		--epr-config 'benchmarks/epr/configs/epr_tasks/{task}.json' --recipe 'benchmarks/epr/configs/epr_tasks/{task}_recipe.json' \
+		--max-new-tokens 128 --results benchmarks/results/epr_tasks --tasks trec,geoquery,nl2bash \
+		--held-out mtop,trec,geoquery,nl2bash --limit 0 --epr-config 'benchmarks/epr/configs/epr_tasks/{task}.json' \
+		--recipe 'benchmarks/epr/configs/epr_tasks/{task}_recipe.json' \
 		--multitask-config benchmarks/epr/configs/epr_tasks/multitask.json \
 		--mtop-single-task committed:benchmarks/results/epr_full/mtop/udr/eval
 	# the benchmark page
