@@ -3,6 +3,7 @@ build_memory.json)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from _common import describe_machine
@@ -387,6 +388,13 @@ def bm25_shards_table() -> list[str]:
         out.append(f"| {int(n):,} | {count} | {r['build_s']} | {r['build_peak_rss_gib']} | {r['disk_gib']} | "
                    f"{r['p50_ms']} / {r['p99_ms']} | {r['resident_after_queries_gib']} | {agreement} |"
                    + (f" {_fmt(r.get('ndcg10'))} |" if judged else ""))
+    by_run: dict[str, list[str]] = {}  # sizes kept from earlier runs (--keep-earlier), grouped by their command
+    for n, run in d.get("earlier_runs", {}).items():
+        by_run.setdefault(json.dumps(run, sort_keys=True), []).append(f"{int(n):,}")
+    for run, sizes in by_run.items():
+        run = json.loads(run)
+        out += ["", f"The {' and '.join(sizes)}-document rows come from an earlier run (`{run['command']}`; "
+                f"{describe_machine(run['machine'])}; {_load_text(run)})."]
     return out
 
 

@@ -114,6 +114,24 @@ def ndcg10(tops: list[dict], qids: list[str], qrels: dict) -> float | None:
     return round(compute_metrics({qid: qrels[qid] for qid in run}, run)["ndcg@10"], 2)
 
 
+def kept_sizes(out: Path, sizes: dict) -> dict:
+    """``--keep-earlier``: the sizes of the earlier result at ``out`` that ``sizes`` lacks, added to ``sizes`` in
+    order of size; returns each kept size's run (its command and machine, from that result: the run it came from)."""
+    if not out.is_file():
+        return {}
+    earlier = json.loads(out.read_text())
+    runs = {}
+    for n, rows in earlier.get("sizes", {}).items():
+        if n not in sizes:
+            sizes[n] = rows
+            runs[n] = earlier.get("earlier_runs", {}).get(n) or {"command": earlier["command"],
+                                                                  "machine": earlier["machine"]}
+    ordered = dict(sorted(sizes.items(), key=lambda item: int(item[0])))
+    sizes.clear()
+    sizes.update(ordered)
+    return runs
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         step, *rest = sys.argv[2:]
@@ -126,6 +144,9 @@ def main() -> None:
     options.add_argument("--shards", default="1,2,4", help="shard counts; 1 is the single index (default: %(default)s)")
     options.add_argument("--queries", type=int, default=1000, help="real queries timed (default: %(default)s)")
     options.add_argument("--work", default="runs/bm25_shards", help="corpora and indexes (kept: a rerun resumes)")
+    options.add_argument("--keep-earlier", action="store_true",
+                         help="keep the sizes of the --out file that this run does not measure, each with its own "
+                              "run's command and machine (``earlier_runs``): a size measured in a session of its own")
     args = options.parse_args()
     counts = sorted({int(s) for s in args.shards.split(",") if s} | {1})
     folders = real_sources(Path(args.data_dir))
@@ -170,8 +191,9 @@ def main() -> None:
             tops = json.loads((work / str(n) / f"shards-{count}" / "tops.json").read_text())
             rows[str(count)]["vs_single_index"] = agreement(tops, single)
         sizes[str(n)] = rows
+    earlier_runs = kept_sizes(Path(args.out), sizes) if args.keep_earlier else {}
     write_result(args.out, {"benchmark": "bm25_shards", "command": command_line(args, options), "machine": started,
-                            "threads": 1, "sizes": sizes})
+                            "threads": 1, "sizes": sizes, **({"earlier_runs": earlier_runs} if earlier_runs else {})})
 
 
 if __name__ == "__main__":

@@ -54,3 +54,32 @@ def test_shards_cost_and_agreement_are_recorded_for_each_size_and_count(tmp_path
                                                "items.jsonl")]
     corpus = [json.loads(line)["_id"] for line in open(tmp_path / "work" / "500" / "corpus.jsonl")]
     assert [row["id"] for row in lines] == corpus[375:]  # the last quarter of the corpus, with its texts
+
+    # a size measured in a run of its own keeps the sizes already there, each with the run it came from
+    first = json.loads(out.read_text())
+    again = [*command[:command.index("--sizes")], "--sizes", "300", "--shards", "1", "--queries", "25", "--work",
+             str(tmp_path / "work"), "--out", str(out), "--keep-earlier"]
+    subprocess.run(again, check=True, cwd=ROOT, capture_output=True, timeout=600)
+    merged = json.loads(out.read_text())
+    assert list(merged["sizes"]) == ["200", "300", "500"] and merged["sizes"]["500"] == first["sizes"]["500"]
+    assert "--sizes 300" in merged["command"] and "--keep-earlier" in merged["command"]
+    assert merged["earlier_runs"] == {n: {"command": first["command"], "machine": first["machine"]}
+                                      for n in ("200", "500")}
+
+
+def test_rows_kept_from_an_earlier_run_render_with_that_runs_command(monkeypatch):
+    from .test_engines import import_scale_renderer
+
+    row = {"build_s": 1.0, "build_peak_rss_gib": 0.5, "disk_gib": 0.1, "p50_ms": 1.0, "p99_ms": 2.0,
+           "resident_after_queries_gib": 0.2}
+    earlier = {"command": "python benchmarks/scale/bm25_shards.py --sizes 1000000",
+               "machine": {"cpu": "AMD EPYC", "cores": 2, "python": "3.11.7", "load_average": [1.79, 1, 1]}}
+    result = {"command": "python benchmarks/scale/bm25_shards.py --sizes 10000000 --keep-earlier",
+              "machine": {"cpu": "AMD EPYC", "cores": 2, "python": "3.11.7", "load_average": [0.4, 1, 1]},
+              "sizes": {"1000000": {"1": row}, "10000000": {"1": row}}, "earlier_runs": {"1000000": earlier}}
+    render = import_scale_renderer()
+    monkeypatch.setattr(render, "load", lambda name: result)
+    text = "\n".join(render.bm25_shards_table())
+    assert "| 10,000,000 | 1 |" in text and "--sizes 10000000 --keep-earlier" in text
+    assert ("The 1,000,000-document rows come from an earlier run (`python benchmarks/scale/bm25_shards.py --sizes "
+            "1000000`; ") in text and "load average 1.79 at the start" in text
