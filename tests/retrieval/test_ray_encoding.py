@@ -65,7 +65,9 @@ def test_two_workers_build_the_local_index_and_survive_a_killed_worker(tmp_path,
 
     retriever = dense(tiny_bert_dir)
     texts = list(stream_of(corpus).texts())
-    plan = ShardPlan(tmp_path / SHARDS_DIR, "fingerprint", 4)
+    # one text a shard: shards are still left to send after the kill, so the dead worker is sent one whatever the
+    # timing (with few shards, a loaded machine could finish the victim's shards before the kill and send it none)
+    plan = ShardPlan(tmp_path / SHARDS_DIR, "fingerprint", 1)
     with RayEncoding("dense", {**retriever.config(), "device": "cpu"}, RayOptions("local", workers=2)) as runner:
         assert len(runner.actors) == 2 and runner.model_name == str(tiny_bert_dir)
         victim = runner.worker_info[0]["pid"]
@@ -81,12 +83,12 @@ def test_two_workers_build_the_local_index_and_survive_a_killed_worker(tmp_path,
 
         blocks = list(encode_in_shards(texts, len(texts), plan, {"encoder": "tiny"}, killing, "encoding"))
         stats = dict(runner.stats)
-    assert sum(done) == len(texts) == 31 and stats["shards"] == 8  # ceil(31 / 4): every shard once
+    assert sum(done) == len(texts) == 31 and stats["shards"] == 31  # every shard once
     assert stats["worker_failures"] >= 1 and stats["retried_shards"] >= 1 and stats["workers_started"] >= 3
     vectors = np.concatenate(blocks)
     local = local_index.retriever._index.reconstruct_n(0, len(texts))
     np.testing.assert_allclose(vectors, local, atol=SCORE_TOLERANCE)
-    assert sorted(p.name for p in plan.directory.iterdir()) == [*(f"{i:05d}.npy" for i in range(8)), "manifest.json"]
+    assert sorted(p.name for p in plan.directory.iterdir()) == [*(f"{i:05d}.npy" for i in range(31)), "manifest.json"]
 
 
 def test_tart_index_on_ray_local_retrieves_the_local_top10(tmp_path, ray_env, corpus, local_index, tiny_bert_dir):

@@ -128,17 +128,28 @@ class RayEncoding(RayActorPool):
 
     def _redo(self, actor, shard, attempts: dict, err: BaseException, in_flight: dict, retry: deque,
               load: dict) -> None:
-        """A worker died with ``shard``: queue it (and the worker's other shards in flight) for another actor, and
-        start a replacement while restarts are left."""
+        """A worker died with ``shard``: queue it and the worker's other shards in flight for another actor, and
+        start one replacement while restarts are left."""
         number = shard[0]
         tries = attempts[number] = attempts.get(number, 0) + 1
-        for counter in ("worker_failures", "retried_shards"):
-            self.stats[counter] += 1
+        self.stats["retried_shards"] += 1
         if tries >= self.max_shard_attempts:
             raise BackendError(f"shard {number} failed on {tries} Ray workers; last: {root_cause(err)}") from err
         logger.warning("Ray worker died encoding shard %d (%s); encoding it again", number, type(err).__name__)
         retry.append(shard)
+        if not any(actor is known for known in self.actors):
+            return  # its death was handled at its first failed shard: one replacement a worker, not one a shard
+        self.stats["worker_failures"] += 1
         self._forget(actor, [])
+        # Its other shards are sent again now: waiting for Ray to fail each would start a replacement for each, and
+        # a replacement that no free CPU can host waits for ever, with the shards sent to it.
+        for ref in [ref for ref, (owner, _) in in_flight.items() if owner is actor]:
+            retry.append(in_flight.pop(ref)[1])
+            self.stats["retried_shards"] += 1
+            try:
+                import_ray().cancel(ref)
+            except Exception:  # nothing to cancel on a dead actor
+                pass
         if self.stats["workers_started"] - self.workers < self.max_worker_restarts:
             replacement = self._start_actor()
             self.actors.append(replacement)
