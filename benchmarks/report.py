@@ -51,7 +51,7 @@ SECTIONS = (
     ("speed", (speed.bm25_table, speed.index_speed_table, speed.throughput_table, speed.scoring_speed_table,
                speed.scoring_precision_table, speed.ray_table)),
     ("serving", (serve.serve_table, serve.request_path_table, serve.dense_latency_table)),
-    ("scale", (scale.scale_table, scale.bounded_builds_table)),
+    ("scale", (scale.scale_table, scale.compressed_vectors_table, scale.bounded_builds_table)),
     ("engines", (scale.engines_table, scale.bm25_ties_lines)),
     ("build-memory", (scale.build_memory_table,)),
     ("ray-shards", (scale.ray_shards_table, scale.bm25_shards_table, scale.dense_shards_table)),

@@ -118,6 +118,28 @@ def bounded_builds_table() -> list[str]:
     return [line for line in out if line is not None]
 
 
+def compressed_vectors_table() -> list[str]:
+    """`benchmarks/scale/compressed_vectors.py`: IVF-PQ with exact re-ranking, searched from disk, at each size."""
+    d = load("compressed_vectors.json")
+    if not d:
+        return []
+    out = [f"Compressed dense search (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}): IVF-PQ "
+           f"over MiniLM vectors, its candidates re-ranked exactly from the memory-mapped vectors, one query "
+           f"at a time on one thread, opened from disk as `taskret serve` opens it; {d['base_vectors']:,} real "
+           f"vectors, past them noisy copies at the real nearest-neighbour cosine ({d['base_nn_cosine_median']}); "
+           f"queries: {d['queries']}:", "",
+           *header("vectors (real)", "lists / codes a vector / nprobe / re-ranked", "build s", "build peak RSS GiB",
+                   "recall@10 vs exact", "p50 / p99 ms", "disk GiB (index + vectors)",
+                   "resident after the queries GiB (share of disk)")]
+    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
+        st = r["settings"]
+        out.append(f"| {int(n):,} ({r['real_vectors']:,}) | {st['nlist']:,} / {st['m']} / {st['nprobe']} / "
+                   f"{st['rerank']} | {r['build_s']:,.1f} | {r['build_peak_rss_gib']} | {r['recall_at_10']:.3f} | "
+                   f"{r['p50_ms']} / {r['p99_ms']} | {r['disk_gib']} | {r['resident_after_queries_gib']} "
+                   f"({r['resident_share_of_disk']:.1%}) |")
+    return out
+
+
 def served_rows(serve: dict, http: dict | None) -> list[str]:
     """scale.py's serve part (also engines.py's, which adds Break's 6K index as ``floor_6k`` / ``bm25_6k``): each
     endpoint under wrk with the /health floor of the same run, and the issue's targets."""

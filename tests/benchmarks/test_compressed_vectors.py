@@ -64,3 +64,19 @@ def test_a_run_builds_searches_and_reports_recall_latency_and_resident_memory(tm
     # a second run searches the built sizes again without building them
     again = subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert "5000: built before, searched again" in again.stdout
+
+
+def test_each_size_renders_with_its_settings_recall_and_resident_share(monkeypatch):
+    from .test_engines import import_scale_renderer
+
+    row = {"real_vectors": 1_000_000, "build_s": 300.0, "build_peak_rss_gib": 2.1, "recall_at_10": 0.9612,
+           "p50_ms": 1.8, "p99_ms": 4.2, "disk_gib": 1.6, "resident_after_queries_gib": 0.2,
+           "resident_share_of_disk": 0.125, "settings": {"nlist": 4096, "m": 48, "nprobe": 64, "rerank": 100}}
+    result = {"command": "python benchmarks/scale/compressed_vectors.py --sizes 1000000", "queries": "real",
+              "machine": {"cpu": "AMD EPYC", "cores": 2, "python": "3.11.7", "load_average": [0.3, 1, 1]},
+              "base_vectors": 1_000_000, "base_nn_cosine_median": 0.8, "sizes": {"1000000": row}}
+    render = import_scale_renderer()
+    monkeypatch.setattr(render, "load", lambda name: result if name == "compressed_vectors.json" else None)
+    text = "\n".join(render.compressed_vectors_table())
+    assert "| 1,000,000 (1,000,000) | 4,096 / 48 / 64 / 100 | 300.0 | 2.1 | 0.961 | 1.8 / 4.2 | 1.6 | 0.2 (12.5%) |" \
+        in text and "--sizes 1000000" in text and "load average 0.3 at the start" in text
