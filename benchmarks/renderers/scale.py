@@ -390,15 +390,17 @@ def bm25_ties_lines() -> list[str]:
             "taskret's BM25 now ranks equal scores in corpus order."]
 
 
-def bm25_shards_table() -> list[str]:
-    """`benchmarks/scale/bm25_shards.py`: one corpus as 1, 2 and 4 BM25 shards served as one index, in one process."""
-    d = load("bm25_shards.json")
+def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -> list[str]:
+    """`benchmarks/scale/bm25_shards.py`: one corpus as 1, 2 and 4 BM25 shards served as one index, in one process
+    (``name``: its result file; ``what``: the sentence's subject, for a file of other shard counts)."""
+    d = load(name)
     if not d:
         return []
     rows = [(n, count, r) for n, by_count in d["sizes"].items()
             for count, r in sorted(by_count.items(), key=lambda item: int(item[0]))]
     judged = next((r["judged_queries"] for _, _, r in rows if r.get("judged_queries")), None)
-    out = [f"The same corpus as 1, 2 and 4 BM25 shards with the whole corpus's statistics, served as one index in one "
+    what = what or "The same corpus as 1, 2 and 4 BM25 shards with the whole corpus's statistics, served as one index"
+    out = [f"{what} in one "
            f"process (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread a search; each "
            "build and search a child process of its own, peak RSS from rusage):", "",
            *header("documents", "shards", "build s", "build peak RSS GiB", "disk GiB", "p50 / p99 ms",

@@ -8,7 +8,7 @@ never measured here; a result that is not there leaves its key out (or null), an
 
     python benchmarks/scale/assemble.py --scale benchmarks/results/scale.json \\
         --ray-shards benchmarks/results/ray_shards.json --dense-shards benchmarks/results/dense_shards.json \\
-        --bm25-shards benchmarks/results/bm25_shards.json --compressed benchmarks/results/compressed_vectors.json \\
+        --bm25-shards benchmarks/results/bm25_single.json --compressed benchmarks/results/compressed_vectors.json \\
         --sizes 10000000
 """
 
@@ -138,7 +138,8 @@ def main() -> None:
     options.add_argument("--scale", default="benchmarks/results/scale.json", help="the file to add to")
     options.add_argument("--ray-shards", default="benchmarks/results/ray_shards.json")
     options.add_argument("--dense-shards", default="benchmarks/results/dense_shards.json")
-    options.add_argument("--bm25-shards", default="benchmarks/results/bm25_shards.json")
+    options.add_argument("--bm25-shards", default="benchmarks/results/bm25_single.json",
+                         help="bm25_shards.py's result whose one-shard rows are the single index (default: %(default)s)")
     options.add_argument("--compressed", default="benchmarks/results/compressed_vectors.json")
     options.add_argument("--sizes", default="10000000", help="sizes taken from those two (default: %(default)s)")
     options.add_argument("--extrapolate-to", type=int, default=100_000_000,
