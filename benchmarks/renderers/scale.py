@@ -412,11 +412,10 @@ def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -
         out.append(f"| {int(n):,} | {count} | {r['build_s']} | {r['build_peak_rss_gib']} | {r['disk_gib']} | "
                    f"{r['p50_ms']} / {r['p99_ms']} | {r['resident_after_queries_gib']} | {agreement} |"
                    + (f" {_fmt(r.get('ndcg10'))} |" if judged else ""))
-    by_run: dict[str, list[str]] = {}  # sizes kept from earlier runs (--keep-earlier), grouped by their command
+    by_run: dict[str, tuple[dict, list[str]]] = {}  # sizes kept from earlier runs (--keep-earlier), by their run
     for n, run in d.get("earlier_runs", {}).items():
-        by_run.setdefault(json.dumps(run, sort_keys=True), []).append(f"{int(n):,}")
-    for run, sizes in by_run.items():
-        run = json.loads(run)
+        by_run.setdefault(json.dumps(run, sort_keys=True), (run, []))[1].append(f"{int(n):,}")
+    for run, sizes in by_run.values():
         out += ["", f"The {' and '.join(sizes)}-document rows come from an earlier run (`{run['command']}`; "
                 f"{describe_machine(run['machine'])}; {_load_text(run)})."]
     return out

@@ -114,23 +114,14 @@ def ndcg10(tops: list[dict], qids: list[str], qrels: dict) -> float | None:
     return round(compute_metrics({qid: qrels[qid] for qid in run}, run)["ndcg@10"], 2)
 
 
-def kept_sizes(out: Path, sizes: dict) -> dict:
-    """``--keep-earlier``: the sizes of the earlier result at ``out`` that ``sizes`` lacks, added to ``sizes`` in
-    order of size; returns each kept size's run (its command and machine, from that result: the run it came from)."""
-    if not out.is_file():
-        return {}
-    earlier = json.loads(out.read_text())
-    runs = {}
-    for n, rows in earlier.get("sizes", {}).items():
-        if n not in sizes:
-            sizes[n] = rows
-            runs[n] = earlier.get("earlier_runs", {}).get(n) or {"command": earlier["command"],
-                                                                  "machine": earlier["machine"]}
-    ordered = dict(sorted(sizes.items(), key=lambda item: int(item[0])))
-    sizes.clear()
-    sizes.update(ordered)
-    return runs
-
+def kept_sizes(out: Path, sizes: dict) -> tuple[dict, dict]:
+    """``--keep-earlier``: ``sizes`` with the sizes of the earlier result at ``out`` that it lacks, in order of size;
+    and each kept size's run (its command and machine, from that result: the run it came from)."""
+    earlier = json.loads(out.read_text()) if out.is_file() else {"sizes": {}}
+    kept = {n: rows for n, rows in earlier["sizes"].items() if n not in sizes}
+    runs = {n: earlier.get("earlier_runs", {}).get(n) or {"command": earlier["command"], "machine": earlier["machine"]}
+            for n in kept}
+    return dict(sorted({**sizes, **kept}.items(), key=lambda item: int(item[0]))), runs
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
@@ -191,7 +182,7 @@ def main() -> None:
             tops = json.loads((work / str(n) / f"shards-{count}" / "tops.json").read_text())
             rows[str(count)]["vs_single_index"] = agreement(tops, single)
         sizes[str(n)] = rows
-    earlier_runs = kept_sizes(Path(args.out), sizes) if args.keep_earlier else {}
+    sizes, earlier_runs = kept_sizes(Path(args.out), sizes) if args.keep_earlier else (sizes, {})
     write_result(args.out, {"benchmark": "bm25_shards", "command": command_line(args, options), "machine": started,
                             "threads": 1, "sizes": sizes, **({"earlier_runs": earlier_runs} if earlier_runs else {})})
 

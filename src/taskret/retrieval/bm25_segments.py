@@ -86,8 +86,8 @@ class _NpyFile:
         self.file = open(path, mode)
         version = np.lib.format.read_magic(self.file)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, self.dtype = read_header(self.file)
-        self.size, self.offset = int(np.prod(shape)), self.file.tell()
+        _, _, self.dtype = read_header(self.file)
+        self.offset = self.file.tell()
 
     @classmethod
     def create(cls, path: Path, dtype: np.dtype, size: int) -> "_NpyFile":

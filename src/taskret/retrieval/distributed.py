@@ -31,9 +31,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RayEncoding", "RayOptions"]
 
-#: Seconds between checks for shards held by an actor that was given up on (see RayEncoding.__call__).
-ORPHAN_POLL_S = 5.0
-
 
 class _EncodingWorker:
     """The actor: builds one dense retriever (its encoder loaded once) and encodes shards of texts with it."""
@@ -94,22 +91,7 @@ class RayEncoding(RayActorPool):
 
         send()
         while in_flight:
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=ORPHAN_POLL_S)
-            if not ready:
-                # A task sent to an actor this runner has already given up on (killed while it held shards) may
-                # never be failed by Ray: its shard goes to a live actor instead of being waited for.
-                orphans = [ref for ref, (owner, _) in in_flight.items() if not any(owner is a for a in self.actors)]
-                for ref in orphans:
-                    retry.append(in_flight.pop(ref)[1])
-                    try:
-                        ray.cancel(ref)
-                    except Exception:  # nothing to cancel on a dead actor
-                        pass
-                send()
-                if not in_flight and retry:
-                    raise BackendError(f"no Ray worker is left to encode {len(retry)} shard(s)")
-                continue
-            ref = ready[0]
+            [ref], _ = ray.wait(list(in_flight), num_returns=1)
             actor, shard = in_flight.pop(ref)
             load[id(actor)] -= 1
             try:
@@ -132,17 +114,16 @@ class RayEncoding(RayActorPool):
         start one replacement while restarts are left."""
         number = shard[0]
         tries = attempts[number] = attempts.get(number, 0) + 1
-        self.stats["retried_shards"] += 1
+        for counter in ("worker_failures", "retried_shards"):
+            self.stats[counter] += 1
         if tries >= self.max_shard_attempts:
             raise BackendError(f"shard {number} failed on {tries} Ray workers; last: {root_cause(err)}") from err
         logger.warning("Ray worker died encoding shard %d (%s); encoding it again", number, type(err).__name__)
         retry.append(shard)
-        if not any(actor is known for known in self.actors):
-            return  # its death was handled at its first failed shard: one replacement a worker, not one a shard
-        self.stats["worker_failures"] += 1
         self._forget(actor, [])
-        # Its other shards are sent again now: waiting for Ray to fail each would start a replacement for each, and
-        # a replacement that no free CPU can host waits for ever, with the shards sent to it.
+        # Its other shards are sent again now, so that no failure of theirs comes back: waiting for Ray to fail each
+        # would start a replacement for each, and a replacement that no free CPU can host waits for ever, with the
+        # shards sent to it (or Ray may never fail a task of an actor that was given up on).
         for ref in [ref for ref, (owner, _) in in_flight.items() if owner is actor]:
             retry.append(in_flight.pop(ref)[1])
             self.stats["retried_shards"] += 1
