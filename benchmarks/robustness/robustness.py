@@ -348,14 +348,13 @@ def materialise(case: dict, folder: Path) -> None:
             beir(folder / "beir", **{part: content})
         elif name == "index":
             from taskret.data import Example
+            from taskret.ids import IdList
             from taskret.retrieval import make_retriever
 
             if data == "bm25-truncated-ids":
                 ret = make_retriever("bm25").index([Example(f"e{i}", f"text {i}", "o") for i in range(5)])
                 ret.save(folder / "index")
-                meta = json.loads((folder / "index" / "meta.json").read_text())
-                meta["ids"] = meta["ids"][:3]
-                (folder / "index" / "meta.json").write_text(json.dumps(meta))
+                IdList.of(ret.ids[:3]).save(folder / "index")  # the index's ids cut short
             else:
                 ret = make_retriever("bm25").index([Example(f"other{i}", f"set an alarm {i}", "o") for i in range(5)])
                 ret.save(folder / "index")

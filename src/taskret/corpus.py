@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+from .ids import IdList, IdListBuilder
 from .io import DataError, iter_records, read_json
 
 logger = logging.getLogger(__name__)
@@ -282,10 +283,11 @@ class DocumentStream:
         """The text a retriever indexes of each document (:func:`doc_text`), in order."""
         return (doc_text(doc) for doc in self.read())
 
-    def scan(self, progress: Callable[[int], None] | None = None) -> tuple[list[str], str]:
-        """The ids in order and a fingerprint of the contents (:func:`fingerprint` of every id, title and text): a
-        resumed job compares it to tell whether its partial work is of this corpus."""
-        ids: list[str] = []
+    def scan(self, progress: Callable[[int], None] | None = None) -> tuple[IdList, str]:
+        """The ids in order (an :class:`~taskret.ids.IdList`: compact at millions of documents) and a fingerprint
+        of the contents (:func:`fingerprint` of every id, title and text): a resumed job compares it to tell whether
+        its partial work is of this corpus."""
+        ids = IdListBuilder()
 
         def rows() -> Iterator[tuple[str, ...]]:
             for doc in self.read():
@@ -293,7 +295,7 @@ class DocumentStream:
                 yield doc.id, doc.title, doc.text
 
         digest = fingerprint(rows(), progress)
-        return ids, digest
+        return ids.build(), digest
 
 
 def fingerprint(rows: Iterable[Sequence[str]], progress: Callable[[int], None] | None = None) -> str:

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from taskret.cli import app
+from taskret.ids import IdList
 from tests.conftest import POOL_ROWS, read_jsonl_rows, write_jsonl_rows
 
 ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}  # wide: rich must not wrap paths in messages
@@ -222,7 +223,7 @@ def test_the_stages_read_the_task_options_from_a_config(tmp_path, train, tiny_be
     assert f"(trainer log: {model / 'logs' / 'train.log'})" in result.stderr and result.stdout == ""
     result = invoke("index", "--model", model, "--config", config, "--out", index)
     assert result.exit_code == 0, result.output
-    assert sorted(json.loads((index / "meta.json").read_text())["ids"]) == sorted(r["key"] for r in POOL_ROWS)
+    assert sorted(IdList.load(index)) == sorted(r["key"] for r in POOL_ROWS)
     # an option given on the command line wins over the config's
     result = invoke("candidates", "--config", config, "--id-field", "nope", "--n", 3, "--out", cands)
     assert result.exit_code == 0 and read_jsonl_rows(cands)[0]["id"] == "train-1"

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 from taskret.epr.pipeline import EPRConfig, run_pipeline
+from taskret.ids import IdList
 from taskret.io import DataError
 from tests.conftest import read_jsonl_rows, write_jsonl_rows  # noqa: E402
 
@@ -75,7 +76,7 @@ def test_lm_pipeline_writes_every_stage(lm_run):
     assert labels == lm_labels(scores, k=1)
     assert all(len(r["positives"]) == 1 and len(r["negatives"]) == 1 for r in labels)
     meta = json.loads((work / "index" / "meta.json").read_text())
-    assert meta["retriever"] == "dense" and sorted(meta["ids"]) == sorted(train_ids)
+    assert meta["retriever"] == "dense" and sorted(IdList.load(work / "index")) == sorted(train_ids)
     assert meta["encoder"] == "models/encoder" and (work / "index" / "models" / "encoder").is_dir()  # kept inside
     predictions = read_jsonl_rows(work / "eval" / "predictions.jsonl")
     assert len(predictions) == 4
@@ -148,7 +149,7 @@ def test_max_train_examples_labels_a_sample_with_candidates_from_all(tmp_path, d
     assert len(cands) == 6 == len(read_jsonl_rows(work / "labels.jsonl"))
     candidate_ids = {c for r in cands for c in r["candidates"]}
     assert candidate_ids - {r["id"] for r in cands}  # candidates come from the whole training set
-    assert len(json.loads((work / "index" / "meta.json").read_text())["ids"]) == 16
+    assert len(IdList.load(work / "index")) == 16
 
 
 def test_config_rejects_unknown_keys_and_bad_values(tmp_path):

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from taskret.ids import IDS_FILE, IDS_OFFSETS_FILE, IdList
 from taskret.retrieval import (
     BM25Retriever,
     DenseRetriever,
@@ -96,7 +97,15 @@ def test_save_and_load_give_identical_results(tmp_path, pool_examples, make):
     exclude = [e.id for e in pool_examples[:3]]
     assert_same_results(retriever.retrieve(QUERIES, k=4, exclude=exclude), loaded.retrieve(QUERIES, k=4, exclude=exclude))
     meta = json.loads((tmp_path / "index" / "meta.json").read_text(encoding="utf-8"))
-    assert meta["retriever"] == retriever.name and meta["ids"] == retriever.ids
+    assert meta["retriever"] == retriever.name and "ids" not in meta  # the ids have files of their own
+    assert IdList.load(tmp_path / "index") == retriever.ids == [e.id for e in pool_examples]
+    mapped = Retriever.load(tmp_path / "index", mmap=True)
+    assert isinstance(mapped.ids._offsets, np.memmap) and mapped.ids == retriever.ids
+    # an index saved before: its ids in meta.json, no files of theirs
+    for name in (IDS_FILE, IDS_OFFSETS_FILE):
+        (tmp_path / "index" / name).unlink()
+    (tmp_path / "index" / "meta.json").write_text(json.dumps({**meta, "ids": [e.id for e in pool_examples]}))
+    assert_same_results(retriever.retrieve(QUERIES, k=4), Retriever.load(tmp_path / "index").retrieve(QUERIES, k=4))
 
 
 def test_load_without_meta_json_fails_clearly(tmp_path, pool_examples):

@@ -9,6 +9,7 @@ import faiss
 import numpy as np
 import pytest
 
+from taskret.ids import IdList
 from taskret.retrieval import DenseRetriever, Retriever, SBERTRetriever, make_retriever
 from taskret.retrieval.dense import build_faiss_index
 
@@ -119,11 +120,8 @@ def test_sbert_save_and_load_give_identical_results(tmp_path, sbert):
 
 def test_dense_index_with_a_different_number_of_vectors_is_refused(tmp_path, sbert, pool_examples):
     sbert.save(tmp_path / "dense")
-    meta_path = tmp_path / "dense" / "meta.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    meta["ids"] = meta["ids"][:-1]
-    meta_path.write_text(json.dumps(meta), encoding="utf-8")
-    with pytest.raises(ValueError, match=f"holds {len(pool_examples)} vectors but meta.json lists "
+    IdList.of([e.id for e in pool_examples[:-1]]).save(tmp_path / "dense")
+    with pytest.raises(ValueError, match=f"holds {len(pool_examples)} vectors but the index lists "
                                          f"{len(pool_examples) - 1} ids"):
         Retriever.load(tmp_path / "dense")
 

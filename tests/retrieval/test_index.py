@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from taskret.cli import app as cli_app
 from taskret.data import Example
+from taskret.ids import IDS_FILE, IDS_OFFSETS_FILE
 from taskret.retrieval import BM25Retriever, DenseRetriever
 from taskret.retrieval.index import (
     DOCS_FILE,
@@ -35,7 +36,8 @@ ENV = {"COLUMNS": "2000", "HF_HUB_OFFLINE": "1"}
 
 
 def test_save_index_writes_texts_info_and_retriever(bm25_index, pool_examples):
-    assert {p.name for p in bm25_index.iterdir()} == {ITEMS_FILE, OFFSETS_FILE, INFO_FILE, "meta.json", "bm25s"}
+    assert {p.name for p in bm25_index.iterdir()} == {ITEMS_FILE, OFFSETS_FILE, INFO_FILE, IDS_FILE, IDS_OFFSETS_FILE, "meta.json",
+                                                     "bm25s"}
     rows = read_jsonl_rows(bm25_index / ITEMS_FILE)
     assert rows == [{"id": e.id, "input": e.input, "output": e.output} for e in pool_examples]
     info = json.loads((bm25_index / INFO_FILE).read_text())
@@ -118,7 +120,7 @@ def test_bm25_files_of_another_pool_are_refused(bm25_index, pool_examples, tmp_p
     other = save_index(tmp_path / "other", BM25Retriever().index(pool_examples[:5]), pool_examples[:5])
     shutil.rmtree(bm25_index / "bm25s")
     shutil.copytree(other / "bm25s", bm25_index / "bm25s")
-    with pytest.raises(InvalidIndex, match=r"the BM25 index holds 5 documents but meta.json lists 8 ids"):
+    with pytest.raises(InvalidIndex, match=r"the BM25 index holds 5 documents but the index lists 8 ids"):
         load_index(bm25_index)
 
 
@@ -202,7 +204,7 @@ def test_dense_index_round_trip_and_refusals(dense_index, tmp_path):
     fewer = faiss.IndexFlatIP(32)
     fewer.add(np.eye(32, dtype=np.float32)[:7])
     faiss.write_index(fewer, str(broken / "index.faiss"))
-    with pytest.raises(InvalidIndex, match="index.faiss holds 7 vectors but meta.json lists 8 ids"):
+    with pytest.raises(InvalidIndex, match="index.faiss holds 7 vectors but the index lists 8 ids"):
         load_index(broken)
 
 
@@ -275,6 +277,13 @@ def test_a_memory_mapped_index_reads_its_texts_only_when_asked(tmp_path):
         records.take(["e7", "e300"])
 
 
+def test_the_offsets_count_bytes_of_texts_beyond_ascii(tmp_path):
+    pool = [Example(f"e{i}", f"caf\u00e9 {i} \U0001F600 na\u00efve", f"\u00fcber {i}") for i in range(20)]
+    folder = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool, retriever_spec="bm25")
+    assert np.load(folder / OFFSETS_FILE).tolist() == _line_starts(folder / ITEMS_FILE)
+    assert load_index(folder, mmap=True).examples() == load_index(folder).examples() == pool
+
+
 def test_records_taken_at_once_tell_ids_whose_hashes_collide(tmp_path, monkeypatch):
     pool = big_pool(30)
     folder = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool, retriever_spec="bm25")
@@ -298,7 +307,7 @@ def _replace_line(path, number, text):
     ('{"id": "e250", "input": "", "output": "OUT_250"}\n', r"items.jsonl, line 251: field 'input' must be a non-emp",
      None),
     ('{"id": "e251", "input": "swapped", "output": "OUT_251"}\n',
-     r"items.jsonl, line 251: holds id 'e251' where meta.json lists 'e250' \(mismatched index\)",
+     r"items.jsonl, line 251: holds id 'e251' where the index lists 'e250' \(mismatched index\)",
      r"items.jsonl, line 252: duplicate id 'e251'"),
 ])
 def test_a_memory_mapped_index_checks_a_line_when_it_is_read(tmp_path, bad_line, message, read_whole):
@@ -322,14 +331,10 @@ def test_the_offsets_are_written_atomically_and_optional(tmp_path, monkeypatch):
         handle.write(b"\x93NUMPY half an array")
         raise OSError("disk full")
 
-    from taskret.retrieval.index import _write_offsets
-
     saved = (folder / OFFSETS_FILE).read_bytes()
     monkeypatch.setattr(np, "save", interrupted)
     with pytest.raises(OSError, match="disk full"):
         save_index(folder, BM25Retriever().index(pool[:5]), pool[:5])
-    with pytest.raises(OSError, match="disk full"):
-        _write_offsets(folder / OFFSETS_FILE, folder / ITEMS_FILE)  # the file alone: written beside, then renamed
     monkeypatch.undo()
     assert (folder / OFFSETS_FILE).read_bytes() == saved
     assert load_index(folder, mmap=True).records == read.records  # the index it was to replace, untouched

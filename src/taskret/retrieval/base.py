@@ -11,6 +11,7 @@ import numpy as np
 
 from ..data import Example
 from ..formats import render_demo
+from ..ids import IdList
 from ..io import read_json, write_json
 
 
@@ -52,6 +53,16 @@ def example_text(example: Example, field: str) -> str:
 
 
 MODELS_DIR = "models"
+
+
+def unique_ids(ids: Sequence[str]) -> IdList:
+    """``ids`` as a retriever holds them (an :class:`~taskret.ids.IdList`); ``ValueError`` naming one that occurs
+    twice."""
+    held = IdList.of(ids)
+    twice = held.first_duplicate()
+    if twice is not None:
+        raise ValueError(f"ids must be unique ('{twice}' occurs twice)")
+    return held
 
 
 def _is_local_model(value: str, directory: Path) -> bool:
@@ -106,7 +117,7 @@ class Retriever(ABC):
             REGISTRY[cls.name] = cls
 
     def __init__(self) -> None:
-        self.ids: list[str] = []
+        self.ids: Sequence[str] = []
 
     field: str = "input"
 
@@ -124,10 +135,9 @@ class Retriever(ABC):
         """Index any texts under the given ids (documents of a retrieval corpus, for instance)."""
         if len(ids) != len(texts):
             raise ValueError("ids and texts must have the same length")
-        if len(set(ids)) != len(ids):
-            raise ValueError("ids must be unique")
+        held = unique_ids(ids)
         self._index_texts(list(texts))
-        self.ids = list(ids)
+        self.ids = held
         return self
 
     def index_stream(self, ids: Sequence[str], texts: Callable[[], Iterable[str]], plan=None) -> "Retriever":
@@ -136,10 +146,9 @@ class Retriever(ABC):
         encodes them in shards (``plan``, a :class:`~taskret.retrieval.shards.ShardPlan`: where the shards are kept
         so a killed run resumes, and whether Ray encodes them), adding each shard to its FAISS index as it comes;
         the others hold the texts as :meth:`index_texts` does."""
-        if len(set(ids)) != len(ids):
-            raise ValueError("ids must be unique")
-        self._index_stream(texts, len(ids), plan)
-        self.ids = list(ids)
+        held = unique_ids(ids)
+        self._index_stream(texts, len(held), plan)
+        self.ids = held
         return self
 
     def check_models(self) -> None:  # noqa: B027 - an optional hook, not abstract
@@ -203,9 +212,10 @@ class Retriever(ABC):
                     copied[source] = f"{MODELS_DIR}/{key}"
                     _copy_tree(Path(source), directory / copied[source])
                 config[key] = copied[source]
+        if with_ids:  # beside meta.json, not in it: an IdList's files, memory-mapped at load (module ids)
+            IdList.of(self.ids).save(directory)
         # meta.json is written last: its presence marks a complete index.
-        write_json(directory / "meta.json", {"retriever": self.name, **config, **({"ids": self.ids} if with_ids else {})},
-                   compact=("ids",))
+        write_json(directory / "meta.json", {"retriever": self.name, **config})
 
     #: Whether :meth:`load` memory-maps the index's files where their format allows (bm25s arrays, a FAISS
     #: index) instead of reading them: processes serving one index then share its pages (``taskret serve``).
@@ -213,7 +223,8 @@ class Retriever(ABC):
 
     @classmethod
     def load(cls, directory: str | os.PathLike, mmap: bool = False, ids: Sequence[str] | None = None) -> "Retriever":
-        """The retriever saved in ``directory``; ``ids``: those of a hybrid's component, whose meta.json holds none."""
+        """The retriever saved in ``directory``; ``ids``: those of a hybrid's component, whose folder holds none (or
+        the folder's own, already read)."""
         directory = Path(directory)
         meta_path = directory / "meta.json"
         if not meta_path.exists():
@@ -229,10 +240,14 @@ class Retriever(ABC):
             value = config.get(key)
             if isinstance(value, str) and value.startswith(f"{MODELS_DIR}/") and (directory / value).is_dir():
                 config[key] = str(directory / value)
-        if "ids" not in meta and ids is None:
+        if ids is None and "ids" in meta:  # an index saved before its ids had files of their own
+            ids = meta["ids"]
+        elif ids is None and IdList.saved_in(directory):
+            ids = IdList.load(directory, mmap=mmap)
+        elif ids is None:
             raise ValueError(f"{meta_path}: holds no ids (a hybrid's component: load the hybrid's folder)")
         retriever = klass(**config)
-        retriever.ids = list(meta["ids"] if "ids" in meta else ids)
+        retriever.ids = IdList.of(ids)
         retriever.mmap = mmap
         retriever._load_index(directory)
         return retriever

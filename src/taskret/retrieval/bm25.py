@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from ..data import Example
-from .base import RetrievalResult, Retriever, example_text
+from .base import RetrievalResult, Retriever, example_text, unique_ids
 from .bm25_segments import TOKEN_PATTERN
 from .budget import MemoryBudget
 from .hybrid import strip_instructions
@@ -160,11 +160,10 @@ class BM25Retriever(Retriever):
         corpus's ``statistics`` (:class:`~taskret.retrieval.bm25_segments.CorpusStatistics`): its documents score
         as in one index over the corpus (:mod:`taskret.retrieval.sharded`). ``work`` holds the segments, cut to
         ``budget`` (a :class:`~taskret.retrieval.budget.MemoryBudget`)."""
-        if len(set(ids)) != len(ids):
-            raise ValueError("ids must be unique")
-        self._index_in_segments(texts, len(ids), Path(work), statistics, budget)
+        held = unique_ids(ids)
+        self._index_in_segments(texts, len(held), Path(work), statistics, budget)
         self.corpus_statistics = {"n_docs": statistics.n_docs, "total_length": statistics.total_length}
-        self.ids = list(ids)
+        self.ids = held
         return self
 
     def _index_in_segments(self, texts, n: int, folder: Path, statistics=None,
@@ -293,5 +292,5 @@ class BM25Retriever(Retriever):
         self._bm25 = bm25s.BM25.load(directory / "bm25s", mmap=self.mmap)
         n_docs = (getattr(self._bm25, "scores", None) or {}).get("num_docs")
         if n_docs is not None and int(n_docs) != len(self.ids):
-            raise ValueError(f"{directory}: the BM25 index holds {n_docs} documents but meta.json lists "
+            raise ValueError(f"{directory}: the BM25 index holds {n_docs} documents but the index lists "
                              f"{len(self.ids)} ids (mismatched or partial index)")

@@ -48,7 +48,7 @@ from ..allocator import release_freed_memory
 from ..data import Example
 from ..models import ModelNotInstalled, dtype_name, is_engine_encoder, pick_device, pick_dtype, resolve_model
 from ..progress import in_chunks, no_loading_bars, reporting_enabled, stage
-from .base import Retriever, example_text
+from .base import Retriever, example_text, unique_ids
 from .budget import MemoryBudget
 
 INDEX_TYPES = ("auto", "flat", "hnsw", "ivfpq")
@@ -421,8 +421,7 @@ class DenseRetriever(Retriever):
         writes its vectors file there)."""
         from .shards import ShardPlan
 
-        if len(set(ids)) != len(ids):
-            raise ValueError("ids must be unique")
+        ids = unique_ids(ids)
         if vectors.ndim != 2 or len(vectors) != len(ids):
             raise ValueError(f"{len(ids)} ids but vectors of shape {tuple(vectors.shape)}; expected ({len(ids)}, dim)")
         n = len(ids)
@@ -430,7 +429,7 @@ class DenseRetriever(Retriever):
         chunks = (np.ascontiguousarray(vectors[i:i + VECTOR_CHUNK], dtype=np.float32)
                   for i in range(0, n, VECTOR_CHUNK))
         self.build_seconds = {"load": 0.0, "encode": 0.0, **self._build_from_blocks(chunks, n, plan or ShardPlan())}
-        self.ids = list(ids)
+        self.ids = ids
         return self
 
     def _build_from_blocks(self, blocks, n: int, plan) -> dict:
@@ -568,7 +567,7 @@ class DenseRetriever(Retriever):
         if self.mmap:
             prefetch(path)
         if self._index.ntotal != len(self.ids):
-            raise ValueError(f"{directory}: index.faiss holds {self._index.ntotal} vectors but meta.json "
+            raise ValueError(f"{directory}: index.faiss holds {self._index.ntotal} vectors but the index "
                              f"lists {len(self.ids)} ids (mismatched or partial index)")
         if self.index_type == "auto":  # meta.json records a non-flat type; an index without one is flat
             self.index_type = "hnsw" if hasattr(faiss.downcast_index(self._index), "hnsw") else "flat"
@@ -579,7 +578,7 @@ class DenseRetriever(Retriever):
                 raise FileNotFoundError(f"{directory}: the IVF-PQ index's full vectors, {VECTORS_FILE}, are missing")
             self._full_vectors = open_vectors(directory / VECTORS_FILE)  # always mapped: read a few rows a query
             if len(self._full_vectors) != len(self.ids):
-                raise ValueError(f"{directory}: {VECTORS_FILE} holds {len(self._full_vectors)} vectors but meta.json "
+                raise ValueError(f"{directory}: {VECTORS_FILE} holds {len(self._full_vectors)} vectors but the index "
                                  f"lists {len(self.ids)} ids (mismatched or partial index)")
             index = faiss.downcast_index(self._index)
             if not hasattr(index, "nprobe"):

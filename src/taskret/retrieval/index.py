@@ -35,6 +35,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,8 @@ import numpy as np
 from ..corpus import fingerprint
 from ..data import Example
 from ..formats import BREAK_FORMAT, break_to_prompt
-from ..io import DataError, atomic_path, iter_records, read_json, write_json, write_jsonl
+from ..ids import IDS_FILE, IdList
+from ..io import DataError, iter_records, read_json, write_json
 from .base import REGISTRY as RETRIEVERS
 from .base import Retriever, example_text
 from .budget import MemoryBudget
@@ -259,8 +261,9 @@ def save_index(out: str | os.PathLike, retriever: Retriever, items: Iterable, *,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        write_jsonl(tmp / ITEMS_FILE, _rows_in_order(kind, items, retriever.ids))
-        _write_offsets(tmp / OFFSETS_FILE, tmp / ITEMS_FILE)
+        offsets = _write_items(tmp / ITEMS_FILE, _rows_in_order(kind, items, retriever.ids))
+        with open(tmp / OFFSETS_FILE, "wb") as handle:
+            np.save(handle, offsets, allow_pickle=False)
         write_json(tmp / INFO_FILE, {**(extra or {}), "format": INDEX_FORMAT, "kind": kind, "task": task,
                                      "retriever": retriever_spec or retriever.name, "n": len(retriever.ids),
                                      "output_format": output_format, "lm": lm, "instruction": instruction})
@@ -354,12 +357,28 @@ def _read_meta(directory: Path) -> dict:
     if meta.get("retriever") not in RETRIEVERS:
         raise InvalidIndex(f"{meta_path}: unknown retriever {meta.get('retriever')!r}; expected one of "
                            f"{', '.join(RETRIEVERS)}")
-    ids = meta.get("ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-        raise InvalidIndex(f"{meta_path}: 'ids' must be a non-empty list of strings")
-    if len(set(ids)) != len(ids):
-        raise InvalidIndex(f"{meta_path}: 'ids' holds duplicates")
     return meta
+
+
+def _read_ids(directory: Path, meta: dict, mmap: bool) -> tuple[IdList, Path]:
+    """The index's ids, checked, and the file they were read from: their own (:mod:`taskret.ids`), or meta.json
+    where an index saved before those files holds them."""
+    if "ids" in meta or not IdList.saved_in(directory):
+        where, ids = directory / META_FILE, meta.get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise InvalidIndex(f"{where}: 'ids' must be a non-empty list of strings")
+        ids = IdList.of(ids)
+    else:
+        where = directory / IDS_FILE
+        try:
+            ids = IdList.load(directory, mmap=mmap)
+        except (OSError, ValueError) as err:
+            raise InvalidIndex(f"{where}: unreadable ids ({err})") from err
+    if not len(ids):
+        raise InvalidIndex(f"{where}: holds no ids")
+    if ids.first_duplicate() is not None:
+        raise InvalidIndex(f"{where}: 'ids' holds duplicates (e.g. '{ids.first_duplicate()}')")
+    return ids, where
 
 
 def _check_retriever_files(directory: Path, meta: dict) -> None:
@@ -557,7 +576,7 @@ class LazyRecords(Mapping[str, IndexRecord]):
             raise InvalidIndex(f"{self.path}, line {line}: expected a JSON object")
         record = _record(self.path, line, row, self.kind)
         if record.id != self.ids[position]:
-            raise InvalidIndex(f"{self.path}, line {line}: holds id '{record.id}' where {META_FILE} lists "
+            raise InvalidIndex(f"{self.path}, line {line}: holds id '{record.id}' where the index lists "
                                f"'{self.ids[position]}' (mismatched index)")
         return record
 
@@ -594,10 +613,18 @@ def _map_file(path: Path):
         return mmap_module.mmap(handle.fileno(), 0, access=mmap_module.ACCESS_READ)
 
 
-def _write_offsets(path: Path, texts_path: Path) -> None:
-    offsets, _ = _scan_offsets(_map_file(texts_path))
-    with atomic_path(path, suffix=".npy") as tmp, open(tmp, "wb") as handle:
-        np.save(handle, offsets, allow_pickle=False)
+def _write_items(path: Path, rows: Iterable[dict]) -> np.ndarray:
+    """items.jsonl written row by row (as :func:`~taskret.io.write_jsonl` writes it), and where each row starts, its
+    size last: the offsets a mapped index reads (:data:`OFFSETS_FILE`). Counted as the rows are written, not scanned
+    from the file after: a scan of the memory-mapped file kept every page of it resident, and so grew an index
+    build's peak memory with its texts (~0.5 KB a document: ~5 GiB at 10M)."""
+    starts = array("q", [0])
+    with open(path, "wb") as handle:
+        for row in rows:
+            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            handle.write(line)
+            starts.append(starts[-1] + len(line))
+    return np.frombuffer(starts, dtype=np.int64)
 
 
 def _saved_offsets(path: Path, size: int, count: int) -> np.ndarray | None:
@@ -648,7 +675,7 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
         raise InvalidIndex(f"{directory}: no such folder (so no meta.json); write an index with {_WRITTEN_BY}")
     meta = _read_meta(directory)
     _check_retriever_files(directory, meta)
-    ids = meta["ids"]
+    ids, ids_file = _read_ids(directory, meta, mmap)
     layout = _layout(directory)
     mapped = None  # (texts, offsets, line numbers) of texts left in their file
     if layout is None:
@@ -667,7 +694,7 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
             records = _read_records(texts_path, kind)
             count = len(records)
         if count != len(ids):
-            raise InvalidIndex(f"{texts_path}: holds {count} records but {directory / META_FILE} lists "
+            raise InvalidIndex(f"{texts_path}: holds {count} records but {ids_file} lists "
                                f"{len(ids)} ids (mismatched or partial index)")
         missing = next((i for i in ids if i not in records), None) if mapped is None else None
         if missing is not None:
@@ -675,14 +702,14 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
                                f"(mismatched index)")
     _check_info(directory, kind, info)
     try:
-        retriever = Retriever.load(directory, mmap=mmap)
+        retriever = Retriever.load(directory, mmap=mmap, ids=ids)
     except InvalidIndex:
         raise
     except (ValueError, FileNotFoundError, KeyError, TypeError, OSError, RuntimeError) as err:
         raise InvalidIndex(f"{directory}: cannot load the {meta['retriever']} index ({err})") from err
     counted = _count_indexed(directory, retriever)
     if counted is not None and counted[0] != len(ids):
-        raise InvalidIndex(f"{counted[1]}: holds {counted[0]} items but {directory / META_FILE} lists {len(ids)} "
+        raise InvalidIndex(f"{counted[1]}: holds {counted[0]} items but {ids_file} lists {len(ids)} "
                            f"ids (mismatched or partial index)")
     if mapped is not None:  # by the retriever's ids: one list of them in the process, not two
         records = LazyRecords(texts_path, kind, *mapped[:2], retriever.ids, lines=mapped[2])

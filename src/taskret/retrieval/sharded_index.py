@@ -27,6 +27,7 @@ from typing import Iterator, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..ids import first_duplicate
 from .base import RetrievalResult
 from .index import IndexRecord, InvalidIndex, LoadedIndex, load_index
 from .sharded import ShardedSearch
@@ -162,12 +163,10 @@ def load_sharded_index(config_path: str | os.PathLike) -> LoadedIndex:
     kinds = {index.kind for index in indexes.values()}
     if len(kinds) != 1:
         raise InvalidIndex(f"{config_path}: its shards hold different kinds ({', '.join(sorted(kinds))})")
-    seen: set[str] = set()
-    for name, index in indexes.items():
-        twice = next((i for i in index.retriever.ids if i in seen), None)
-        if twice is not None:
-            raise InvalidIndex(f"{config_path}: id '{twice}' is in shard '{name}' and in an earlier shard")
-        seen.update(index.retriever.ids)
+    twice = first_duplicate(_ChainedIds([index.retriever.ids for index in indexes.values()]))
+    if twice is not None:  # each shard's own ids are unique (load_index): the id is in two shards
+        name = [name for name, index in indexes.items() if twice in index.retriever.ids][1]
+        raise InvalidIndex(f"{config_path}: id '{twice}' is in shard '{name}' and in an earlier shard")
     first = next(iter(indexes.values()))
     return LoadedIndex(directory=config_path, retriever=ShardedRetriever(indexes, config), kind=first.kind,
                        records=_ChainedRecords(list(indexes.values())),

@@ -1,0 +1,152 @@
+"""A retriever's ids held as one UTF-8 byte array and where each id starts, not as Python strings.
+
+A Python string costs ~50 bytes before its characters and a list 8 more a pointer: 10M ids of ~12 characters were
+~0.7 GiB in every process that built or served the index (and its meta.json, the same ids as JSON, ~0.2 GB, parsed
+into a second list at load). :class:`IdList` keeps ~20 bytes an id (the characters and an int64 offset), reads an id
+back when it is asked for, and is saved as two ``.npy`` files that load memory-mapped, so the processes serving an
+index share its ids' pages as they share its other files.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["IdList", "IdListBuilder", "first_duplicate", "IDS_FILE", "IDS_OFFSETS_FILE"]
+
+#: The ids' UTF-8 bytes, one after another (uint8).
+IDS_FILE = "ids.npy"
+#: Where each id starts in :data:`IDS_FILE`, its size last (int64, one more than the ids).
+IDS_OFFSETS_FILE = "ids.offsets.npy"
+
+#: Ids decoded at a time when iterating: one copy of their bytes, then slices of it.
+_CHUNK = 65_536
+
+
+class IdListBuilder:
+    """Ids appended one at a time (a corpus read in one pass), then :meth:`build` into an :class:`IdList`."""
+
+    def __init__(self) -> None:
+        self._data, self._offsets = bytearray(), array("q", [0])
+
+    def append(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"ids must be strings, not {type(value).__name__} ({value!r})")
+        self._data += value.encode("utf-8", "surrogatepass")
+        self._offsets.append(len(self._data))
+
+    def build(self) -> "IdList":
+        return IdList(np.frombuffer(bytes(self._data), dtype=np.uint8), np.frombuffer(self._offsets, dtype=np.int64))
+
+
+class IdList(Sequence[str]):
+    """A read-only sequence of ids (strings), compared, indexed, sliced and iterated as a list of them is."""
+
+    __slots__ = ("_data", "_offsets")
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray):
+        self._data, self._offsets = data, offsets
+
+    @classmethod
+    def of(cls, ids: Iterable[str]) -> "IdList":
+        """``ids`` (strings, read once) held as an :class:`IdList`; an :class:`IdList` is returned as it is."""
+        if isinstance(ids, IdList):
+            return ids
+        builder = IdListBuilder()
+        for value in ids:
+            builder.append(value)
+        return builder.build()
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def _at(self, row: int) -> str:
+        start, stop = self._offsets[row], self._offsets[row + 1]
+        return self._data[start:stop].tobytes().decode("utf-8", "surrogatepass")
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            return [self._at(row) for row in range(*item.indices(len(self)))]
+        row = int(item)
+        if row < 0:
+            row += len(self)
+        if not 0 <= row < len(self):
+            raise IndexError("id index out of range")
+        return self._at(row)
+
+    def __iter__(self) -> Iterator[str]:
+        for first in range(0, len(self), _CHUNK):
+            ends = self._offsets[first:first + _CHUNK + 1]
+            base = int(ends[0])
+            chunk = self._data[base:int(ends[-1])].tobytes()
+            cuts = (ends - base).tolist()
+            for start, stop in zip(cuts, cuts[1:]):
+                yield chunk[start:stop].decode("utf-8", "surrogatepass")
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, IdList):
+            return (len(self) == len(other) and np.array_equal(self._offsets, other._offsets)
+                    and np.array_equal(self._data, other._data))
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # compared by value, as a list is
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(i) for i in self[:3])
+        return f"IdList([{shown}{', ...' if len(self) > 3 else ''}], {len(self)} ids)"
+
+    def first_duplicate(self) -> str | None:
+        """An id that occurs twice, or None (:func:`first_duplicate`)."""
+        return first_duplicate(self)
+
+    def save(self, directory: str | Path) -> None:
+        """:data:`IDS_FILE` and :data:`IDS_OFFSETS_FILE` in ``directory``."""
+        directory = Path(directory)
+        for name, values in ((IDS_FILE, self._data), (IDS_OFFSETS_FILE, self._offsets)):
+            with open(directory / name, "wb") as handle:
+                np.save(handle, np.ascontiguousarray(values), allow_pickle=False)
+
+    @classmethod
+    def load(cls, directory: str | Path, mmap: bool = False) -> "IdList":
+        """The ids :meth:`save` wrote in ``directory`` (memory-mapped with ``mmap``); ``ValueError`` naming the file
+        when they are not such ids."""
+        directory = Path(directory)
+        mode = "r" if mmap else None
+        data = np.load(directory / IDS_FILE, mmap_mode=mode, allow_pickle=False)
+        offsets = np.load(directory / IDS_OFFSETS_FILE, mmap_mode=mode, allow_pickle=False)
+        if data.dtype != np.uint8 or data.ndim != 1:
+            raise ValueError(f"{directory / IDS_FILE}: not an array of UTF-8 bytes (uint8)")
+        if (offsets.dtype != np.int64 or offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0
+                or offsets[-1] != len(data) or np.any(np.diff(offsets) < 0)):
+            raise ValueError(f"{directory / IDS_OFFSETS_FILE}: not the offsets of {directory / IDS_FILE}'s ids")
+        return cls(data, offsets)
+
+    @staticmethod
+    def saved_in(directory: str | Path) -> bool:
+        return (Path(directory) / IDS_FILE).is_file()
+
+
+
+def first_duplicate(ids: Sequence[str]) -> str | None:
+    """An id of ``ids`` that occurs twice, or None: found through their hashes (8 bytes an id, where a set of the
+    strings costs ~100), each run of equal hashes then checked on the ids themselves (the same id, or ids whose
+    hashes collide)."""
+    hashes = np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
+    order = np.argsort(hashes, kind="stable")
+    ordered = hashes[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    stops = np.r_[starts[1:], len(order)]
+    runs = stops - starts > 1
+    for start, stop in zip(starts[runs], stops[runs]):
+        seen: set[str] = set()
+        for row in order[start:stop]:
+            value = ids[int(row)]
+            if value in seen:
+                return value
+            seen.add(value)
+    return None
