@@ -20,6 +20,24 @@ RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "disabled"
 SPLITS = (0, 500, 1300, 2000)
 
 
+def kill_and_wait(actor, timeout_s: float = 60.0) -> None:
+    """``ray.kill(actor)``, then wait until a call to it fails: the kill is asynchronous, and a call sent before it
+    lands is still answered (what made the strict search after a kill pass now and then on a loaded machine)."""
+    import time
+
+    import ray
+
+    ray.kill(actor)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.where.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the actor still answered {timeout_s} s after ray.kill")
+
+
 @pytest.fixture(scope="module")
 def cluster(ray_temp_dir):
     import ray
@@ -68,7 +86,7 @@ def test_shards_indexed_and_searched_on_three_nodes_merge_into_the_single_index(
                 if scores.count(scores[rank]) == 1:
                     assert merged.result.ids[q][rank] == single.ids[q][rank]
 
-        ray.kill(searched.actors["shard-1"])  # its node's worker gone mid-service
+        kill_and_wait(searched.actors["shard-1"])  # its node's worker gone mid-service
         with pytest.raises(ShardFailed, match="shard 'shard-1' failed"):
             searched.retrieve(queries[:5], k=10)
         searched.allow_partial = True
@@ -98,7 +116,6 @@ def test_the_service_over_ray_shards_marks_an_answer_without_a_killed_shard_as_p
     after a shard's actor is killed, it comes from the others and names the missing shard."""
     import json
 
-    import ray
     from fastapi.testclient import TestClient
 
     from taskret.corpus import Document
@@ -120,7 +137,7 @@ def test_the_service_over_ray_shards_marks_an_answer_without_a_killed_shard_as_p
         whole = client.post("/retrieve", json={"query": query, "k": 10}).json()
         assert whole["scores"] == pytest.approx(single.scores[0].tolist(), rel=1e-6) and "missing_shards" not in whole
         assert set(whole["ids"]) & set(ids[SPLITS[1]:SPLITS[2]])
-        ray.kill(app.state.index.retriever._remote.actors["shard-1"])
+        kill_and_wait(app.state.index.retriever._remote.actors["shard-1"])
         partial = client.post("/retrieve", json={"query": query, "k": 10}).json()
         assert partial["missing_shards"] == ["shard-1"]
         assert not set(partial["ids"]) & set(ids[SPLITS[1]:SPLITS[2]])
