@@ -30,6 +30,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..allocator import release_freed_memory
+
 __all__ = ["SEGMENT_DOCS", "MERGE_PAIRS", "TOKEN_PATTERN", "CorpusStatistics", "NoTerms", "corpus_statistics",
            "build_segmented"]
 
@@ -58,10 +60,13 @@ def _tokens_of(texts: Iterable[str], folder: Path, segment_docs: int) -> tuple[l
     ids, offsets = array("i"), array("q", [0])
 
     def flush() -> None:
+        nonlocal ids, offsets
         np.save(folder / f"tokens-{len(counts)}.npy", np.frombuffer(ids, dtype=np.int32))
         np.save(folder / f"offsets-{len(counts)}.npy", np.frombuffer(offsets, dtype=np.int64))
         counts.append(len(offsets) - 1)
-        del ids[:], offsets[1:]
+        # new arrays, not the old ones emptied: an array a NumPy view still exports cannot be resized (a profiler or
+        # debugger holding np.save's frame holds such a view)
+        ids, offsets = array("i"), array("q", [0])
 
     for text in texts:
         ids.extend(terms.setdefault(token, len(terms)) for token in split(text.lower()) if token not in stop)
@@ -181,6 +186,7 @@ def _read_segments(texts: Iterable[str], work: Path, segment_docs: int):
         frequencies += np.bincount(pairs % len(vocab), minlength=len(vocab))
         lengths[at:at + len(offsets) - 1] = np.diff(offsets)
         at += len(offsets) - 1
+        release_freed_memory()  # glibc keeps what a segment freed; handed back, the next one starts from less
     return vocab, stem_of, counts, frequencies, lengths
 
 
@@ -260,6 +266,8 @@ def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5
             per_term += np.bincount(terms_all, minlength=len(vocab))
             (work / f"tokens-{number}.npy").unlink()
             first_doc += len(offsets) - 1
+            del terms_out, docs_out, scores_out, terms_all, order
+            release_freed_memory()  # ~200K small arrays a segment: freed heap glibc would keep
 
         # 4. the merge, a range of terms at a time, into bm25s's files. Read and written through file handles, not
         # memory maps: every page of a map that is touched counts in the process's resident memory until it is
