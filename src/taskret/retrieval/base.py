@@ -179,7 +179,8 @@ class Retriever(ABC):
         out_scores = np.full((len(rows), k), np.nan, dtype=np.float32)
         for q, (row_ids, row_scores) in enumerate(zip(rows, scores)):
             skip = exclude[q] if exclude is not None else None
-            kept = [(self.ids[r], s) for r, s in zip(row_ids, row_scores) if self.ids[r] != skip][:k]
+            found = [(self.ids[r], s) for r, s in zip(row_ids, row_scores)]  # each id read once: an IdList decodes it
+            kept = [(i, s) for i, s in found if i != skip][:k]
             out_ids.append([i for i, _ in kept])
             out_scores[q, : len(kept)] = [s for _, s in kept]
         return RetrievalResult(out_ids, out_scores)

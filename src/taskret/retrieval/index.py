@@ -376,8 +376,9 @@ def _read_ids(directory: Path, meta: dict, mmap: bool) -> tuple[IdList, Path]:
             raise InvalidIndex(f"{where}: unreadable ids ({err})") from err
     if not len(ids):
         raise InvalidIndex(f"{where}: holds no ids")
-    if ids.first_duplicate() is not None:
-        raise InvalidIndex(f"{where}: 'ids' holds duplicates (e.g. '{ids.first_duplicate()}')")
+    twice = ids.first_duplicate()
+    if twice is not None:
+        raise InvalidIndex(f"{where}: 'ids' holds duplicates (e.g. '{twice}')")
     return ids, where
 
 
