@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from taskret.ids import IDS_FILE, IDS_OFFSETS_FILE, IdList
+from taskret.ids import IDS_FILE, IDS_OFFSETS_FILE, IdList, IdLookup
 
 IDS = ["d1", "caf\u00e9", "\U0001F600 smile", "", "a/b:c", "x" * 300]
 
@@ -36,6 +36,17 @@ def test_a_duplicate_is_found_also_among_colliding_hashes(monkeypatch):
     monkeypatch.setattr("builtins.hash", lambda value: 7)  # every id hashes alike: told apart by their text
     assert IdList.of(["a", "b", "c"]).first_duplicate() is None
     assert IdList.of(["a", "b", "c", "b"]).first_duplicate() == "b"
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_a_lookup_finds_each_id_also_among_colliding_hashes(monkeypatch, collide):
+    ids = IdList.of([f"e{n}" for n in range(30)])
+    if collide:
+        monkeypatch.setattr("builtins.hash", lambda value: 7)  # every id hashes alike: found by its text
+    lookup = IdLookup(ids)
+    assert lookup.positions(["e3", "e29", "e0", "e3"]) == [3, 29, 0, 3] and lookup.positions([]) == []
+    assert lookup.position("e17") == 17 and lookup.position("e30") is None and lookup.position(17) is None
+    assert lookup.positions(["e30", "e1"]) == [None, 1]
 
 
 def test_saved_ids_load_whole_or_mapped_and_bad_files_are_named(tmp_path):

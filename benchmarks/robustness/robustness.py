@@ -210,6 +210,8 @@ def cases(tiny_lm: Path) -> list[dict]:
     train_cmd = ["epr", "train", "--labels", "{d}/labels.jsonl", *train_args(), "--base-model", "{d}/no-model",
                  "--out", "{out}/retriever"]
     tart_cmd = ["tart", "index", "--task", "{d}/beir", "--out", "{out}/index"]
+    # Indexing reads the corpus alone; evaluation reads the queries and qrels too.
+    eval_cmd = ["tart", "evaluate", "--tasks", "{d}/beir", "--retriever", "bm25", "--out", "{out}/eval"]
     dual_cmd = ["tart", "train-dual", "--data", "{d}/rows.jsonl", "--base-model", "{d}/no-model", "--epochs", "1",
                 "--out", "{out}/dual"]
     valid = jsonl(VALID)
@@ -307,12 +309,13 @@ def cases(tiny_lm: Path) -> list[dict]:
     add(bt, "corpus: invalid UTF-8", {"beir": ("corpus", good_docs[:20] + b"\xe2\x82" + good_docs[20:])}, tart_cmd)
     add(bt, f"corpus: huge line ({HUGE >> 20} MB, malformed)", {"beir": ("corpus", good_docs + b'{"_id": "' + b"y" * HUGE)},
         tart_cmd)
-    add(bt, "queries: missing text", {"beir": ("queries", jsonl([{"_id": "q0"}]))}, tart_cmd)
-    add(bt, "qrels: 2 columns", {"beir": ("qrels", b"q0\td0\n")}, tart_cmd)
-    add(bt, "qrels: score not an integer", {"beir": ("qrels", b"q0\td0\thigh\n")}, tart_cmd)
-    add(bt, "qrels: mismatched index (unknown document)", {"beir": ("qrels", b"q0\td404\t1\n")}, tart_cmd)
-    add(bt, "qrels: missing file", {"beir": ("qrels", False)}, tart_cmd)
     add(bt, "missing folder", {}, tart_cmd)
+    qt = "tart task, BEIR queries and qrels (tart evaluate --tasks DIR)"
+    add(qt, "queries: missing text", {"beir": ("queries", jsonl([{"_id": "q0"}]))}, eval_cmd)
+    add(qt, "qrels: 2 columns", {"beir": ("qrels", b"q0\td0\n")}, eval_cmd)
+    add(qt, "qrels: score not an integer", {"beir": ("qrels", b"q0\td0\thigh\n")}, eval_cmd)
+    add(qt, "qrels: mismatched index (unknown document)", {"beir": ("qrels", b"q0\td404\t1\n")}, eval_cmd)
+    add(qt, "qrels: missing file", {"beir": ("qrels", False)}, eval_cmd)
 
     # TART training rows
     tr = "tart training rows (tart train-dual --data)"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IdList", "IdListBuilder", "first_duplicate", "IDS_FILE", "IDS_OFFSETS_FILE"]
+__all__ = ["IdList", "IdListBuilder", "IdLookup", "first_duplicate", "IDS_FILE", "IDS_OFFSETS_FILE"]
 
 #: The ids' UTF-8 bytes, one after another (uint8).
 IDS_FILE = "ids.npy"
@@ -132,21 +132,54 @@ class IdList(Sequence[str]):
 
 
 
+class IdLookup:
+    """Where each of ``ids`` is, found by a binary search over their hashes: 16 bytes an id (the sorted hashes and
+    their places), where a dict of the strings costs ~100. Ids whose hashes collide are told apart by the ids
+    themselves."""
+
+    def __init__(self, ids: Sequence[str]):
+        self.ids = ids
+        hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+        self._order = np.argsort(hashes, kind="stable")
+        self._sorted = hashes[self._order]
+
+    def position(self, value: object) -> int | None:
+        """Where ``value`` is among the ids, or None."""
+        if not isinstance(value, str):
+            return None
+        wanted = hash(value)
+        return self._find(value, wanted, int(np.searchsorted(self._sorted, wanted)))
+
+    def positions(self, values: Sequence[str]) -> list[int | None]:
+        """:meth:`position` of each of ``values``, their hashes' places found in one search."""
+        wanted = np.fromiter(map(hash, values), dtype=np.int64, count=len(values))
+        found = np.searchsorted(self._sorted, wanted).tolist()
+        return [self._find(value, hashed, first) for value, hashed, first in zip(values, wanted.tolist(), found)]
+
+    def _find(self, value: str, wanted: int, found: int) -> int | None:
+        while found < len(self._sorted) and self._sorted[found] == wanted:  # ids whose hashes collide
+            position = int(self._order[found])
+            if self.ids[position] == value:
+                return position
+            found += 1
+        return None
+
+    def first_duplicate(self) -> str | None:
+        """An id that occurs twice, or None: each run of equal hashes checked on the ids themselves (the same id, or
+        ids whose hashes collide)."""
+        starts = np.flatnonzero(np.r_[True, self._sorted[1:] != self._sorted[:-1]])
+        stops = np.r_[starts[1:], len(self._sorted)]
+        runs = stops - starts > 1
+        for start, stop in zip(starts[runs], stops[runs]):
+            seen: set[str] = set()
+            for row in self._order[start:stop]:
+                value = self.ids[int(row)]
+                if value in seen:
+                    return value
+                seen.add(value)
+        return None
+
+
 def first_duplicate(ids: Sequence[str]) -> str | None:
-    """An id of ``ids`` that occurs twice, or None: found through their hashes (8 bytes an id, where a set of the
-    strings costs ~100), each run of equal hashes then checked on the ids themselves (the same id, or ids whose
-    hashes collide)."""
-    hashes = np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
-    order = np.argsort(hashes, kind="stable")
-    ordered = hashes[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    stops = np.r_[starts[1:], len(order)]
-    runs = stops - starts > 1
-    for start, stop in zip(starts[runs], stops[runs]):
-        seen: set[str] = set()
-        for row in order[start:stop]:
-            value = ids[int(row)]
-            if value in seen:
-                return value
-            seen.add(value)
-    return None
+    """An id of ``ids`` that occurs twice, or None (:meth:`IdLookup.first_duplicate`)."""
+    return IdLookup(ids).first_duplicate()

@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import tempfile
+from array import array
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -118,10 +119,16 @@ def write_json(path: str | os.PathLike, obj: Any, compact: Sequence[str] = ()) -
         tmp.write_text(text + "\n", encoding="utf-8")
 
 
-def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> array:
+    """Write ``rows`` as JSONL (atomically), one at a time; returns where each line starts, in bytes, and the file's
+    size last (int64: what a reader that seeks to a row needs, counted as written rather than scanned after)."""
+    starts = array("q", [0])
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            f.write(line)
+            starts.append(starts[-1] + len(line))
+    return starts
 
 
 def read_json(path: str | os.PathLike) -> Any:

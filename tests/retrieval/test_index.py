@@ -284,18 +284,6 @@ def test_the_offsets_count_bytes_of_texts_beyond_ascii(tmp_path):
     assert load_index(folder, mmap=True).examples() == load_index(folder).examples() == pool
 
 
-def test_records_taken_at_once_tell_ids_whose_hashes_collide(tmp_path, monkeypatch):
-    pool = big_pool(30)
-    folder = save_index(tmp_path / "bm25", BM25Retriever().index(pool), pool, retriever_spec="bm25")
-    records = load_index(folder, mmap=True).records
-    records._sorted_hashes[:] = 7  # as if every id hashed alike: each found by the ids, not the hash
-    records._by_hash[:] = np.arange(30)[::-1]
-    monkeypatch.setattr("taskret.retrieval.index.hash", lambda _: 7, raising=False)
-    assert [r.id for r in records.take(["e3", "e29", "e0"])] == ["e3", "e29", "e0"]
-    with pytest.raises(KeyError):
-        records.take(["e30"])
-
-
 def _replace_line(path, number, text):
     lines = path.read_text(encoding="utf-8").splitlines(True)
     lines[number - 1] = text

@@ -35,7 +35,6 @@ import os
 import shutil
 import tempfile
 import uuid
-from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +45,8 @@ import numpy as np
 from ..corpus import fingerprint
 from ..data import Example
 from ..formats import BREAK_FORMAT, break_to_prompt
-from ..ids import IDS_FILE, IdList
-from ..io import DataError, iter_records, read_json, write_json
+from ..ids import IDS_FILE, IdList, IdLookup
+from ..io import DataError, iter_records, read_json, write_json, write_jsonl
 from .base import REGISTRY as RETRIEVERS
 from .base import Retriever, example_text
 from .budget import MemoryBudget
@@ -261,9 +260,11 @@ def save_index(out: str | os.PathLike, retriever: Retriever, items: Iterable, *,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        offsets = _write_items(tmp / ITEMS_FILE, _rows_in_order(kind, items, retriever.ids))
+        # The offsets are counted as the rows are written, not scanned from the file after: a scan of the
+        # memory-mapped file kept every page of it resident (~0.5 KB a document: ~5 GiB at 10M).
+        offsets = write_jsonl(tmp / ITEMS_FILE, _rows_in_order(kind, items, retriever.ids))
         with open(tmp / OFFSETS_FILE, "wb") as handle:
-            np.save(handle, offsets, allow_pickle=False)
+            np.save(handle, np.frombuffer(offsets, dtype=np.int64), allow_pickle=False)
         write_json(tmp / INFO_FILE, {**(extra or {}), "format": INDEX_FORMAT, "kind": kind, "task": task,
                                      "retriever": retriever_spec or retriever.name, "n": len(retriever.ids),
                                      "output_format": output_format, "lm": lm, "instruction": instruction})
@@ -360,9 +361,10 @@ def _read_meta(directory: Path) -> dict:
     return meta
 
 
-def _read_ids(directory: Path, meta: dict, mmap: bool) -> tuple[IdList, Path]:
-    """The index's ids, checked, and the file they were read from: their own (:mod:`taskret.ids`), or meta.json
-    where an index saved before those files holds them."""
+def _read_ids(directory: Path, meta: dict, mmap: bool) -> tuple[IdList, IdLookup, Path]:
+    """The index's ids, checked, their lookup (kept for :class:`LazyRecords`: the ids hashed once) and the file they
+    were read from: their own (:mod:`taskret.ids`), or meta.json where an index saved before those files holds
+    them."""
     if "ids" in meta or not IdList.saved_in(directory):
         where, ids = directory / META_FILE, meta.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
@@ -376,10 +378,11 @@ def _read_ids(directory: Path, meta: dict, mmap: bool) -> tuple[IdList, Path]:
             raise InvalidIndex(f"{where}: unreadable ids ({err})") from err
     if not len(ids):
         raise InvalidIndex(f"{where}: holds no ids")
-    twice = ids.first_duplicate()
+    lookup = IdLookup(ids)
+    twice = lookup.first_duplicate()
     if twice is not None:
         raise InvalidIndex(f"{where}: 'ids' holds duplicates (e.g. '{twice}')")
-    return ids, where
+    return ids, lookup, where
 
 
 def _check_retriever_files(directory: Path, meta: dict) -> None:
@@ -505,14 +508,12 @@ class LazyRecords(Mapping[str, IndexRecord]):
     id, raises :class:`InvalidIndex` naming the file and line."""
 
     def __init__(self, path: Path, kind: str, texts, offsets: np.ndarray, ids: Sequence[str],
-                 lines: np.ndarray | None = None):
+                 lines: np.ndarray | None = None, lookup: IdLookup | None = None):
         self.path, self.kind, self.ids = path, kind, ids
         self._texts, self._offsets, self._lines = texts, offsets, lines
         # A lookup by id is a binary search over the ids' hashes: 16 bytes an id, where a dict would add ~70 to
-        # each worker (a million ids: 16 MB against 70 MB).
-        hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
-        self._by_hash = np.argsort(hashes, kind="stable")
-        self._sorted_hashes = hashes[self._by_hash]
+        # each worker (a million ids: 16 MB against 70 MB). ``lookup``: one already made over these ids.
+        self._lookup = lookup if lookup is not None else IdLookup(ids)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -531,31 +532,15 @@ class LazyRecords(Mapping[str, IndexRecord]):
 
     def position(self, record_id: str) -> int | None:
         """Where ``record_id`` is in index order, or None; nothing is parsed."""
-        if not isinstance(record_id, str):
-            return None
-        wanted = hash(record_id)
-        return self._position_from(record_id, wanted, int(np.searchsorted(self._sorted_hashes, wanted)))
-
-    def _position_from(self, record_id: str, wanted: int, found: int) -> int | None:
-        """Where ``record_id`` (hashed ``wanted``) is, ``found`` the first place of that hash among the sorted ones."""
-        while found < len(self.ids) and self._sorted_hashes[found] == wanted:  # ids whose hashes collide
-            position = int(self._by_hash[found])
-            if self.ids[position] == record_id:
-                return position
-            found += 1
-        return None
+        return self._lookup.position(record_id)
 
     def take(self, record_ids: Sequence[str]) -> list[IndexRecord]:
         """The records of ``record_ids`` in their order (KeyError for an id the index lacks): their hashes' places
         found in one search, not one each."""
-        wanted = np.fromiter(map(hash, record_ids), dtype=np.int64, count=len(record_ids))
-        found = np.searchsorted(self._sorted_hashes, wanted).tolist()
-        positions = []
-        for record_id, hashed, first in zip(record_ids, wanted.tolist(), found):
-            position = self._position_from(record_id, hashed, first)
-            if position is None:
-                raise KeyError(record_id)
-            positions.append(position)
+        positions = self._lookup.positions(record_ids)
+        missing = next((i for i, position in zip(record_ids, positions) if position is None), None)
+        if missing is not None:
+            raise KeyError(missing)
         return [self.at(position) for position in positions]
 
     def at(self, position: int) -> IndexRecord:
@@ -614,20 +599,6 @@ def _map_file(path: Path):
         return mmap_module.mmap(handle.fileno(), 0, access=mmap_module.ACCESS_READ)
 
 
-def _write_items(path: Path, rows: Iterable[dict]) -> np.ndarray:
-    """items.jsonl written row by row (as :func:`~taskret.io.write_jsonl` writes it), and where each row starts, its
-    size last: the offsets a mapped index reads (:data:`OFFSETS_FILE`). Counted as the rows are written, not scanned
-    from the file after: a scan of the memory-mapped file kept every page of it resident, and so grew an index
-    build's peak memory with its texts (~0.5 KB a document: ~5 GiB at 10M)."""
-    starts = array("q", [0])
-    with open(path, "wb") as handle:
-        for row in rows:
-            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-            handle.write(line)
-            starts.append(starts[-1] + len(line))
-    return np.frombuffer(starts, dtype=np.int64)
-
-
 def _saved_offsets(path: Path, size: int, count: int) -> np.ndarray | None:
     """The offsets :func:`save_index` wrote, memory-mapped (the workers share them too), if they fit a texts file
     of ``size`` bytes holding ``count`` records; else None."""
@@ -676,7 +647,7 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
         raise InvalidIndex(f"{directory}: no such folder (so no meta.json); write an index with {_WRITTEN_BY}")
     meta = _read_meta(directory)
     _check_retriever_files(directory, meta)
-    ids, ids_file = _read_ids(directory, meta, mmap)
+    ids, lookup, ids_file = _read_ids(directory, meta, mmap)
     layout = _layout(directory)
     mapped = None  # (texts, offsets, line numbers) of texts left in their file
     if layout is None:
@@ -713,5 +684,6 @@ def load_index(directory: str | os.PathLike, *, texts_required: bool = True, mma
         raise InvalidIndex(f"{counted[1]}: holds {counted[0]} items but {ids_file} lists {len(ids)} "
                            f"ids (mismatched or partial index)")
     if mapped is not None:  # by the retriever's ids: one list of them in the process, not two
-        records = LazyRecords(texts_path, kind, *mapped[:2], retriever.ids, lines=mapped[2])
+        records = LazyRecords(texts_path, kind, *mapped[:2], retriever.ids, lines=mapped[2],
+                              lookup=lookup if retriever.ids is ids else None)
     return LoadedIndex(directory=directory, retriever=retriever, kind=kind, records=records, info=info)

@@ -38,6 +38,18 @@ _CHILDREN = {"transformers.trainer"}
 _ACTIVE = ACTIVE_LIBRARY_LOG  # library_log() reads it (taskret.progress: every layer may need the file)
 
 
+class _LazyFileHandler(logging.FileHandler):
+    """A file handler that makes the file (and its folder) at its first record: a command that stops on bad input
+    before anything is logged leaves no log behind."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, encoding="utf-8", delay=True)
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
 @contextmanager
 def no_library_bars() -> Iterator[None]:
     """Turn transformers' and datasets' progress bars off for the block."""
@@ -65,8 +77,7 @@ def library_logs(path: str | Path) -> Iterator[Path]:
     hf_logging.get_verbosity()
     ds_logging.get_verbosity()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _LazyFileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved = []
     for name, level in _LEVELS.items():
@@ -89,6 +100,8 @@ def library_logs(path: str | Path) -> Iterator[Path]:
                     yield path
             finally:
                 logging.captureWarnings(False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()  # the block ended well: the file it names exists, even if nothing was logged
     finally:
         _ACTIVE.reset(token)
         for logger, level, propagate, handlers in saved:
