@@ -124,7 +124,7 @@ def compressed_vectors_table() -> list[str]:
     if not d:
         return []
     out = [f"Compressed dense search (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}): IVF-PQ "
-           f"over MiniLM vectors, its candidates re-ranked exactly from the memory-mapped vectors, one query "
+           f"over MiniLM vectors, its candidates re-ranked exactly from the full vectors on disk, one query "
            f"at a time on one thread, opened from disk as `taskret serve` opens it; {d['base_vectors']:,} real "
            f"vectors, past them noisy copies at the real nearest-neighbour cosine ({d['base_nn_cosine_median']}); "
            f"queries: {d['queries']}:", "",

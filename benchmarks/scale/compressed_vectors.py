@@ -17,7 +17,7 @@ Each size runs in two child processes, so that each one's memory is its own (pea
 1. build: the vectors written to ``WORK/N/vectors.npy`` in chunks, the IVF-PQ index trained on a sample and filled
    in chunks (``build_ivfpq``, settings by size: ``settings_for``), saved as ``index.faiss``; seconds and peak RSS;
 2. search: the index opened as ``taskret serve`` opens it (``IO_FLAG_MMAP``: inverted lists mapped) and the
-   vectors memory-mapped; ``--queries-n`` queries searched one at a time on one thread (p50 / p99 ms), then
+   vectors read row by row (as a served index reads them); ``--queries-n`` queries searched one at a time on one thread (p50 / p99 ms), then
    recall@10 of the re-ranked search against exact search over all N vectors (read in chunks), and the resident
    memory (VmRSS) after the searches against the index's size on disk (and before the index was opened: the
    interpreter's and libraries' own, which dominates at small sizes).
@@ -148,7 +148,7 @@ def search(job: dict) -> dict:
     before = _resident_gib()  # the interpreter and its libraries, before the index: the floor of any process
     index = faiss.read_index(str(folder / "index.faiss"), faiss.IO_FLAG_MMAP)
     index.nprobe = job["settings"]["nprobe"]
-    vectors = open_vectors(folder / "vectors.npy")
+    vectors = open_vectors(folder / "vectors.npy", random_reads=True)  # as a served index maps them
     found, times = [], []
     for query in queries:
         started = time.perf_counter()
@@ -156,7 +156,7 @@ def search(job: dict) -> dict:
         times.append(time.perf_counter() - started)
         found.append(rows[0])
     resident = _resident_gib()
-    exact = exact_top(vectors, queries, K)
+    exact = exact_top(open_vectors(folder / "vectors.npy"), queries, K)  # read in order: a mapping of its own
     recall = float(np.mean([len(set(f) & set(e.tolist())) / K for f, e in zip(found, exact)]))
     disk = sum((folder / name).stat().st_size for name in ("index.faiss", "vectors.npy")) / 2 ** 30
     return {"queries": len(queries), "p50_ms": round(float(np.percentile(times, 50)) * 1000, 3),

@@ -5,6 +5,7 @@ saved, loaded memory-mapped, and searched as it was built."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -15,9 +16,11 @@ from taskret.retrieval.ivfpq import (
     MIN_VECTORS,
     VECTORS_FILE,
     VectorFile,
+    VectorRows,
     build_ivfpq,
     exact_top,
     ivfpq_recall_at_10,
+    open_vectors,
     search_reranked,
     settings_for,
 )
@@ -92,6 +95,30 @@ def test_re_ranked_scores_are_exact_inner_products(on_disk):
         assert got == sorted(got, reverse=True) and len(set(found)) == 10
     exact = exact_top(mapped, queries, 10, chunk=1_000)  # chunked exact search equals a whole one
     np.testing.assert_array_equal(exact, np.argsort(-(queries @ mapped.T), axis=1, kind="stable")[:, :10])
+
+
+def test_rows_read_from_the_file_are_the_mapped_rows_and_the_process_keeps_none_mapped(tmp_path):
+    import pickle
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((500, 24)).astype(np.float32)
+    np.save(tmp_path / VECTORS_FILE, vectors)
+    rows = open_vectors(tmp_path / VECTORS_FILE, random_reads=True)
+    assert isinstance(rows, VectorRows) and len(rows) == 500 and rows.shape == (500, 24)
+    np.testing.assert_array_equal(rows[[3, 499, 0, 3]], vectors[[3, 499, 0, 3]])
+    np.testing.assert_array_equal(rows[np.array([7, 8])], vectors[[7, 8]])
+    np.testing.assert_array_equal(rows[0], vectors[0])
+    np.testing.assert_array_equal(rows[-1], vectors[-1])
+    assert rows[[]].shape == (0, 24)
+    with pytest.raises(IndexError):
+        rows[[500]]
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(rows))[[1, 2]], vectors[[1, 2]])  # reopened by path
+    maps = Path("/proc/self/maps")  # Linux: the process's mappings
+    assert not maps.exists() or str(tmp_path / VECTORS_FILE) not in maps.read_text()  # read, not mapped
+    assert isinstance(open_vectors(tmp_path / VECTORS_FILE), np.memmap)  # in order (a build, exact search): mapped
+    np.save(tmp_path / "ints.npy", np.zeros((3, 2), dtype=np.int64))
+    with pytest.raises(ValueError, match="not a 2-D float32 array"):
+        VectorRows(tmp_path / "ints.npy")
 
 
 def test_too_few_vectors_are_refused_with_what_to_use():

@@ -549,7 +549,7 @@ class DenseRetriever(Retriever):
 
                 target = directory / VECTORS_FILE
                 shutil.copyfile(source, target)
-            self._full_vectors = open_vectors(target)
+            self._full_vectors = open_vectors(target, random_reads=True)
 
     def _load_index(self, directory: Path) -> None:
         import faiss
@@ -576,7 +576,8 @@ class DenseRetriever(Retriever):
 
             if not (directory / VECTORS_FILE).exists():
                 raise FileNotFoundError(f"{directory}: the IVF-PQ index's full vectors, {VECTORS_FILE}, are missing")
-            self._full_vectors = open_vectors(directory / VECTORS_FILE)  # always mapped: read a few rows a query
+            # always mapped: a query reads a few rows
+            self._full_vectors = open_vectors(directory / VECTORS_FILE, random_reads=True)
             if len(self._full_vectors) != len(self.ids):
                 raise ValueError(f"{directory}: {VECTORS_FILE} holds {len(self._full_vectors)} vectors but the index "
                                  f"lists {len(self.ids)} ids (mismatched or partial index)")

@@ -4,7 +4,8 @@ the full vectors, which stay on disk.
 An IVF-PQ index keeps each vector as ``m`` one-byte codes (48 bytes for MiniLM's 384 dimensions, against 1,536 in
 float32) in ``nlist`` inverted lists; a query visits the ``nprobe`` lists nearest it. Product quantization blurs the
 scores, so the index returns ``rerank`` candidates and their exact inner products are computed from ``vectors.npy``
-(float32, unit length, memory-mapped): a query reads ``rerank`` rows of it, so the full vectors need disk, not memory.
+(float32, unit length, read row by row: :class:`VectorRows`): a query reads ``rerank`` rows of it, so the full vectors
+need disk, not memory.
 
 The build keeps memory flat in the corpus size: the vectors are written to ``vectors.npy`` as they are encoded, the
 coarse quantizer and the codebooks are trained on an evenly spaced sample of them (:data:`TRAIN_PER_LIST` per list,
@@ -27,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["IVFPQSettings", "VectorFile", "VECTORS_FILE", "settings_for", "build_ivfpq", "search_reranked",
-           "ivfpq_recall_at_10", "open_vectors", "move_vectors"]
+           "ivfpq_recall_at_10", "open_vectors", "move_vectors", "VectorRows"]
 
-#: The full vectors beside ``index.faiss``, float32 and unit length, in NumPy's format (memory-mapped on load).
+#: The full vectors beside ``index.faiss``, float32 and unit length, in NumPy's format (read row by row at search).
 VECTORS_FILE = "vectors.npy"
 #: Training vectors per inverted list (FAISS warns below 39) and the sample's cap: k-means' time grows with both.
 TRAIN_PER_LIST = 64
@@ -102,8 +103,55 @@ class VectorFile:
         self.partial.unlink(missing_ok=True)
 
 
-def open_vectors(path: Path) -> np.ndarray:
+def open_vectors(path: Path, random_reads: bool = False) -> np.ndarray | VectorRows:
+    """The full vectors: memory-mapped, for a build or an exact search that reads them in order; with
+    ``random_reads``, for a search, which reads ``rerank`` scattered rows a query, a :class:`VectorRows`."""
+    if random_reads and hasattr(os, "pread"):
+        return VectorRows(path)
     return np.load(path, mmap_mode="r")
+
+
+class VectorRows:
+    """A ``vectors.npy`` whose rows are read when asked for (``os.pread``), not mapped. A mapping's page faults map
+    the neighbouring pages too (fault-around, which ``MADV_RANDOM`` did not stop here): at 1M vectors, 1,000 queries
+    of 100 re-ranked rows each left 99% of the 1.4 GiB file in the process's resident memory. Read, the rows stay in
+    the page cache, which every process serving the index shares, and the process itself holds none of them
+    (0.11 GiB resident after the same queries: ``benchmarks/scale/compressed_vectors.py``)."""
+
+    def __init__(self, path: str | os.PathLike):
+        header = np.load(path, mmap_mode="r")
+        if header.dtype != np.float32 or header.ndim != 2:
+            raise ValueError(f"{path}: not a 2-D float32 array")
+        self.filename, self.shape, self._offset = str(path), header.shape, header.offset
+        del header
+        self._row_bytes = self.shape[1] * 4
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows) -> np.ndarray:
+        if isinstance(rows, (int, np.integer)):
+            return self._read([int(rows)])[0]
+        return self._read(np.asarray(rows, dtype=np.int64).ravel().tolist())
+
+    def _read(self, rows: list[int]) -> np.ndarray:
+        out = np.empty((len(rows), self.shape[1]), dtype=np.float32)
+        for i, row in enumerate(rows):
+            row = row + len(self) if row < 0 else row
+            if not 0 <= row < len(self):
+                raise IndexError(f"row {row} of {len(self)} vectors")
+            out[i] = np.frombuffer(os.pread(self._fd, self._row_bytes, self._offset + row * self._row_bytes),
+                                   dtype=np.float32)
+        return out
+
+    def __reduce__(self):  # another process opens the file itself (a descriptor does not travel)
+        return VectorRows, (self.filename,)
+
+    def __del__(self):
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
 
 
 def scratch_vectors_path(directory: Path | None) -> Path:

@@ -100,8 +100,9 @@ def library_logs(path: str | Path) -> Iterator[Path]:
                     yield path
             finally:
                 logging.captureWarnings(False)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()  # the block ended well: the file it names exists, even if nothing was logged
+        if not path.exists():  # the block ended well: the file it names exists, even if nothing was logged
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()  # (only when missing: a resumed run that logs nothing leaves the file as it was)
     finally:
         _ACTIVE.reset(token)
         for logger, level, propagate, handlers in saved:
