@@ -131,7 +131,6 @@ class IdList(Sequence[str]):
         return (Path(directory) / IDS_FILE).is_file()
 
 
-
 class IdLookup:
     """Where each of ``ids`` is, found by a binary search over their hashes: 16 bytes an id (the sorted hashes and
     their places), where a dict of the strings costs ~100. Ids whose hashes collide are told apart by the ids

@@ -576,7 +576,7 @@ class DenseRetriever(Retriever):
 
             if not (directory / VECTORS_FILE).exists():
                 raise FileNotFoundError(f"{directory}: the IVF-PQ index's full vectors, {VECTORS_FILE}, are missing")
-            # always mapped: a query reads a few rows
+            # read row by row, not loaded: a query reads a few rows
             self._full_vectors = open_vectors(directory / VECTORS_FILE, random_reads=True)
             if len(self._full_vectors) != len(self.ids):
                 raise ValueError(f"{directory}: {VECTORS_FILE} holds {len(self._full_vectors)} vectors but the index "
