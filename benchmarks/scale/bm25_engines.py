@@ -327,6 +327,34 @@ def reference_tops(corpus: Path, queries: list[str], k1: float, b: float, tops_p
     return {}
 
 
+def reference_tops_from_index(index: Path, queries: list[str], tops_path: Path) -> dict:
+    """bm25s's ranking read from a taskret BM25 index of the same corpus in the same order (memory-mapped; the
+    ranking a bm25s index built from the texts gives, equal scores in corpus order as there), at the index's own k1
+    and b (taskret's: :func:`reference_tops`'s reference pair)."""
+    from taskret.retrieval import Retriever
+
+    retriever = Retriever.load(index, mmap=True)
+    if (retriever.k1, retriever.b) != (K1, B):
+        raise SystemExit(f"{index}: k1 {retriever.k1}, b {retriever.b}; the reference ranking is at {K1} / {B}")
+    found = retriever.retrieve(queries, k=K)
+    wanted = {doc for ids in found.ids for doc in ids}
+    row = {doc: n for n, doc in enumerate(retriever.ids) if doc in wanted}
+    tops = [[row[doc] for doc, score in zip(ids, scores) if score > 0] for ids, scores in zip(found.ids, found.scores)]
+    tops_path.write_text(json.dumps(tops))
+    return {}
+
+
+def count_corpus(corpus: Path) -> dict:
+    """What scale.py's ``write_corpus`` says of a corpus it wrote, counted from the file: documents, real ones and
+    synthetic ones (ids ``synthetic/N``)."""
+    documents = synthetic = 0
+    with open(corpus, encoding="utf-8") as lines:
+        for line in lines:
+            documents += 1
+            synthetic += json.loads(line)["_id"].startswith("synthetic/")
+    return {"documents": documents, "real": documents - synthetic, "synthetic": synthetic}
+
+
 # -- dense libraries --------------------------------------------------------------------------------------------------
 
 

@@ -71,8 +71,9 @@ def build(parts: list[Path], folder: Path, on_ray: bool = False) -> dict:
     return {"build_s": round(seconds, 1), "documents": documents, "disk_gib": round(disk_gib(folder / "index"), 3)}
 
 
-def search(folder: Path, queries: Path) -> dict:
-    """Child: the shards served as one index, each query alone on one thread; the top 11s go to ``tops.json``."""
+def search(folder: Path, queries: Path, times_file: Path | None = None) -> dict:
+    """Child: the shards served as one index, each query alone on one thread; the top 11s go to ``tops.json``, and
+    with ``times_file`` each query's milliseconds in the queries' order (bm25_score_array.py pairs two runs by them)."""
     from taskret.retrieval.sharded_index import load_sharded_index
 
     texts = json.loads(queries.read_text())
@@ -84,6 +85,8 @@ def search(folder: Path, queries: Path) -> dict:
         started = time.perf_counter()
         index.retriever.retrieve([text], k=K)
         times.append(time.perf_counter() - started)
+    if times_file is not None:
+        times_file.write_text(json.dumps([round(t * 1000, 4) for t in times]))
     # one deeper than the top 10 for the comparison: a 10th score tied with the 11th is a tie too
     found = index.retriever.retrieve(texts, k=K + 1)
     (folder / "tops.json").write_text(json.dumps([{"ids": ids, "scores": [float(s) for s in scores]}
@@ -127,7 +130,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         step, *rest = sys.argv[2:]
         result = build([Path(p) for p in rest[1:]], Path(rest[0])) if step == "build" else \
-            search(Path(rest[0]), Path(rest[1]))
+            search(Path(rest[0]), Path(rest[1]), Path(rest[2]) if len(rest) > 2 else None)
         print(json.dumps(result), flush=True)
         return
     options = parser(__doc__, out="benchmarks/results/bm25_shards.json", seed=0)

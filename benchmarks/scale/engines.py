@@ -46,7 +46,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py: the corpus, the queries, the child processes
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))  # serving: serve_load.py, request_path.py
 from _common import command_line, http_stack, machine, parser, write_result  # noqa: E402
-from bm25_engines import BM25_ENGINES, INDEXERS, K1, B, engine_k1_b, reference_tops, search_engine  # noqa: E402
+from bm25_engines import (  # noqa: E402
+    BM25_ENGINES,
+    INDEXERS,
+    K1,
+    B,
+    count_corpus,
+    engine_k1_b,
+    reference_tops,
+    reference_tops_from_index,
+    search_engine,
+)
 from dense_engines import DENSE, DENSE_LIBS, EF_CONSTRUCTION, EF_SEARCH, HNSW_M, measure_dense, prepare_vectors  # noqa: E402
 from scale import K, disk_gib, docs_fast_dense, in_child, real_query_items, real_sources, write_corpus  # noqa: E402
 
@@ -124,7 +134,11 @@ def child(args: list[str]) -> tuple[dict | None, float, str | None]:
 
 
 def compare_bm25(folder: Path, corpus: Path, queries: list[tuple[str, str]], qrels: dict, engines: list[str],
-                 threads: int) -> dict:
+                 threads: int, reference_index: Path | None = None) -> dict:
+    """Each engine built and searched, its ranking against bm25s's at the same k1 and b. ``reference_index``: a
+    taskret BM25 index of the same corpus (taskret's k1 and b), searched for bm25s's ranking instead of a bm25s index
+    built in memory from the texts (which at 10M documents outgrows the machine); an engine at another k1 and b then
+    has no ranking of its own pair to be compared with."""
     work, out, built = folder / "engines", {}, {}
     queries_path = work / "queries.json"
     queries_path.write_text(json.dumps([text for _, text in queries]))
@@ -155,6 +169,10 @@ def compare_bm25(folder: Path, corpus: Path, queries: list[tuple[str, str]], qre
             path = work / f"tops_reference_{k1}_{b}.json"
             if (k1, b) == (K1, B) and engine == "bm25s-numpy":
                 path = tops_path
+            elif reference_index is not None and (k1, b) == (K1, B):
+                child(["--child-reference-index", str(reference_index), str(queries_path), str(path)])
+            elif reference_index is not None:
+                continue
             else:
                 child(["--child-reference", str(corpus), str(queries_path), str(k1), str(b), str(path)])
             reference_path[(k1, b)] = path
@@ -169,7 +187,8 @@ def compare_bm25(folder: Path, corpus: Path, queries: list[tuple[str, str]], qre
         entry["overlap10_vs_bm25s"] = overlap_at_10(engine_tops, references[(K1, B)]) if (K1, B) in references \
             else None
         if (k1, b) != (K1, B):  # its own pair: the overlap that says whether the engine, not k1, differs
-            entry["overlap10_vs_bm25s_same_k1_b"] = overlap_at_10(engine_tops, references[(k1, b)])
+            entry["overlap10_vs_bm25s_same_k1_b"] = overlap_at_10(engine_tops, references[(k1, b)]) \
+                if (k1, b) in references else None
         entry["full_top10_share"] = round(float(np.mean([len(t) == K for t in engine_tops])), 4)
     return out
 
@@ -250,6 +269,10 @@ def main() -> None:
                              help="BM25 engines compared ('': none, the BM25 numbers in --out kept)")
     args_parser.add_argument("--dense", default=",".join(DENSE_LIBS),
                              help="HNSW libraries compared ('': none, the dense numbers in --out kept)")
+    args_parser.add_argument("--reference-index", default=None,
+                             help="a taskret BM25 index of the (one) size's corpus, e.g. bm25_shards.py's "
+                                  "SIZE/shards-1/index/shard-0: bm25s's ranking read from it, not from a bm25s index "
+                                  "built in memory (needed at 10M documents)")
     args_parser.add_argument("--ef", default=",".join(map(str, EF_SEARCH)), help="ef_search values of the curve")
     args_parser.add_argument("--serve", type=int, default=None,
                              help="serve this size's bm25 and docs-fast indexes (scale.py's) and Break's under wrk, "
@@ -260,6 +283,8 @@ def main() -> None:
     unknown = [e for e in engines if e not in BM25_ENGINES] + [lib for lib in libs if lib not in DENSE]
     if unknown:
         raise SystemExit(f"unknown engines {unknown}: BM25 {list(BM25_ENGINES)}, dense {list(DENSE)}")
+    if args.reference_index and "," in args.sizes:
+        raise SystemExit("--reference-index is one size's index: give one --sizes")
     data_dir, work = Path(args.data_dir), Path(args.work)
     folders = real_sources(data_dir)
     queries = real_query_items(folders, args.queries, args.seed)
@@ -294,11 +319,16 @@ def main() -> None:
         corpus = folder / "corpus.jsonl"
         if not corpus.is_file():
             (folder / "corpus.json").write_text(json.dumps(write_corpus(corpus, folders, n, args.seed)))
+        elif not (folder / "corpus.json").is_file():  # a corpus bm25_shards.py wrote (the same function and seed)
+            (folder / "corpus.json").write_text(json.dumps(count_corpus(corpus)))
         (folder / "engines").mkdir(exist_ok=True)
         entry = dict(earlier.get("sizes", {}).get(str(n), {}))
         entry["corpus"] = json.loads((folder / "corpus.json").read_text())
         if engines:
-            entry["bm25"] = compare_bm25(folder, corpus, queries, qrels, engines, args.threads)
+            entry["bm25"] = compare_bm25(folder, corpus, queries, qrels, engines, args.threads,
+                                         reference_index=Path(args.reference_index) if args.reference_index else None)
+            if args.reference_index:
+                entry["bm25_reference_index"] = args.reference_index
             entry["bm25_run"] = run
             print(json.dumps({n: {"bm25": entry["bm25"]}}), flush=True)
         result["sizes"][str(n)] = entry
@@ -342,6 +372,9 @@ def run_child(argv: list[str]) -> dict:
     if kind == "--child-reference":
         corpus, queries, k1, b, tops = rest
         return reference_tops(Path(corpus), json.loads(Path(queries).read_text()), float(k1), float(b), Path(tops))
+    if kind == "--child-reference-index":
+        index, queries, tops = rest
+        return reference_tops_from_index(Path(index), json.loads(Path(queries).read_text()), Path(tops))
     if kind == "--child-vectors":
         size_folder, corpus, queries, out = rest
         return prepare_vectors(Path(size_folder), Path(corpus), json.loads(Path(queries).read_text()), Path(out))

@@ -83,3 +83,24 @@ def test_rows_kept_from_an_earlier_run_render_with_that_runs_command(monkeypatch
     assert "| 10,000,000 | 1 |" in text and "--sizes 10000000 --keep-earlier" in text
     assert ("The 1,000,000-document rows come from an earlier run (`python benchmarks/scale/bm25_shards.py --sizes "
             "1000000`; ") in text and "load average 1.79 at the start" in text
+
+
+def test_score_array_pairs_the_two_allocator_settings_query_by_query(tmp_path):
+    data = _data(tmp_path / "data")
+    work = tmp_path / "work"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/scale/bm25_shards.py"), "--data-dir", str(data), "--sizes",
+                    "300", "--shards", "1", "--queries", "25", "--work", str(work), "--out", str(tmp_path / "s.json")],
+                   check=True, cwd=ROOT, capture_output=True, timeout=600)
+    out = tmp_path / "array.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/scale/bm25_score_array.py"), "--folder",
+                    str(work / "300" / "shards-1"), "--queries", str(work / "queries.json"), "--out", str(out)],
+                   check=True, cwd=ROOT, capture_output=True, timeout=600)
+    result = json.loads(out.read_text())
+    assert result["documents"] == 300 and result["order"] == ["default", "kept", "kept", "default"]
+    for setting in ("default", "kept"):
+        runs = result["settings"][setting]["runs"]
+        assert len(runs) == 2 and all(run["queries"] == 25 for run in runs)
+        assert 0 < result["settings"][setting]["p50_ms"] <= result["settings"][setting]["p99_ms"]
+    paired = result["paired"]
+    assert paired["queries"] == 25 and paired["ratio_ci95"][0] <= paired["ratio_kept_over_default"] <= \
+        paired["ratio_ci95"][1] and 0 <= paired["wilcoxon_p"] <= 1

@@ -231,3 +231,21 @@ def test_the_served_rows_show_the_6k_index_beside_the_1m_one_with_every_target()
     assert "**25%** of the floor" in text and "**75%**" in text and "BM25 /retrieve at **52%** of that" in text
     del serve["floor_6k"], serve["bm25_6k"], serve["targets"]["bm25_6k_share_of_floor"]
     assert "Break's" not in "\n".join(render.served_rows(serve, None))
+
+
+def test_the_reference_ranking_read_from_a_built_index_is_the_one_built_in_memory(tmp_path):
+    from taskret.retrieval import BM25Retriever
+
+    bm25_engines = import_engines("bm25_engines")
+    corpus = tiny_data_dir(tmp_path / "data") / "scifact" / "corpus.jsonl"
+    with open(corpus, "a", encoding="utf-8") as out:  # a synthetic document, as scale.py writes them
+        out.write(json.dumps({"_id": "synthetic/0", "title": "", "text": "kafoba"}) + "\n")
+    texts = list(bm25_engines.corpus_texts(corpus))
+    ids = [json.loads(line)["_id"] for line in open(corpus, encoding="utf-8")]
+    BM25Retriever().index_texts(ids, texts).save(tmp_path / "index")
+    queries = [json.loads(line)["text"] for line in open(corpus.parent / "queries.jsonl", encoding="utf-8")]
+    bm25_engines.reference_tops(corpus, queries, bm25_engines.K1, bm25_engines.B, tmp_path / "memory.json")
+    bm25_engines.reference_tops_from_index(tmp_path / "index", queries, tmp_path / "index.json")
+    in_memory = json.loads((tmp_path / "memory.json").read_text())
+    assert json.loads((tmp_path / "index.json").read_text()) == in_memory and all(len(top) == 10 for top in in_memory)
+    assert bm25_engines.count_corpus(corpus) == {"documents": N_DOCS + 1, "real": N_DOCS, "synthetic": 1}

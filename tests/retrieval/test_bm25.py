@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -116,3 +120,24 @@ def test_equal_scores_rank_in_corpus_order_even_past_the_search_margin(backend):
     for ids_q, scores_q in zip(found.ids, found.scores):
         rows = [int(i[1:]) for i in ids_q]
         assert all(a > b or (a == b and r < s) for a, b, r, s in zip(scores_q, scores_q[1:], rows, rows[1:]))
+
+
+# A fresh process (the thresholds are process-wide): the ceiling glibc adapts to lowered to one block, so that an
+# index of 2,000 documents counts as past it; its search sets the thresholds for its score array.
+SCORE_ARRAY_PROBE = """
+from taskret import allocator
+from taskret.retrieval import BM25Retriever
+allocator.GLIBC_DYNAMIC_MMAP_MAX = 4096
+retriever = BM25Retriever(backend="numpy").index_texts([str(n) for n in range(2000)],
+                                                      ["document %d about birds" % n for n in range(2000)])
+print(allocator._kept_blocks)
+retriever.retrieve(["birds"], k=3)
+print(allocator._kept_blocks)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's thresholds")
+def test_a_search_keeps_its_score_arrays_pages_past_glibcs_own_ceiling():
+    out = subprocess.run([sys.executable, "-c", SCORE_ARRAY_PROBE], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "TASKRET_GLIBC_MALLOC"}).stdout.split()
+    assert out == ["0", str(2000 * 4)]  # float32 scores, one per document

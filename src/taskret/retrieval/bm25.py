@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..allocator import keep_freed_blocks
 from ..data import Example
 from .base import RetrievalResult, Retriever, example_text, unique_ids
 from .bm25_segments import TOKEN_PATTERN
@@ -227,6 +228,9 @@ class BM25Retriever(Retriever):
     def _search(self, queries: Sequence[str], k: int):
         tokens = _tokenize(queries, return_ids=False)
         self._bm25.backend = "numba" if self.uses_numba() else "numpy"
+        # bm25s allocates a score per document for each query and frees it: past ~8M documents glibc would map and
+        # fault in that array anew for every query (allocator module docstring)
+        keep_freed_blocks(len(self.ids) * np.dtype(getattr(self._bm25, "dtype", None) or "float32").itemsize)
         # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
         rows, scores = self._ranked(tokens, k)
         return rows.tolist(), np.asarray(scores, dtype=np.float32)
