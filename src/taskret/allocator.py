@@ -17,6 +17,9 @@ a document (40 MB at 10M documents). Past 32 MiB (the most glibc's threshold ris
 anew, and the kernel zeroes and faults in each of its pages for each query: at 10M documents that was ~60% of a
 query's time (``benchmarks/scale/bm25_query_cost.py``). :func:`keep_freed_blocks` raises the threshold above the
 block, so that glibc serves it from its heap and keeps it when it is freed: the next query's array reuses the pages.
+A thread other than the main one (a service's worker threads) allocates from an arena of its own, whose heaps glibc
+caps at 64 MiB: there a block past that (an index past ~16M documents) is still mapped anew, and such a corpus is
+better served as shards (:mod:`taskret.retrieval.sharded`).
 """
 
 from __future__ import annotations
