@@ -137,6 +137,28 @@ def compressed_vectors_table() -> list[str]:
                    f"{st['rerank']} | {r['build_s']:,.1f} | {r['build_peak_rss_gib']} | {r['recall_at_10']:.3f} | "
                    f"{r['p50_ms']} / {r['p99_ms']} | {r['disk_gib']} | {r['resident_after_queries_gib']} "
                    f"({r['resident_share_of_disk']:.1%}) |")
+    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
+        if "sweep" in r:
+            out += [""] + sweep_rows(int(n), r["sweep"])
+    return out
+
+
+def sweep_rows(n: int, sweep: dict) -> list[str]:
+    """compressed_vectors.py's sweep of one size: the tuning half's grid, then the chosen pair on the held-out half."""
+    held, chosen = sweep["held_out"], sweep["chosen"]
+    nprobes = sorted({p["nprobe"] for p in sweep["tuning"]})
+    reranks = sorted({p["rerank"] for p in sweep["tuning"]})
+    at = {(p["nprobe"], p["rerank"]): p for p in sweep["tuning"]}
+    out = [f"Search settings at {n:,} vectors, chosen on {sweep['tuning_queries']} of the queries (recall@10 / p50 ms "
+           f"by nprobe and re-rank depth; the fastest reaching {sweep['target_recall']} is chosen"
+           + ("" if chosen["reached_target_on_tuning"] else ": none reached it, so the one of highest recall") + "):",
+           "", *header("nprobe", *(f"re-rank {r}" for r in reranks))]
+    for nprobe in nprobes:
+        out.append(f"| {nprobe} | " + " | ".join(
+            f"{at[(nprobe, r)]['recall_at_10']:.3f} / {at[(nprobe, r)]['p50_ms']:.2f}" if (nprobe, r) in at else ""
+            for r in reranks) + " |")
+    out += ["", f"Chosen: nprobe {held['nprobe']}, re-rank {held['rerank']}; on the {held['queries']} held-out "
+            f"queries recall@10 **{held['recall_at_10']:.3f}** at **{held['p50_ms']:.2f} ms** p50."]
     return out
 
 

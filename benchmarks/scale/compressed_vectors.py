@@ -28,6 +28,15 @@ Each size runs in two child processes, so that each one's memory is its own (pea
 
 A size whose ``index.faiss`` exists under ``--work`` is searched again without being built again (its build record,
 ``build.json``, is read back).
+
+``--nprobe`` and ``--rerank`` (comma lists) sweep the search settings of each size in a third child, chosen without
+the queries that judge them: the queries are split in two seeded halves; on the tuning half every pair is searched
+(recall@10, p50), the fastest pair whose recall reaches ``--target-recall`` is chosen (none reaching it: the one of
+highest recall), and that pair alone is searched on the held-out half, whose recall and p50 are its numbers. This is
+how a size's defaults (``taskret.retrieval.ivfpq.settings_for``) are picked.
+
+    python benchmarks/scale/compressed_vectors.py --base runs/scale/1000000/dense-3/vectors.npy \
+        --queries runs/scale/1000000/dense-3/queries.npy --sizes 1000000,10000000 --nprobe 64,128,256 --rerank 100,200,400
 """
 
 from __future__ import annotations
@@ -140,7 +149,7 @@ def search(job: dict) -> dict:
     """Child 2: the index searched from disk, one query at a time on one thread (module docstring)."""
     import faiss
 
-    from taskret.retrieval.ivfpq import exact_top, open_vectors, search_reranked
+    from taskret.retrieval.ivfpq import exact_top, open_vectors
 
     folder = Path(job["folder"])
     faiss.omp_set_num_threads(1)
@@ -149,20 +158,72 @@ def search(job: dict) -> dict:
     index = faiss.read_index(str(folder / "index.faiss"), faiss.IO_FLAG_MMAP)
     index.nprobe = job["settings"]["nprobe"]
     vectors = open_vectors(folder / "vectors.npy", random_reads=True)  # as a served index maps them
-    found, times = [], []
-    for query in queries:
-        started = time.perf_counter()
-        rows, _ = search_reranked(index, vectors, query[None, :], K, job["settings"]["rerank"])
-        times.append(time.perf_counter() - started)
-        found.append(rows[0])
+    found, times = timed_search(index, vectors, queries, job["settings"]["rerank"])
     resident = _resident_gib()
     exact = exact_top(open_vectors(folder / "vectors.npy"), queries, K)  # read in order: a mapping of its own
-    recall = float(np.mean([len(set(f) & set(e.tolist())) / K for f, e in zip(found, exact)]))
+    recall = recall_at_10(found, exact)
     disk = sum((folder / name).stat().st_size for name in ("index.faiss", "vectors.npy")) / 2 ** 30
     return {"queries": len(queries), "p50_ms": round(float(np.percentile(times, 50)) * 1000, 3),
             "p99_ms": round(float(np.percentile(times, 99)) * 1000, 3), "recall_at_10": round(recall, 4),
             "resident_before_index_gib": before, "resident_after_queries_gib": resident, "disk_gib": round(disk, 3),
             "resident_share_of_disk": round(resident / disk, 4)}
+
+
+def halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The queries' rows split in two seeded halves: (tuning, held out), each in query order."""
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[: n // 2]), np.sort(order[n // 2:])
+
+
+def timed_search(index, vectors, queries: np.ndarray, rerank: int) -> tuple[list[list[int]], list[float]]:
+    """Each query searched alone (``search_reranked`` at the index's nprobe): its top rows and its seconds."""
+    from taskret.retrieval.ivfpq import search_reranked
+
+    found, times = [], []
+    for query in queries:
+        started = time.perf_counter()
+        rows, _ = search_reranked(index, vectors, query[None, :], K, rerank)
+        times.append(time.perf_counter() - started)
+        found.append(rows[0])
+    return found, times
+
+
+def recall_at_10(found: list[list[int]], exact: np.ndarray) -> float:
+    return float(np.mean([len(set(f) & set(e.tolist())) / K for f, e in zip(found, exact)]))
+
+
+def searched_with(index, vectors, queries: np.ndarray, exact: np.ndarray, nprobe: int, rerank: int) -> dict:
+    """recall@10 against ``exact`` and the single-query p50 of ``queries`` at one pair of settings."""
+    index.nprobe = nprobe
+    found, times = timed_search(index, vectors, queries, rerank)
+    recall = recall_at_10(found, exact)
+    return {"nprobe": nprobe, "rerank": rerank, "recall_at_10": round(recall, 4),
+            "p50_ms": round(float(np.percentile(times, 50)) * 1000, 3), "queries": len(queries)}
+
+
+def sweep(job: dict) -> dict:
+    """Child 3: each (nprobe, rerank) pair on the tuning half, the chosen one on the held-out half (module
+    docstring)."""
+    import faiss
+
+    from taskret.retrieval.ivfpq import exact_top, open_vectors
+
+    folder = Path(job["folder"])
+    faiss.omp_set_num_threads(1)
+    queries = np.load(job["queries"])
+    exact = exact_top(open_vectors(folder / "vectors.npy"), queries, K)
+    index = faiss.read_index(str(folder / "index.faiss"), faiss.IO_FLAG_MMAP)
+    vectors = open_vectors(folder / "vectors.npy", random_reads=True)
+    tuning, held_out = halves(len(queries), job["seed"])
+    points = [searched_with(index, vectors, queries[tuning], exact[tuning], nprobe, rerank)
+              for nprobe in job["nprobe"] for rerank in job["rerank"]]
+    reaching = [p for p in points if p["recall_at_10"] >= job["target_recall"]]
+    chosen = min(reaching, key=lambda p: p["p50_ms"]) if reaching else max(points, key=lambda p: p["recall_at_10"])
+    return {"target_recall": job["target_recall"], "tuning_queries": len(tuning), "tuning": points,
+            "chosen": {"nprobe": chosen["nprobe"], "rerank": chosen["rerank"],
+                       "reached_target_on_tuning": bool(reaching)},
+            "held_out": searched_with(index, vectors, queries[held_out], exact[held_out], chosen["nprobe"],
+                                      chosen["rerank"])}
 
 
 def _child(step: str, job: dict) -> dict:
@@ -175,7 +236,8 @@ def _child(step: str, job: dict) -> dict:
 
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        print(json.dumps({"build": build, "search": search}[sys.argv[2]](json.loads(sys.argv[3]))), flush=True)
+        print(json.dumps({"build": build, "search": search, "sweep": sweep}[sys.argv[2]](json.loads(sys.argv[3]))),
+              flush=True)
         return
     options = parser(__doc__, out="benchmarks/results/compressed_vectors.json", data_dir=False, seed=0)
     options.add_argument("--base", required=True, help="real vectors (.npy, float32, unit length)")
@@ -183,7 +245,14 @@ def main() -> None:
     options.add_argument("--queries", default=None, help="real query vectors (.npy); default: noisy base rows")
     options.add_argument("--queries-n", type=int, default=1000, help="queries searched (default: %(default)s)")
     options.add_argument("--work", default="runs/compressed", help="the vectors and indexes (GBs at 10M)")
+    options.add_argument("--nprobe", default="", help="nprobe values swept (comma list; with --rerank)")
+    options.add_argument("--rerank", default="", help="re-rank depths swept (comma list; with --nprobe)")
+    options.add_argument("--target-recall", type=float, default=0.95, help="what a swept pair must reach on the "
+                         "tuning half (default: %(default)s)")
     args = options.parse_args()
+    grid = {"nprobe": [int(v) for v in args.nprobe.split(",") if v], "rerank": [int(v) for v in args.rerank.split(",") if v]}
+    if bool(grid["nprobe"]) != bool(grid["rerank"]):
+        raise SystemExit("--nprobe and --rerank sweep together: give both")
     base = np.load(args.base, mmap_mode="r")
     cosine = nearest_neighbour_cosine(base, seed=args.seed)
     sigma = noise_scale(cosine, base.shape[1])
@@ -206,6 +275,12 @@ def main() -> None:
             record.write_text(json.dumps(built))
         searched = _child("search", {**job, "settings": built["settings"], "queries": str(queries_file)})
         rows[str(n)] = {"real_vectors": min(n, len(base)), **built, **searched}
+        if grid["nprobe"]:
+            rows[str(n)]["sweep"] = _child("sweep", {**job, **grid, "target_recall": args.target_recall,
+                                                     "queries": str(queries_file)})
+            held = rows[str(n)]["sweep"]["held_out"]
+            print(f"{n}: swept; chosen nprobe {held['nprobe']}, rerank {held['rerank']}: held-out recall@10 "
+                  f"{held['recall_at_10']}, p50 {held['p50_ms']} ms", flush=True)
         print(f"{n}: recall@10 {searched['recall_at_10']}, p50 {searched['p50_ms']} ms, resident "
               f"{searched['resident_after_queries_gib']} of {searched['disk_gib']} GiB on disk, build peak "
               f"{built['build_peak_rss_gib']} GiB", flush=True)

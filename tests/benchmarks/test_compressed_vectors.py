@@ -66,6 +66,26 @@ def test_a_run_builds_searches_and_reports_recall_latency_and_resident_memory(tm
     assert "5000: built before, searched again" in again.stdout
 
 
+def test_a_sweep_chooses_on_one_half_of_the_queries_and_reports_the_other(script, tmp_path):
+    base = tmp_path / "base.npy"
+    np.save(base, _clustered(6000, seed=2))
+    out = tmp_path / "result.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/scale/compressed_vectors.py"), "--base", str(base),
+                    "--sizes", "6000", "--queries-n", "80", "--work", str(tmp_path / "work"), "--out", str(out),
+                    "--nprobe", "1,8", "--rerank", "10,60", "--target-recall", "0.9"],
+                   check=True, cwd=ROOT, capture_output=True, timeout=600)
+    swept = json.loads(out.read_text())["sizes"]["6000"]["sweep"]
+    assert [(p["nprobe"], p["rerank"]) for p in swept["tuning"]] == [(1, 10), (1, 60), (8, 10), (8, 60)]
+    assert swept["tuning_queries"] == 40 and swept["held_out"]["queries"] == 40
+    reaching = [p for p in swept["tuning"] if p["recall_at_10"] >= 0.9]
+    assert swept["chosen"]["reached_target_on_tuning"] == bool(reaching)
+    best = min(reaching, key=lambda p: p["p50_ms"]) if reaching else max(swept["tuning"],
+                                                                         key=lambda p: p["recall_at_10"])
+    assert (swept["held_out"]["nprobe"], swept["held_out"]["rerank"]) == (best["nprobe"], best["rerank"])
+    tuning, held_out = script.halves(80, 0)
+    assert len(set(tuning) | set(held_out)) == 80 and not set(tuning) & set(held_out)
+
+
 def test_each_size_renders_with_its_settings_recall_and_resident_share(monkeypatch):
     from .test_engines import import_scale_renderer
 
@@ -80,3 +100,17 @@ def test_each_size_renders_with_its_settings_recall_and_resident_share(monkeypat
     text = "\n".join(render.compressed_vectors_table())
     assert "| 1,000,000 (1,000,000) | 4,096 / 48 / 64 / 100 | 300.0 | 2.1 | 0.961 | 1.8 / 4.2 | 1.6 | 0.2 (12.5%) |" \
         in text and "--sizes 1000000" in text and "load average 0.3 at the start" in text
+
+
+def test_a_sweep_renders_its_grid_and_the_held_out_numbers_of_the_chosen_pair():
+    from .test_engines import import_scale_renderer
+
+    sweep = {"target_recall": 0.95, "tuning_queries": 500, "chosen": {"nprobe": 128, "rerank": 200,
+                                                                      "reached_target_on_tuning": True},
+             "tuning": [{"nprobe": np_, "rerank": r, "recall_at_10": rec, "p50_ms": ms}
+                        for np_, r, rec, ms in ((64, 100, 0.93, 4.0), (64, 200, 0.94, 5.0), (128, 100, 0.945, 6.0),
+                                                (128, 200, 0.955, 7.0))],
+             "held_out": {"nprobe": 128, "rerank": 200, "recall_at_10": 0.951, "p50_ms": 7.1, "queries": 500}}
+    text = "\n".join(import_scale_renderer().sweep_rows(1_000_000, sweep))
+    assert "| nprobe | re-rank 100 | re-rank 200 |" in text and "| 128 | 0.945 / 6.00 | 0.955 / 7.00 |" in text
+    assert "Chosen: nprobe 128, re-rank 200; on the 500 held-out queries recall@10 **0.951** at **7.10 ms**" in text
