@@ -412,6 +412,24 @@ def bm25_ties_lines() -> list[str]:
             "taskret's BM25 now ranks equal scores in corpus order."]
 
 
+def bm25_score_array_lines() -> list[str]:
+    """`benchmarks/scale/bm25_score_array.py`: a query's score array kept in glibc's heap against mapped anew."""
+    d = load("bm25_score_array.json")
+    if not d:
+        return []
+    kept, default, paired = d["settings"]["kept"], d["settings"]["default"], d["paired"]
+    low, high = paired["ratio_ci95"]
+    return [f"A query's score array kept from query to query at {d['documents']:,} documents (`{d['command']}`; "
+            f"{describe_machine(d['machine'])}; {_load_text(d)}; bm25_shards.py's search, each setting twice in "
+            f"{', '.join(d['order'])} order): kept in glibc's heap (taskret's default) **{kept['p50_ms']:.1f} ms** p50 "
+            f"/ {kept['p99_ms']:.1f} p99 against **{default['p50_ms']:.1f}** / {default['p99_ms']:.1f} mapped anew "
+            f"for each query (`TASKRET_GLIBC_MALLOC=1`); per query kept / default {paired['ratio_kept_over_default']:.3f}x "
+            f"(95% interval {low:.3f}-{high:.3f}), median difference {paired['median_difference_ms']:.1f} ms over "
+            f"{paired['queries']:,} queries (Wilcoxon p {paired['wilcoxon_p']:.0e}); resident after the queries "
+            f"{kept['runs'][0]['resident_after_queries_gib']:.2f} against "
+            f"{default['runs'][0]['resident_after_queries_gib']:.2f} GiB."]
+
+
 def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -> list[str]:
     """`benchmarks/scale/bm25_shards.py`: one corpus as 1, 2 and 4 BM25 shards served as one index, in one process
     (``name``: its result file; ``what``: the sentence's subject, for a file of other shard counts)."""
