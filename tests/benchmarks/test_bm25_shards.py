@@ -104,3 +104,19 @@ def test_score_array_pairs_the_two_allocator_settings_query_by_query(tmp_path):
     paired = result["paired"]
     assert paired["queries"] == 25 and paired["ratio_ci95"][0] <= paired["ratio_kept_over_default"] <= \
         paired["ratio_ci95"][1] and 0 <= paired["wilcoxon_p"] <= 1
+
+
+def test_build_memory_samples_each_size_with_where_the_build_was(tmp_path):
+    corpus = _data(tmp_path / "data") / "berri-lite" / "toy" / "corpus.jsonl"
+    out = tmp_path / "memory.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/scale/bm25_build_memory.py"), "--corpus", str(corpus),
+                    "--sizes", "100,300", "--every", "0.005", "--work", str(tmp_path / "work"), "--out", str(out)],
+                   check=True, cwd=ROOT, capture_output=True, timeout=600)
+    result = json.loads(out.read_text())
+    assert set(result["sizes"]) == {"100", "300"} and set(result["growth_bytes_per_doc"]) == {
+        "max_anon_mib", "max_file_mib", "peak_rss_bytes_per_doc"}
+    for size in result["sizes"].values():
+        peak = size["peak"]
+        assert size["samples"] > 0 and peak["rss_mib"] >= peak["anon_mib"] > 0
+        assert isinstance(peak["stack"], list) and any(name.startswith("bm25_segments.") for name in size["by_function"])
+    assert (tmp_path / "work" / "corpus-100.jsonl").read_text().splitlines() == corpus.read_text().splitlines()[:100]
