@@ -298,8 +298,10 @@ def engines_table() -> list[str]:
                     continue
                 same = r.get("overlap10_vs_bm25s_same_k1_b")
                 analyser = r["analyser"]
-                out.append(f"| {name} | {r['k1']:g} / {r['b']:g} | {r['index_s']:,.1f} | {r['disk_gib']:.3f} | "
-                           f"{r['peak_rss_gib']:.2f} / {r['search_rss_gib']:.2f} | {r['p50_ms']:.2f} / "
+                index_s = "(taskret's segmented build)" if r["index_s"] is None else f"{r['index_s']:,.1f}"
+                build_rss = "-" if r["peak_rss_gib"] is None else f"{r['peak_rss_gib']:.2f}"
+                out.append(f"| {name} | {r['k1']:g} / {r['b']:g} | {index_s} | {r['disk_gib']:.3f} | "
+                           f"{build_rss} / {r['search_rss_gib']:.2f} | {r['p50_ms']:.2f} / "
                            f"{r['p99_ms']:.2f} | {r['batched_qps']:,.0f} | {r['ndcg10']:.2f} | "
                            f"{r['overlap10_vs_bm25s']:.3f}{f' ({same:.3f})' if same is not None else ''} | "
                            f"{analyser['tokenizer']}; {analyser['stopwords']}; {analyser['stemmer']} |")

@@ -44,6 +44,9 @@ def bm25s_analyser() -> dict:
             "stopwords": "bm25s 'en' (Lucene's 33 English stop words)", "stemmer": "Snowball English (PyStemmer)"}
 
 
+BM25S_SCORING = "Lucene's BM25 (idf log(1 + (N - df + 0.5) / (df + 0.5))), exact document lengths"
+
+
 def index_bm25s(corpus: Path, folder: Path, k1: float, b: float, threads: int) -> dict:
     """taskret's BM25 index, built as `tart index` builds it (one pass, the texts tokenized as they are read)."""
     from taskret.retrieval import BM25Retriever
@@ -53,8 +56,7 @@ def index_bm25s(corpus: Path, folder: Path, k1: float, b: float, threads: int) -
     retriever = BM25Retriever(k1=k1, b=b)
     retriever.index_stream([str(i) for i in range(n)], lambda: corpus_texts(corpus))
     retriever.save(folder)
-    return {"index_s": time.perf_counter() - start, "analyser": bm25s_analyser(),
-            "scoring": "Lucene's BM25 (idf log(1 + (N - df + 0.5) / (df + 0.5))), exact document lengths"}
+    return {"index_s": time.perf_counter() - start, "analyser": bm25s_analyser(), "scoring": BM25S_SCORING}
 
 
 class Bm25sSearch:
@@ -68,19 +70,30 @@ class Bm25sSearch:
         self.threads = threads
         self.retriever.warm_up()  # numba compiles before the first query, as a service does
 
-    def search(self, query: str) -> list[int]:
+    def search(self, query: str) -> list[str]:
+        """The matching top 10's ids (:meth:`rows` turns them into rows once the timing is done)."""
         found = self.retriever.retrieve([query], k=K)
-        return matched(found.ids[0], found.scores[0])
+        return [doc for doc, score in zip(found.ids[0], found.scores[0]) if score > 0]
 
-    def search_batch(self, queries: list[str]) -> list[list[int]]:
+    def search_batch(self, queries: list[str]) -> list[list[str]]:
         from taskret.retrieval.bm25 import _tokenize
 
         bm25 = self.retriever._bm25
         bm25.backend = "numba" if self.retriever.uses_numba() else "numpy"
         rows, scores = bm25.retrieve(_tokenize(queries, return_ids=False), k=K, show_progress=False,
                                      n_threads=self.threads)
-        return [matched([self.retriever.ids[row] for row in top], top_scores)
+        return [[self.retriever.ids[row] for row, score in zip(top, top_scores) if score > 0]
                 for top, top_scores in zip(rows.tolist(), scores)]
+
+    def rows(self, tops: list[list[str]]) -> list[list[int]]:
+        """The tops' ids as corpus rows: an index built here is of ids ``str(row)``; another (``--reference-index``,
+        ids of the corpus's own) is read once for the ids wanted."""
+        ids = self.retriever.ids
+        if len(ids) and ids[0] == "0" and ids[len(ids) - 1] == str(len(ids) - 1):
+            return [[int(doc) for doc in top] for top in tops]
+        wanted = {doc for top in tops for doc in top}
+        row = {doc: n for n, doc in enumerate(ids) if doc in wanted}
+        return [[row[doc] for doc in top] for top in tops]
 
 
 def matched(ids: Sequence[str], scores: Sequence[float]) -> list[int]:
@@ -306,6 +319,8 @@ def search_engine(engine: str, folder: Path, queries: list[str], threads: int, t
     start = time.perf_counter()
     batched_tops = engine_searcher.search_batch(queries)
     batched_s = time.perf_counter() - start
+    if hasattr(engine_searcher, "rows"):  # answers by id: turned into rows after the timings
+        tops, batched_tops = engine_searcher.rows(tops), engine_searcher.rows(batched_tops)
     tops_path.write_text(json.dumps(tops))
     same = sum(set(a) == set(b) for a, b in zip(tops, batched_tops))
     return {**percentiles(single), "batched_qps": round(len(queries) / batched_s, 1), "open_s": round(open_s, 2),

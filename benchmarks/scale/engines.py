@@ -48,9 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))  # servin
 from _common import command_line, http_stack, machine, parser, write_result  # noqa: E402
 from bm25_engines import (  # noqa: E402
     BM25_ENGINES,
+    BM25S_SCORING,
     INDEXERS,
     K1,
     B,
+    bm25s_analyser,
     count_corpus,
     engine_k1_b,
     reference_tops,
@@ -146,8 +148,13 @@ def compare_bm25(folder: Path, corpus: Path, queries: list[tuple[str, str]], qre
     for engine in engines:
         kind = BM25_ENGINES[engine]
         k1, b = engine_k1_b(engine)
+        index = work / kind
+        if kind == "bm25s" and reference_index is not None:  # taskret's own index of the corpus: searched, not built
+            index = reference_index
+            built[kind] = {"index_s": None, "peak_rss_gib": None, "disk_gib": round(disk_gib(index), 4),
+                           "analyser": bm25s_analyser(), "scoring": BM25S_SCORING,
+                           "built_by": "taskret's segmented build (bm25_shards.py), not built here"}
         if kind not in built:
-            index = work / kind
             shutil.rmtree(index, ignore_errors=True)
             answer, rss, error = child(["--child-index", kind, str(corpus), str(index), str(K1), str(B), str(threads)])
             built[kind] = {"error": error} if error else {**answer, "peak_rss_gib": round(rss, 3),
@@ -156,15 +163,17 @@ def compare_bm25(folder: Path, corpus: Path, queries: list[tuple[str, str]], qre
             out[engine] = {"error": built[kind]["error"]}
             continue
         tops_path = work / f"tops_{engine}.json"
-        answer, rss, error = child(["--child-search", engine, str(work / kind), str(queries_path), str(threads),
+        answer, rss, error = child(["--child-search", engine, str(index), str(queries_path), str(threads),
                                     str(tops_path)])
         if error:
             out[engine] = {"error": error}
             continue
-        out[engine] = {"index_s": round(built[kind]["index_s"], 2), "disk_gib": built[kind]["disk_gib"],
+        index_s = built[kind]["index_s"]
+        out[engine] = {"index_s": None if index_s is None else round(index_s, 2), "disk_gib": built[kind]["disk_gib"],
                        "peak_rss_gib": built[kind]["peak_rss_gib"], "search_rss_gib": round(rss, 3),
                        **answer, "k1": k1, "b": b, "analyser": built[kind]["analyser"],
-                       "scoring": built[kind]["scoring"], "index": kind}
+                       "scoring": built[kind]["scoring"], "index": kind,
+                       **({"built_by": built[kind]["built_by"]} if "built_by" in built[kind] else {})}
         if (k1, b) not in reference_path:
             path = work / f"tops_reference_{k1}_{b}.json"
             if (k1, b) == (K1, B) and engine == "bm25s-numpy":
