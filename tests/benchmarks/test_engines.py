@@ -249,3 +249,21 @@ def test_the_reference_ranking_read_from_a_built_index_is_the_one_built_in_memor
     in_memory = json.loads((tmp_path / "memory.json").read_text())
     assert json.loads((tmp_path / "index.json").read_text()) == in_memory and all(len(top) == 10 for top in in_memory)
     assert bm25_engines.count_corpus(corpus) == {"documents": N_DOCS + 1, "real": N_DOCS, "synthetic": 1}
+
+
+def test_an_engine_searched_on_taskrets_own_index_renders_without_a_build_of_its_own(monkeypatch):
+    render = import_scale_renderer()
+    analyser = {"tokenizer": "t", "stopwords": "s", "stemmer": "m"}
+    row = {"k1": 1.5, "b": 0.75, "disk_gib": 7.8, "search_rss_gib": 3.6, "p50_ms": 18.0, "p99_ms": 60.0,
+           "batched_qps": 100.0, "ndcg10": 34.3, "overlap10_vs_bm25s": 1.0, "analyser": analyser}
+    pisa = {**row, "index_s": 464.0, "peak_rss_gib": 4.2, "p50_ms": 4.8, "ndcg10": 34.7, "overlap10_vs_bm25s": 0.85}
+    run = {"command": "python benchmarks/scale/engines.py --sizes 10000000",
+           "machine": {"cpu": "x", "cores": 2, "python": "3.11.7", "load_average": [0.3, 1, 1]}}
+    result = {"sizes": {"10000000": {"bm25": {"bm25s-numba": {**row, "index_s": None, "peak_rss_gib": None},
+                                              "pisa-maxscore": pisa}, "bm25_run": run}},
+              "queries": 1000, "queries_with_qrels": 1000, "settings": {"threads": 2},
+              "default": {"bm25": "bm25s-numba", "dense": "faiss-hnsw"}}
+    monkeypatch.setattr(render, "load", lambda name: result)
+    text = "\n".join(render.engines_table())
+    assert "| bm25s-numba | 1.5 / 0.75 | (taskret's segmented build) | 7.800 | - / 3.60 | 18.00 / 60.00 |" in text
+    assert "pisa-maxscore is >= 2x faster at NDCG@10 within 0.5 points" in text
