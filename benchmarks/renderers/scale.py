@@ -280,7 +280,7 @@ def engines_table() -> list[str]:
     if not d:
         return []
     out: list[str] = []
-    for n, size in d["sizes"].items():
+    for n, size in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
         if "bm25" in size:
             run = size.get("bm25_run", d)
             out += ["" if out else None,
