@@ -82,3 +82,17 @@ def test_texts_without_terms_get_the_retrievers_error(tmp_path):
         BM25Retriever().index_stream(["a", "b"], lambda: iter(["the and", "of it"]), ShardPlan(tmp_path, "c"))
     with pytest.raises(ValueError, match="3 ids but 2 texts"):
         BM25Retriever().index_stream(["a", "b", "c"], lambda: iter(["one run", "two runs"]), ShardPlan(tmp_path, "c"))
+
+
+def test_positions_read_in_chunks_are_searchsorteds(tmp_path):
+    from taskret.retrieval.bm25_segments import _NpyFile
+
+    values = np.sort(np.random.default_rng(0).integers(0, 50, 1000)).astype(np.int32)  # many repeated terms
+    np.save(tmp_path / "terms.npy", values)
+    bounds = np.array([0, 3, 3, 17, 49, 50, 60])
+    handle = _NpyFile(tmp_path / "terms.npy")
+    try:
+        for chunk in (1, 7, 333, 1000, 5000):  # chunk edges inside runs of one term, and one chunk for all
+            np.testing.assert_array_equal(handle.positions(bounds, chunk=chunk), np.searchsorted(values, bounds))
+    finally:
+        handle.close()

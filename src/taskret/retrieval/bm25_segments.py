@@ -91,7 +91,8 @@ class _NpyFile:
         self.file = open(path, mode)
         version = np.lib.format.read_magic(self.file)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        _, _, self.dtype = read_header(self.file)
+        shape, _, self.dtype = read_header(self.file)
+        self.size = int(np.prod(shape))
         self.offset = self.file.tell()
 
     @classmethod
@@ -113,6 +114,14 @@ class _NpyFile:
 
     def close(self) -> None:
         self.file.close()
+
+    def positions(self, bounds: np.ndarray, chunk: int = MERGE_PAIRS) -> np.ndarray:
+        """Where each of ``bounds`` goes in this file's values, sorted ascending (``np.searchsorted``, left),
+        found in one pass over them read ``chunk`` at a time."""
+        found = np.zeros(len(bounds), dtype=np.int64)
+        for low in range(0, self.size, chunk):
+            found += np.searchsorted(self.read(low, min(self.size, low + chunk)), bounds)
+        return found
 
 
 class NoTerms(ValueError):
@@ -276,28 +285,31 @@ def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5
         indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
         np.cumsum(per_term, out=indptr[1:])
         total = int(indptr[-1])
-        segments = [(np.load(work / f"terms-{n}.npy", mmap_mode="r"),  # mapped for searchsorted's few pages alone
-                     _NpyFile(work / f"terms-{n}.npy"), _NpyFile(work / f"docs-{n}.npy"),
+        # The ranges: the terms whose pairs fit in one (at least one term, however many pairs it has).
+        bounds = [0]
+        while bounds[-1] < len(vocab):
+            stop_term = int(np.searchsorted(indptr, indptr[bounds[-1]] + merge_pairs, side="right")) - 1
+            bounds.append(min(max(stop_term, bounds[-1] + 1), len(vocab)))
+        segments = [(_NpyFile(work / f"terms-{n}.npy"), _NpyFile(work / f"docs-{n}.npy"),
                      _NpyFile(work / f"scores-{n}.npy")) for n in range(len(counts))]
         data = _NpyFile.create(out / "data.csc.index.npy", np.dtype(model.dtype), total)
         indices = _NpyFile.create(out / "indices.csc.index.npy", np.dtype(np.int32), total)
         try:
-            start_term = 0
-            while start_term < len(vocab):
-                # the terms whose pairs fit in one range (at least one term, however many pairs it has)
-                stop_term = int(np.searchsorted(indptr, indptr[start_term] + merge_pairs, side="right")) - 1
-                stop_term = min(max(stop_term, start_term + 1), len(vocab))
+            # Where each range starts in each segment, read in one pass over its terms. (A memory-mapped searchsorted
+            # per range faulted in a few pages each time, and their neighbours with them: at 3M documents 0.5 GiB of
+            # mapped pages stayed resident through the merge, ~160 bytes a document: bm25_build_memory.py.)
+            starts = [terms.positions(np.asarray(bounds)) for terms, _, _ in segments]
+            for number, (start_term, stop_term) in enumerate(zip(bounds, bounds[1:])):
                 parts = []
-                for mapped_terms, terms, docs, scores in segments:
-                    low, high = (int(i) for i in np.searchsorted(mapped_terms, [start_term, stop_term]))
+                for (terms, docs, scores), at in zip(segments, starts):
+                    low, high = int(at[number]), int(at[number + 1])
                     parts.append((terms.read(low, high), docs.read(low, high), scores.read(low, high)))
                 order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")  # documents stay ascending
                 low = int(indptr[start_term])
                 indices.write(low, np.concatenate([p[1] for p in parts])[order])
                 data.write(low, np.concatenate([p[2] for p in parts])[order])
-                start_term = stop_term
         finally:
-            for handle in (data, indices, *(f for segment in segments for f in segment[1:])):
+            for handle in (data, indices, *(f for segment in segments for f in segment)):
                 handle.close()
         del segments
         np.save(out / "indptr.csc.index.npy", indptr)
