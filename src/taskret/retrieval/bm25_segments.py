@@ -299,7 +299,7 @@ def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5
             # per range faulted in a few pages each time, and their neighbours with them: at 3M documents 0.5 GiB of
             # mapped pages stayed resident through the merge, ~160 bytes a document: bm25_build_memory.py.)
             starts = [terms.positions(np.asarray(bounds)) for terms, _, _ in segments]
-            for number, (start_term, stop_term) in enumerate(zip(bounds, bounds[1:])):
+            for number, start_term in enumerate(bounds[:-1]):
                 parts = []
                 for (terms, docs, scores), at in zip(segments, starts):
                     low, high = int(at[number]), int(at[number + 1])
