@@ -271,7 +271,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cpu_matrix_flags() -> list[str]:
+def cpu_matrix_flags() -> list[str]:
     """The CPU's matrix-arithmetic extensions that change an LM's numbers or speed (AVX2, AVX-512, its bf16, AMX)."""
     try:
         flags = set(Path("/proc/cpuinfo").read_text().split())
@@ -293,7 +293,7 @@ def machine_info() -> dict:
         except PackageNotFoundError:
             return None
 
-    return {"cpu": cpu_model(), "cpu_flags": _cpu_matrix_flags(), "arch": platform.machine(), "cores": os.cpu_count(),
+    return {"cpu": cpu_model(), "cpu_flags": cpu_matrix_flags(), "arch": platform.machine(), "cores": os.cpu_count(),
             "python": platform.python_version(), "torch": installed("torch"), "transformers": installed("transformers")}
 
 

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..models import GGUF_MODELS, cache_dir, gguf_file, resolve_model
+from ..models import GGUF_MODELS, cache_dir, cpu_matrix_flags, gguf_file, resolve_model
 from .base import (
     DEFAULT_STOP,
     BackendError,
@@ -123,6 +123,10 @@ class LlamaCppBackend(LMBackend):
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         params = llama_cpp.llama_model_default_params()
+        # llama.cpp's extra weight buffers (AMX tiles, repacked layouts) crashed llama_decode with a segfault on a
+        # 2-core Xeon with AMX (llama-cpp-python 0.3.36 built for that CPU, several sequences in a batch); without
+        # them the same model decodes. Off where the CPU has AMX only: elsewhere they are llama.cpp's fast path.
+        params.use_extra_bufts = "amx_tile" not in cpu_matrix_flags()
         self._model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), params)
         if not self._model:
             raise BackendError(f"llama.cpp could not load {self.model_path}")
