@@ -26,18 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # scale.py
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
-from scale import in_child  # noqa: E402
-
-
-def memory_kib() -> dict:
-    """This process's resident memory (KiB), anonymous and file-backed (/proc/self/status)."""
-    wanted = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key = line.split(maxsplit=1)[0] if line else ""
-        if key in wanted:
-            out[wanted[key]] = int(line.split()[1])
-    return out
+from scale import in_child, resident_kib  # noqa: E402
 
 
 def where(frame) -> tuple[str, list[str]]:
@@ -62,7 +51,7 @@ def child(corpus: str, out: str, every: float) -> dict:
         while not done.wait(every):
             frame = sys._current_frames().get(main_thread)
             inner, chain = where(frame)
-            samples.append({"t": time.perf_counter(), **memory_kib(), "in": inner, "stack": chain})
+            samples.append({"t": time.perf_counter(), **resident_kib(), "in": inner, "stack": chain})
 
     thread = threading.Thread(target=sample, daemon=True)
     started = time.perf_counter()

@@ -86,14 +86,16 @@ class Bm25sSearch:
                 for top, top_scores in zip(rows.tolist(), scores)]
 
     def rows(self, tops: list[list[str]]) -> list[list[int]]:
-        """The tops' ids as corpus rows: an index built here is of ids ``str(row)``; another (``--reference-index``,
-        ids of the corpus's own) is read once for the ids wanted."""
-        ids = self.retriever.ids
-        if len(ids) and ids[0] == "0" and ids[len(ids) - 1] == str(len(ids) - 1):
-            return [[int(doc) for doc in top] for top in tops]
-        wanted = {doc for top in tops for doc in top}
-        row = {doc: n for n, doc in enumerate(ids) if doc in wanted}
-        return [[row[doc] for doc in top] for top in tops]
+        """The tops' ids as corpus rows (an index built here holds ids ``str(row)``, ``--reference-index`` the
+        corpus's own)."""
+        return rows_of(self.retriever.ids, tops)
+
+
+def rows_of(ids: Sequence[str], tops: list[list[str]]) -> list[list[int]]:
+    """Each top's ids as their rows in ``ids`` (one pass over them, holding only the ids wanted)."""
+    wanted = {doc for top in tops for doc in top}
+    row = {doc: n for n, doc in enumerate(ids) if doc in wanted}
+    return [[row[doc] for doc in top] for top in tops]
 
 
 def matched(ids: Sequence[str], scores: Sequence[float]) -> list[int]:
@@ -352,9 +354,8 @@ def reference_tops_from_index(index: Path, queries: list[str], tops_path: Path) 
     if (retriever.k1, retriever.b) != (K1, B):
         raise SystemExit(f"{index}: k1 {retriever.k1}, b {retriever.b}; the reference ranking is at {K1} / {B}")
     found = retriever.retrieve(queries, k=K)
-    wanted = {doc for ids in found.ids for doc in ids}
-    row = {doc: n for n, doc in enumerate(retriever.ids) if doc in wanted}
-    tops = [[row[doc] for doc, score in zip(ids, scores) if score > 0] for ids, scores in zip(found.ids, found.scores)]
+    tops = rows_of(retriever.ids, [[doc for doc, score in zip(ids, scores) if score > 0]
+                                   for ids, scores in zip(found.ids, found.scores)])
     tops_path.write_text(json.dumps(tops))
     return {}
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py: the corpus
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from engines import real_qrels  # noqa: E402
-from scale import K, disk_gib, in_child, percentiles, real_query_items, real_sources, write_corpus  # noqa: E402
+from scale import K, disk_gib, in_child, percentiles, real_query_items, real_sources, resident_kib, write_corpus  # noqa: E402
 
 
 def split_corpus(corpus: Path, shards: int, folder: Path) -> list[Path]:
@@ -91,8 +91,7 @@ def search(folder: Path, queries: Path, times_file: Path | None = None) -> dict:
     found = index.retriever.retrieve(texts, k=K + 1)
     (folder / "tops.json").write_text(json.dumps([{"ids": ids, "scores": [float(s) for s in scores]}
                                                   for ids, scores in zip(found.ids, found.scores)]))
-    resident = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                    if line.startswith("VmRSS:")) / 2 ** 20
+    resident = resident_kib()["rss"] / 2 ** 20
     return {**percentiles(times), "queries": len(texts), "resident_after_queries_gib": round(resident, 3)}
 
 

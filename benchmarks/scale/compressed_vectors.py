@@ -53,10 +53,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
+from scale import resident_kib  # noqa: E402  (its own folder is on sys.path when it runs)
 
 #: Rows synthesised and written at a time: what the synthesis holds in memory.
 CHUNK = 65_536
 K = 10
+#: Each size's exact top 10 of the queries, written by the search child, read by the sweep's.
+EXACT_FILE = "exact_top10.npy"
 
 
 def nearest_neighbour_cosine(base: np.ndarray, sample: int = 2000, seed: int = 0) -> float:
@@ -117,10 +120,7 @@ def _peak_rss_gib() -> float:
 
 
 def _resident_gib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 2 ** 20, 3)
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    return round(resident_kib()["rss"] / 2 ** 20, 3)
 
 
 def build(job: dict) -> dict:
@@ -161,6 +161,7 @@ def search(job: dict) -> dict:
     found, times = timed_search(index, vectors, queries, job["settings"]["rerank"])
     resident = _resident_gib()
     exact = exact_top(open_vectors(folder / "vectors.npy"), queries, K)  # read in order: a mapping of its own
+    np.save(folder / EXACT_FILE, exact)  # the sweep's reference too: a pass over all N vectors, made once
     recall = recall_at_10(found, exact)
     disk = sum((folder / name).stat().st_size for name in ("index.faiss", "vectors.npy")) / 2 ** 30
     return {"queries": len(queries), "p50_ms": round(float(np.percentile(times, 50)) * 1000, 3),
@@ -206,12 +207,12 @@ def sweep(job: dict) -> dict:
     docstring)."""
     import faiss
 
-    from taskret.retrieval.ivfpq import exact_top, open_vectors
+    from taskret.retrieval.ivfpq import open_vectors
 
     folder = Path(job["folder"])
     faiss.omp_set_num_threads(1)
     queries = np.load(job["queries"])
-    exact = exact_top(open_vectors(folder / "vectors.npy"), queries, K)
+    exact = np.load(folder / EXACT_FILE)  # the search child's, of these queries, just before
     index = faiss.read_index(str(folder / "index.faiss"), faiss.IO_FLAG_MMAP)
     vectors = open_vectors(folder / "vectors.npy", random_reads=True)
     tuning, held_out = halves(len(queries), job["seed"])

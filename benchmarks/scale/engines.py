@@ -176,7 +176,8 @@ def compare_bm25(folder: Path, corpus: Path, queries: list[tuple[str, str]], qre
                        **({"built_by": built[kind]["built_by"]} if "built_by" in built[kind] else {})}
         if (k1, b) not in reference_path:
             path = work / f"tops_reference_{k1}_{b}.json"
-            if (k1, b) == (K1, B) and engine == "bm25s-numpy":
+            # a bm25s engine searching the reference index ranks as the reference does (its own search: no second)
+            if (k1, b) == (K1, B) and (engine == "bm25s-numpy" or (reference_index is not None and kind == "bm25s")):
                 path = tops_path
             elif reference_index is not None and (k1, b) == (K1, B):
                 child(["--child-reference-index", str(reference_index), str(queries_path), str(path)])

@@ -188,6 +188,14 @@ def in_child(args: list[str], script: str = __file__) -> tuple[dict, float]:
 # -- queries --------------------------------------------------------------------------------------------------------
 
 
+def resident_kib() -> dict:
+    """This process's resident memory in KiB (``/proc/self/status``): all of it (``rss``), its anonymous pages (heap
+    and other private memory: ``anon``) and its file-backed ones (mapped files and libraries: ``file``)."""
+    keys = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
+    return {keys[line.split()[0]]: int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+            if line.split()[:1] and line.split()[0] in keys}
+
+
 def percentiles(times: list[float]) -> dict:
     ms = np.asarray(times) * 1000
     return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3)}

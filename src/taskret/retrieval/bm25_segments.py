@@ -286,10 +286,11 @@ def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5
         np.cumsum(per_term, out=indptr[1:])
         total = int(indptr[-1])
         # The ranges: the terms whose pairs fit in one (at least one term, however many pairs it has).
-        bounds = [0]
-        while bounds[-1] < len(vocab):
-            stop_term = int(np.searchsorted(indptr, indptr[bounds[-1]] + merge_pairs, side="right")) - 1
-            bounds.append(min(max(stop_term, bounds[-1] + 1), len(vocab)))
+        ranges = [0]
+        while ranges[-1] < len(vocab):
+            stop_term = int(np.searchsorted(indptr, indptr[ranges[-1]] + merge_pairs, side="right")) - 1
+            ranges.append(min(max(stop_term, ranges[-1] + 1), len(vocab)))
+        bounds = np.asarray(ranges)
         segments = [(_NpyFile(work / f"terms-{n}.npy"), _NpyFile(work / f"docs-{n}.npy"),
                      _NpyFile(work / f"scores-{n}.npy")) for n in range(len(counts))]
         data = _NpyFile.create(out / "data.csc.index.npy", np.dtype(model.dtype), total)
@@ -298,8 +299,8 @@ def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5
             # Where each range starts in each segment, read in one pass over its terms. (A memory-mapped searchsorted
             # per range faulted in a few pages each time, and their neighbours with them: at 3M documents 0.5 GiB of
             # mapped pages stayed resident through the merge, ~160 bytes a document: bm25_build_memory.py.)
-            starts = [terms.positions(np.asarray(bounds)) for terms, _, _ in segments]
-            for number, start_term in enumerate(bounds[:-1]):
+            starts = [terms.positions(bounds) for terms, _, _ in segments]
+            for number, start_term in enumerate(ranges[:-1]):
                 parts = []
                 for (terms, docs, scores), at in zip(segments, starts):
                     low, high = int(at[number]), int(at[number + 1])
