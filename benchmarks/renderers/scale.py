@@ -432,6 +432,30 @@ def bm25_score_array_lines() -> list[str]:
             f"{default['runs'][0]['resident_after_queries_gib']:.2f} GiB."]
 
 
+def bm25_pisa_table() -> list[str]:
+    """`benchmarks/scale/bm25_pisa.py`: one BM25 index searched by bm25s and by PISA over bm25s's scores, paired."""
+    d = load("bm25_pisa.json")
+    if not d:
+        return []
+    out = [f"BM25's top 10 found by bm25s (numba from 100K documents) or by PISA's MaxScore over bm25s's scores (`bm25?backend=pisa`), "
+           f"one index each size (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread, "
+           f"each query alone; each setting twice in {', '.join(d['order'])} order, a child process each run):", "",
+           *header("documents", "bm25s p50 / p99 ms", "pisa p50 / p99 ms", "pisa / bm25s per query (95% interval)",
+                   "Wilcoxon p", "same top 10 (ids and scores)", "PISA index made in s", "its peak RSS GiB",
+                   "its disk GiB (bm25s's)", "resident after the queries GiB, bm25s / pisa")]
+    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
+        bm25s, pisa, paired = r["settings"]["bm25s"], r["settings"]["pisa"], r["paired"]
+        low, high = paired["ratio_ci95"]
+        out.append("| " + " | ".join((f"{int(n):,}", f"{bm25s['p50_ms']:.2f} / {bm25s['p99_ms']:.1f}",
+                       f"**{pisa['p50_ms']:.2f}** / {pisa['p99_ms']:.1f}",
+                       f"{paired['ratio_pisa_over_bm25s']:.3f}x ({low:.3f}-{high:.3f})", f"{paired['wilcoxon_p']:.0e}",
+                       f"{r['same_top10_share']:.1%} of {r['queries']:,}", f"{r['derive']['derive_s']:.1f}",
+                       f"{r['derive']['peak_rss_gib']:.2f}", f"{r['derive']['disk_gib']:.2f} ({r['bm25s_disk_gib']:.2f})",
+                       f"{bm25s['runs'][0]['resident_after_queries_gib']:.2f} / "
+                       f"{pisa['runs'][0]['resident_after_queries_gib']:.2f}")) + " |")
+    return out
+
+
 def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -> list[str]:
     """`benchmarks/scale/bm25_shards.py`: one corpus as 1, 2 and 4 BM25 shards served as one index, in one process
     (``name``: its result file; ``what``: the sentence's subject, for a file of other shard counts)."""

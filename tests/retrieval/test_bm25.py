@@ -11,6 +11,7 @@ import pytest
 
 from taskret.retrieval import BM25Retriever
 from taskret.retrieval.bm25 import numba_available
+from taskret.retrieval.bm25_pisa import pisa_available
 
 from .builders import QUERIES
 
@@ -100,7 +101,8 @@ def test_bm25_rejects_an_unknown_backend():
 
 
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
-    not numba_available(), reason="numba not installed"))])
+    not numba_available(), reason="numba not installed")), pytest.param("pisa", marks=pytest.mark.skipif(
+        not pisa_available(), reason="pyterrier-pisa not installed"))])
 def test_equal_scores_rank_in_corpus_order_even_past_the_search_margin(backend):
     """A document repeated word for word scores as its original: the original (the lower row) ranks first, and a tie
     of more documents than k plus the margin (here 40 copies) is still cut in corpus order, as shards merge it."""

@@ -31,9 +31,11 @@ def _build_hybrid(arg: str, seed: int, device: str | None) -> HybridRetriever:
 
 
 def _build_bm25(arg: str) -> BM25Retriever:
-    """``bm25[:FIELD][?read_instruction=1]``: BM25 reads the query alone unless told otherwise."""
+    """``bm25[:FIELD][?read_instruction=1&backend=B]``: BM25 reads the query alone unless told otherwise; ``backend``
+    (``auto``, ``numpy``, ``numba``, ``pisa``: :mod:`.bm25`)."""
     field, _, query = arg.partition("?")
-    options = parse_spec_options("bm25 retriever", f"bm25:{arg}", query, {"read_instruction": _switch})
+    options = parse_spec_options("bm25 retriever", f"bm25:{arg}", query, {"read_instruction": _switch,
+                                                                          "backend": str})
     return BM25Retriever(field=field or "input", **options)
 
 
@@ -69,7 +71,7 @@ def make_retriever(spec: str, seed: int = 0, device: str | None = None) -> Retri
     ``epr:DIR`` (an EPR work folder, its ``retriever/`` training output, or a saved index), or a named setup
     without a reranker (:mod:`taskret.setups`: ``docs-fast``, ``examples-bm25``, ``examples-epr:DIR``).
     Options follow a ``?``: ``bm25?read_instruction=1`` (BM25 reads the instruction too; by default it reads the
-    query alone, as inside a hybrid).
+    query alone, as inside a hybrid), ``bm25?backend=pisa`` (its top k found by PISA, ranked as bm25s ranks).
     """
     setup = resolve_setup(spec)
     if setup is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -223,9 +224,11 @@ class Retriever(ABC):
     mmap: bool = False
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, mmap: bool = False, ids: Sequence[str] | None = None) -> "Retriever":
+    def load(cls, directory: str | os.PathLike, mmap: bool = False, ids: Sequence[str] | None = None,
+             options: dict | None = None) -> "Retriever":
         """The retriever saved in ``directory``; ``ids``: those of a hybrid's component, whose folder holds none (or
-        the folder's own, already read)."""
+        the folder's own, already read); ``options``: constructor settings that replace the saved ones (a BM25
+        index searched on another backend: ``{"backend": "pisa"}``)."""
         directory = Path(directory)
         meta_path = directory / "meta.json"
         if not meta_path.exists():
@@ -237,6 +240,10 @@ class Retriever(ABC):
         if cls is not Retriever and not issubclass(klass, cls):
             raise ValueError(f"{meta_path}: holds a '{meta['retriever']}' index, not {cls.name}")
         config = {k: v for k, v in meta.items() if k not in ("retriever", "ids")}
+        unknown = sorted(set(options or {}) - set(inspect.signature(klass.__init__).parameters) - {"self"})
+        if unknown:
+            raise ValueError(f"{meta_path}: a '{meta['retriever']}' index takes no option {', '.join(unknown)}")
+        config.update(options or {})
         for key in klass.model_keys:  # a model saved inside the index: its path is relative to the index
             value = config.get(key)
             if isinstance(value, str) and value.startswith(f"{MODELS_DIR}/") and (directory / value).is_dir():

@@ -26,12 +26,13 @@ import numpy as np
 
 from ..allocator import keep_freed_blocks
 from ..data import Example
+from . import bm25_pisa
 from .base import RetrievalResult, Retriever, example_text, unique_ids
 from .bm25_segments import TOKEN_PATTERN
 from .budget import MemoryBudget
 from .hybrid import strip_instructions
 
-BACKENDS = ("auto", "numpy", "numba")
+BACKENDS = ("auto", "numpy", "numba", "pisa")
 #: How much deeper than k a search looks for documents tied with its k-th score (:meth:`BM25Retriever._ranked`).
 TIE_MARGIN = 10
 #: ``auto`` retrieves on numba from this many indexed documents on. On 2 AMD EPYC cores numpy takes ~29 ns per
@@ -120,6 +121,8 @@ class BM25Retriever(Retriever):
             raise ValueError(f"bm25: unknown backend '{backend}'; expected one of {BACKENDS}")
         if backend == "numba" and not numba_available():
             raise ImportError("bm25 backend 'numba' needs the numba package: pip install numba")
+        if backend == "pisa" and not bm25_pisa.pisa_available():
+            raise ImportError("bm25 backend 'pisa' needs pyterrier-pisa: pip install 'taskret[pisa]'")
         self.backend = backend
         self.read_instruction = bool(read_instruction)
         example_text(Example("", "", ""), field)  # validates the field name
@@ -129,6 +132,9 @@ class BM25Retriever(Retriever):
         self._bm25 = None
         self.corpus_statistics = corpus_statistics
         self._built: Path | None = None  # a segmented build's folder until the index is saved
+        self._pisa: bm25_pisa.PisaCandidates | None = None  # backend pisa: its index, opened at the first search
+        self._pisa_folder: Path | None = None  # where that index is (a saved index's folder, else a temporary one)
+        self._pisa_tmp = None
 
     @property
     def reads_instruction(self) -> bool:
@@ -201,6 +207,7 @@ class BM25Retriever(Retriever):
         _quiet_bm25s()
         self._bm25 = bm25s.BM25.load(built, mmap=True)
         self._built = built
+        self._pisa = self._pisa_folder = None
 
     def _fit(self, tokens, first: str | None, n: int) -> None:
         import bm25s
@@ -212,6 +219,7 @@ class BM25Retriever(Retriever):
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
         self._bm25.index(tokens, show_progress=False)
         self._built = None
+        self._pisa = self._pisa_folder = None
 
     def retrieve(self, queries: Sequence[str], k: int, exclude: Sequence[str | None] | None = None) -> RetrievalResult:
         # Here, not in _search: a hybrid calls _search with the queries its own read_instruction chose.
@@ -220,8 +228,9 @@ class BM25Retriever(Retriever):
         return super().retrieve(queries, k, exclude)
 
     def uses_numba(self) -> bool:
-        """Whether this index retrieves on numba (``backend``, or with ``auto`` its size: module docstring)."""
-        if self.backend != "auto":
+        """Whether this index retrieves on numba (``backend``, or with ``auto`` its size: module docstring; ``pisa``
+        scores on bm25s only for the rare query with fewer than k matching documents, and there by size)."""
+        if self.backend in ("numpy", "numba"):
             return self.backend == "numba"
         return len(self.ids) >= NUMBA_FROM and numba_available()
 
@@ -232,8 +241,57 @@ class BM25Retriever(Retriever):
         # fault in that array anew for every query (allocator module docstring)
         keep_freed_blocks(len(self.ids) * np.dtype(getattr(self._bm25, "dtype", None) or "float32").itemsize)
         # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
-        rows, scores = self._ranked(tokens, k)
+        rows, scores = self._ranked_on_pisa(tokens, k) if self.backend == "pisa" else self._ranked(tokens, k)
         return rows.tolist(), np.asarray(scores, dtype=np.float32)
+
+    def _pisa_candidates(self) -> bm25_pisa.PisaCandidates:
+        """The PISA index (:mod:`~taskret.retrieval.bm25_pisa`) of this bm25s index: a saved index's, made at save
+        or at its first load; an index not saved gets one in a temporary folder, made at its first search."""
+        if self._pisa is None:
+            if self._pisa_folder is None or not bm25_pisa.built(self._pisa_folder):
+                import tempfile
+
+                self._pisa_tmp = tempfile.TemporaryDirectory(prefix="taskret-pisa-")
+                self._pisa_folder = Path(self._pisa_tmp.name) / bm25_pisa.FOLDER
+                self._build_pisa(self._pisa_folder)
+            self._pisa = bm25_pisa.PisaCandidates(self._pisa_folder)
+        return self._pisa
+
+    def _build_pisa(self, folder: Path) -> None:
+        scores = self._bm25.scores
+        bm25_pisa.build(scores["data"], scores["indices"], scores["indptr"], int(scores["num_docs"]), folder)
+
+    def _ranked_on_pisa(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_ranked`'s rows and scores, the candidates found by PISA (module bm25_pisa): each query's top
+        ``k + TIE_MARGIN`` by quantized score, re-scored exactly and ordered by (score, row), searched deeper until
+        no document left out can reach the k-th score. A query with fewer than ``k`` matching documents goes to
+        :meth:`_ranked` (bm25s fills it with unmatched ones in its own order)."""
+        pisa, scores = self._pisa_candidates(), self._bm25.scores
+        data, indices, indptr = scores["data"], scores["indices"], scores["indptr"]
+        n = len(self.ids)
+        out_rows = np.zeros((len(tokens), k), dtype=np.int64)
+        out_scores = np.zeros((len(tokens), k), dtype=data.dtype)
+        to_bm25s = []
+        for q, query in enumerate(tokens):
+            term_ids = self._bm25.get_tokens_ids(query)
+            depth = min(n, k + TIE_MARGIN)
+            while k > 0:
+                rows, sums = pisa.search(term_ids, depth) if term_ids else (np.zeros(0, np.int64), None)
+                if len(rows) < k:
+                    to_bm25s.append(q)
+                    break
+                exact = bm25_pisa.exact_scores(data, indices, indptr, term_ids, rows)
+                order = np.lexsort((rows, -exact))[:k]
+                if len(rows) < depth or depth >= n or bm25_pisa.certain(exact[order[-1]], sums.min(), len(term_ids),
+                                                                         pisa.unit):
+                    out_rows[q], out_scores[q] = rows[order], exact[order]
+                    break
+                depth = min(n, depth * 4)
+        if to_bm25s:
+            self._bm25.backend = "numba" if self.uses_numba() else "numpy"
+            rows, found = self._ranked([tokens[q] for q in to_bm25s], k)
+            out_rows[to_bm25s], out_scores[to_bm25s] = rows, found
+        return out_rows, out_scores
 
     def _ranked(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Each query's top ``k`` rows and scores, equal scores in corpus order (the lower row first, as PISA and
@@ -275,6 +333,8 @@ class BM25Retriever(Retriever):
         config = {"field": self.field, "k1": self.k1, "b": self.b, "read_instruction": self.read_instruction}
         if self.corpus_statistics is not None:  # a shard's: its scores read the whole corpus's statistics
             config["corpus_statistics"] = self.corpus_statistics
+        if self.backend == "pisa":  # an index of its own on disk (numpy and numba are how a search runs)
+            config["backend"] = self.backend
         return config
 
     def _save_index(self, directory: Path) -> None:
@@ -285,9 +345,13 @@ class BM25Retriever(Retriever):
             target.mkdir(parents=True, exist_ok=True)
             for file in self._built.iterdir():
                 os.replace(file, target / file.name)
-            self._built = None
-            return
-        self._bm25.save(directory / "bm25s")
+            self._built = None  # the arrays stay mapped: a moved file keeps its pages
+        else:
+            self._bm25.save(directory / "bm25s")
+        if self.backend == "pisa":
+            self._pisa = None
+            self._pisa_folder = directory / bm25_pisa.FOLDER
+            self._build_pisa(self._pisa_folder)
 
     def _load_index(self, directory: Path) -> None:
         import bm25s
@@ -298,3 +362,7 @@ class BM25Retriever(Retriever):
         if n_docs is not None and int(n_docs) != len(self.ids):
             raise ValueError(f"{directory}: the BM25 index holds {n_docs} documents but the index lists "
                              f"{len(self.ids)} ids (mismatched or partial index)")
+        if self.backend == "pisa":  # an index saved before its PISA index was made gets it now, beside bm25s/
+            self._pisa_folder = directory / bm25_pisa.FOLDER
+            if not bm25_pisa.built(self._pisa_folder):
+                self._build_pisa(self._pisa_folder)

@@ -1,0 +1,132 @@
+"""BM25 on PISA (``backend="pisa"``, taskret.retrieval.bm25_pisa): the top k found by PISA's MaxScore over bm25s's own
+scores is bm25s's ranking itself (ids and float scores), also where quantization leaves near-ties to search deeper;
+its index is saved beside bm25s's, made for an index saved without it, and carries a shard's corpus statistics."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from taskret.retrieval import Retriever
+from taskret.retrieval.bm25 import BM25Retriever
+
+pytest.importorskip("pyterrier_pisa", reason="the pisa backend needs pyterrier-pisa (the engines extra)")
+
+from taskret.retrieval import bm25_pisa  # noqa: E402
+
+
+def _corpus(n: int = 3000, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Seeded texts over a Zipf-like vocabulary (common and rare words), every tenth a word-for-word copy of an
+    earlier one (ties); ids d0, d1, ... in corpus order."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(400)]
+    weights = [1 / (i + 1) for i in range(len(words))]
+    texts: list[str] = []
+    for i in range(n):
+        if i % 10 == 9:
+            texts.append(texts[rng.randrange(len(texts))])
+        else:
+            texts.append(" ".join(rng.choices(words, weights, k=rng.randint(3, 25))))
+    return [f"d{i}" for i in range(n)], texts
+
+
+def _queries(texts: list[str], n: int = 150, seed: int = 1) -> list[str]:
+    rng = random.Random(seed)
+    picked = [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 2)) for _ in range(n)]
+    # a repeated word (counted twice, as bm25s counts it), a word no document has, one rare word (fewer than k
+    # matching documents: bm25s fills the rest), no word at all
+    return picked + ["w1 w1 w7", "zzz unknown", "w399", "w398 zzz", ""]
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return _corpus()
+
+
+def _same(got, expected) -> None:
+    assert got.ids == expected.ids
+    np.testing.assert_array_equal(got.scores, expected.scores)
+
+
+def test_pisa_ranks_exactly_as_bm25s(corpus):
+    ids, texts = corpus
+    queries = _queries(texts)
+    on_numpy = BM25Retriever(backend="numpy").index_texts(ids, texts)
+    on_pisa = BM25Retriever(backend="pisa").index_texts(ids, texts)
+    for k in (1, 10, 40):
+        _same(on_pisa.retrieve(queries, k=k), on_numpy.retrieve(queries, k=k))
+    assert on_pisa._pisa is not None  # PISA answered (not bm25s for every query)
+
+
+def test_coarse_impacts_leave_near_ties_that_a_deeper_search_settles(corpus, monkeypatch):
+    """At 3 bits a score is one of 7 levels: PISA's top 20 misses documents of the exact top 10, and the search must
+    go deeper (x4) until no document left out can reach the k-th score."""
+    ids, texts = corpus
+    queries = _queries(texts)
+    monkeypatch.setattr(bm25_pisa, "IMPACT_BITS", 3)
+    on_pisa = BM25Retriever(backend="pisa").index_texts(ids, texts)
+    depths = []
+    search = bm25_pisa.PisaCandidates.search
+    monkeypatch.setattr(bm25_pisa.PisaCandidates, "search",
+                        lambda self, terms, depth: depths.append(depth) or search(self, terms, depth))
+    _same(on_pisa.retrieve(queries, k=10), BM25Retriever(backend="numpy").index_texts(ids, texts).retrieve(queries, 10))
+    assert max(depths) > 20
+
+
+def test_a_saved_index_keeps_its_pisa_index_and_backend(corpus, tmp_path):
+    ids, texts = corpus
+    queries = _queries(texts)
+    expected = BM25Retriever(backend="numpy").index_texts(ids, texts).retrieve(queries, k=10)
+    BM25Retriever(backend="pisa").index_texts(ids, texts).save(tmp_path / "index")
+    assert json.loads((tmp_path / "index" / "meta.json").read_text())["backend"] == "pisa"
+    meta = json.loads((tmp_path / "index" / bm25_pisa.FOLDER / bm25_pisa.META).read_text())
+    assert meta["num_docs"] == len(ids) and meta["impact_bits"] == bm25_pisa.IMPACT_BITS
+    loaded = Retriever.load(tmp_path / "index", mmap=True)
+    assert loaded.backend == "pisa"
+    _same(loaded.retrieve(queries, k=10), expected)
+
+
+def test_an_index_saved_without_pisa_gets_it_when_loaded_with_the_backend(corpus, tmp_path):
+    ids, texts = corpus
+    queries = _queries(texts)
+    BM25Retriever().index_texts(ids, texts).save(tmp_path / "index")
+    assert not (tmp_path / "index" / bm25_pisa.FOLDER).exists()
+    plain = Retriever.load(tmp_path / "index")
+    on_pisa = Retriever.load(tmp_path / "index", mmap=True, options={"backend": "pisa"})
+    assert bm25_pisa.built(tmp_path / "index" / bm25_pisa.FOLDER) and plain.backend == "auto"
+    _same(on_pisa.retrieve(queries, k=10), plain.retrieve(queries, k=10))
+    with pytest.raises(ValueError, match="takes no option colour"):
+        Retriever.load(tmp_path / "index", options={"colour": "red"})
+
+
+def test_shards_on_pisa_keep_the_corpus_statistics(corpus, tmp_path):
+    """Shards scored with the whole corpus's statistics, each searched on PISA, score each document as the single
+    index does: PISA indexes their bm25s scores, which carry those statistics."""
+    from taskret.retrieval.sharded import ShardedSearch, index_bm25_shards
+
+    ids, texts = corpus
+    queries = _queries(texts)
+    splits = (0, 1000, 3000)
+    shards = [(ids[a:b], lambda a=a, b=b: iter(texts[a:b])) for a, b in zip(splits, splits[1:])]
+    folders = index_bm25_shards(shards, tmp_path / "index", tmp_path / "work")
+    loaded = {f.name: Retriever.load(f, mmap=True, options={"backend": "pisa"}) for f in folders}
+    merged = ShardedSearch({name: r.retrieve for name, r in loaded.items()}).retrieve(queries[:150], k=10)
+    single = BM25Retriever(backend="numpy").index_texts(ids, texts).retrieve(queries[:150], k=10)
+    np.testing.assert_array_equal(merged.result.scores, single.scores)
+    assert merged.result.ids == single.ids  # equal scores in corpus order: the lower shard's rows first
+
+
+def test_the_pisa_index_skips_empty_terms_and_refuses_unsorted_rows(tmp_path):
+    data = np.array([1.0, 2.0, 0.5, 3.0], dtype=np.float32)
+    indptr = np.array([0, 2, 2, 4])  # term 1 has no posting (PISA itself would abort on it)
+    bm25_pisa.build(data, np.array([0, 2, 1, 2], dtype=np.int32), indptr, 3, tmp_path / "pisa")
+    candidates = bm25_pisa.PisaCandidates(tmp_path / "pisa")
+    assert candidates.search([0], 5)[0].tolist() == [2, 0]
+    assert candidates.search([1], 5)[0].tolist() == []
+    assert candidates.search([2, 0], 5)[0].tolist() == [2, 0, 1]
+    with pytest.raises(ValueError, match="not strictly increasing"):
+        bm25_pisa.build(data, np.array([2, 0, 1, 2], dtype=np.int32), indptr, 3, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.tmp").exists()
