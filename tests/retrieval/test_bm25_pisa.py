@@ -130,3 +130,22 @@ def test_the_pisa_index_skips_empty_terms_and_refuses_unsorted_rows(tmp_path):
     with pytest.raises(ValueError, match="not strictly increasing"):
         bm25_pisa.build(data, np.array([2, 0, 1, 2], dtype=np.int32), indptr, 3, tmp_path / "bad")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.tmp").exists()
+
+
+def test_auto_saves_a_large_index_with_pisa_and_searches_it_there(corpus, tmp_path, monkeypatch):
+    import taskret.retrieval.bm25 as bm25
+
+    ids, texts = corpus
+    queries = _queries(texts)
+    expected = BM25Retriever(backend="numpy").index_texts(ids, texts).retrieve(queries, k=10)
+    BM25Retriever().index_texts(ids, texts).save(tmp_path / "small")  # below PISA_FROM: bm25s alone
+    assert not (tmp_path / "small" / bm25_pisa.FOLDER).exists()
+    monkeypatch.setattr(bm25, "PISA_FROM", len(ids))
+    BM25Retriever().index_texts(ids, texts).save(tmp_path / "large")
+    assert bm25_pisa.built(tmp_path / "large" / bm25_pisa.FOLDER)
+    assert "backend" not in json.loads((tmp_path / "large" / "meta.json").read_text())
+    large, small = Retriever.load(tmp_path / "large", mmap=True), Retriever.load(tmp_path / "small", mmap=True)
+    assert large.uses_pisa() and not small.uses_pisa() and large.backend == small.backend == "auto"
+    _same(large.retrieve(queries, k=10), expected)
+    assert large._pisa is not None
+    _same(small.retrieve(queries, k=10), expected)

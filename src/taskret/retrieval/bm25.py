@@ -12,6 +12,12 @@ scores (equal scores in corpus order on both: :meth:`BM25Retriever._ranked`), bu
 :data:`NUMBA_FROM` documents on, where it pays back its compile within a few thousand queries; a service compiles it
 as it starts (:meth:`~taskret.retrieval.base.Retriever.warm_up`), a one-off search at its first query.
 
+``backend="pisa"`` (spec ``bm25?backend=pisa``; the ``pisa`` extra) finds the top k with PISA's MaxScore over bm25s's
+own scores and re-scores it exactly (:mod:`taskret.retrieval.bm25_pisa`): bm25s's ranking, ids and scores, without
+scoring every document a query touches. Its index is saved beside bm25s's (``pisa/``) and made at load for an index
+saved without it. ``auto`` saves an index of :data:`PISA_FROM` documents or more with one too, where pyterrier-pisa is
+installed, and searches a loaded index on it where it has one: the ranking is the same either way.
+
 A build streamed with a shard folder (``taskret tart index``, ``taskret index``: :meth:`index_stream` with a
 :class:`~taskret.retrieval.shards.ShardPlan`) runs in segments on disk (:mod:`taskret.retrieval.bm25_segments`): its
 memory stays flat in the corpus size and its index is the one the in-memory build makes, file for file."""
@@ -39,6 +45,10 @@ TIE_MARGIN = 10
 #: document and query (3.0 ms a query over 100K documents) and numba's compile ~5 s: from 100K documents on it pays
 #: back within ~1,700 queries (a service's first seconds, or one batch search), and saves most of a served query.
 NUMBA_FROM = 100_000
+#: ``auto`` saves an index of this many documents or more with its PISA index too (where pyterrier-pisa is installed),
+#: and searches a loaded index on PISA where it has one (same ranking: module bm25_pisa). Set from
+#: benchmarks/results/bm25_pisa.json (one thread, each query alone).
+PISA_FROM = 1_000_000
 
 
 def numba_available() -> bool:
@@ -241,8 +251,15 @@ class BM25Retriever(Retriever):
         # fault in that array anew for every query (allocator module docstring)
         keep_freed_blocks(len(self.ids) * np.dtype(getattr(self._bm25, "dtype", None) or "float32").itemsize)
         # bm25s ranks queries whose words are all unknown arbitrarily; their scores are all zero.
-        rows, scores = self._ranked_on_pisa(tokens, k) if self.backend == "pisa" else self._ranked(tokens, k)
+        rows, scores = self._ranked_on_pisa(tokens, k) if self.uses_pisa() else self._ranked(tokens, k)
         return rows.tolist(), np.asarray(scores, dtype=np.float32)
+
+    def uses_pisa(self) -> bool:
+        """Whether this index searches on PISA: ``backend="pisa"``, or ``auto`` with a PISA index made when it was
+        saved (:data:`PISA_FROM` documents or more, pyterrier-pisa installed)."""
+        if self.backend != "auto":
+            return self.backend == "pisa"
+        return self._pisa_folder is not None and bm25_pisa.built(self._pisa_folder) and bm25_pisa.pisa_available()
 
     def _pisa_candidates(self) -> bm25_pisa.PisaCandidates:
         """The PISA index (:mod:`~taskret.retrieval.bm25_pisa`) of this bm25s index: a saved index's, made at save
@@ -348,7 +365,8 @@ class BM25Retriever(Retriever):
             self._built = None  # the arrays stay mapped: a moved file keeps its pages
         else:
             self._bm25.save(directory / "bm25s")
-        if self.backend == "pisa":
+        if self.backend == "pisa" or (self.backend == "auto" and len(self.ids) >= PISA_FROM
+                                       and bm25_pisa.pisa_available()):
             self._pisa = None
             self._pisa_folder = directory / bm25_pisa.FOLDER
             self._build_pisa(self._pisa_folder)
@@ -362,7 +380,7 @@ class BM25Retriever(Retriever):
         if n_docs is not None and int(n_docs) != len(self.ids):
             raise ValueError(f"{directory}: the BM25 index holds {n_docs} documents but the index lists "
                              f"{len(self.ids)} ids (mismatched or partial index)")
-        if self.backend == "pisa":  # an index saved before its PISA index was made gets it now, beside bm25s/
-            self._pisa_folder = directory / bm25_pisa.FOLDER
-            if not bm25_pisa.built(self._pisa_folder):
-                self._build_pisa(self._pisa_folder)
+        self._pisa, self._pisa_folder = None, directory / bm25_pisa.FOLDER
+        # asked for PISA: an index saved before its PISA index was made gets it now, beside bm25s/
+        if self.backend == "pisa" and not bm25_pisa.built(self._pisa_folder):
+            self._build_pisa(self._pisa_folder)
