@@ -94,14 +94,15 @@ def bounded_builds_table() -> list[str]:
                 f"exact re-ranking over vectors synthesised from the real 1M (`{commands['dense']}`); one query at a "
                 "time on one thread:",
                 "", *header("documents", "peak RSS GiB (x the smaller size's)", "disk GiB", "BM25 p50 / p99 ms",
-                            "BM25 NDCG@10", "dense recall@10", "dense p50 / p99 ms", "resident / disk after the "
+                            "BM25 on PISA p50 / p99 ms (bm25_pisa.py)", "BM25 NDCG@10", "dense recall@10", "dense p50 / p99 ms", "resident / disk after the "
                             "queries")]
         for n, r in sorted(bounded.items(), key=lambda item: int(item[0])):
             ratio = r.get("peak_rss_ratio_to") or {}
             out.append(f"| {int(n):,} | {r['peak_rss_gib']:.2f}"
                        + (f" ({ratio['ratio']:.2f}x {ratio['documents']:,})" if ratio else "")
                        + f" | {r['disk_gib']:.1f} | {r['bm25']['p50_ms']:.2f} / {r['bm25']['p99_ms']:.2f} | "
-                       f"{_fmt(r['bm25'].get('ndcg10'), 2)} | {r['dense']['recall_at_10']:.3f} | "
+                       + (f"{pisa['p50_ms']:.2f} / {pisa['p99_ms']:.2f}" if (pisa := r["bm25"].get("pisa")) else "-")
+                       + f" | {_fmt(r['bm25'].get('ndcg10'), 2)} | {r['dense']['recall_at_10']:.3f} | "
                        f"{r['dense']['search_only']['p50_ms']:.2f} / {r['dense']['search_only']['p99_ms']:.2f} | "
                        f"{r['resident_after_queries_share_of_disk']:.1%} |")
     ex = d.get("extrapolation_shards")

@@ -53,7 +53,21 @@ def shards_entry(ray_shards: dict, dense_shards: dict | None = None) -> dict:
             "machine": ray_shards["machine"], "command": ray_shards["command"]}
 
 
-def size_entry(n: str, bm25_shards: dict, compressed: dict) -> dict | None:
+def pisa_entry(n: str, bm25_pisa: dict | None) -> dict | None:
+    """bm25_pisa.py's measurement at size ``n`` (the same kind of index searched by bm25s and by PISA over its
+    scores, paired), or None where it did not measure ``n``."""
+    row = (bm25_pisa or {}).get("sizes", {}).get(n)
+    if row is None:
+        return None
+    pisa, paired = row["settings"]["pisa"], row["paired"]
+    return {"p50_ms": pisa["p50_ms"], "p99_ms": pisa["p99_ms"], "bm25s_p50_ms": row["settings"]["bm25s"]["p50_ms"],
+            "ratio_to_bm25s": paired["ratio_pisa_over_bm25s"], "ratio_ci95": paired["ratio_ci95"],
+            "same_top10_share": row["same_top10_share"], "derive_s": row["derive"]["derive_s"],
+            "derive_peak_rss_gib": row["derive"]["peak_rss_gib"], "disk_gib": row["derive"]["disk_gib"],
+            "command": bm25_pisa["command"], "machine": bm25_pisa["machine"]}
+
+
+def size_entry(n: str, bm25_shards: dict, compressed: dict, bm25_pisa: dict | None = None) -> dict | None:
     """Size ``n`` as ``scale.json``'s other sizes hold it, from its two builds (each a child process of its own, so
     the peak over the whole build is the larger of theirs): BM25 from bm25_shards.py's one-shard (single) index,
     dense from compressed_vectors.py's IVF-PQ index with exact re-ranking; with each build's peak beside the same
@@ -69,9 +83,11 @@ def size_entry(n: str, bm25_shards: dict, compressed: dict) -> dict | None:
     return {"documents": int(n), "peak_rss_gib": peak,
             "peak_rss_ratio_to": {"documents": int(base), "ratio": round(peak / base_peak, 3)} if base else None,
             "disk_gib": round(bm25["disk_gib"] + dense["disk_gib"], 3),
+            # searched by bm25s in the run that built it; "pisa": the same index searched by PISA (bm25_pisa.py)
             "bm25": {"p50_ms": bm25["p50_ms"], "p99_ms": bm25["p99_ms"], "ndcg10": bm25.get("ndcg10"),
                      "build_s": bm25["build_s"], "build_peak_rss_gib": bm25["build_peak_rss_gib"],
-                     "disk_gib": bm25["disk_gib"], "resident_after_queries_gib": bm25["resident_after_queries_gib"]},
+                     "disk_gib": bm25["disk_gib"], "resident_after_queries_gib": bm25["resident_after_queries_gib"],
+                     "searched_by": "bm25s", "pisa": pisa_entry(n, bm25_pisa)},
             "dense": {"index_type": "ivfpq", "recall_at_10": dense["recall_at_10"],
                       "search_only": {"p50_ms": dense["p50_ms"], "p99_ms": dense["p99_ms"]},
                       "build_s": dense["build_s"], "build_peak_rss_gib": dense["build_peak_rss_gib"],
@@ -141,14 +157,16 @@ def main() -> None:
     options.add_argument("--bm25-shards", default="benchmarks/results/bm25_single.json",
                          help="bm25_shards.py's result whose one-shard rows are the single index (default: %(default)s)")
     options.add_argument("--compressed", default="benchmarks/results/compressed_vectors.json")
+    options.add_argument("--bm25-pisa", default="benchmarks/results/bm25_pisa.json",
+                         help="bm25_pisa.py's result: the BM25 index searched by PISA too (default: %(default)s)")
     options.add_argument("--sizes", default="10000000", help="sizes taken from those two (default: %(default)s)")
     options.add_argument("--extrapolate-to", type=int, default=100_000_000,
                          help="documents of the per-shard table (default: %(default)s)")
     args = options.parse_args()
     scale = json.loads(Path(args.scale).read_text())
-    ray_shards, dense_shards, bm25_shards, compressed = (
+    ray_shards, dense_shards, bm25_shards, compressed, bm25_pisa = (
         json.loads(Path(path).read_text()) if Path(path).is_file() else None
-        for path in (args.ray_shards, args.dense_shards, args.bm25_shards, args.compressed))
+        for path in (args.ray_shards, args.dense_shards, args.bm25_shards, args.compressed, args.bm25_pisa))
     if ray_shards:
         scale["shards"] = shards_entry(ray_shards, dense_shards)
         print(f"shards: from {args.ray_shards}"
@@ -156,7 +174,7 @@ def main() -> None:
     else:
         print(f"shards: left out ({args.ray_shards} is not there)")
     for n in [s for s in args.sizes.split(",") if s]:
-        entry = size_entry(n, bm25_shards, compressed) if bm25_shards and compressed else None
+        entry = size_entry(n, bm25_shards, compressed, bm25_pisa) if bm25_shards and compressed else None
         if entry is None:
             print(f"sizes[{n}]: left out (not measured at {n} in both {args.bm25_shards} and {args.compressed})")
             continue

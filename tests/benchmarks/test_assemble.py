@@ -44,11 +44,17 @@ def _assemble(folder) -> str:
     dense = {"command": "compressed_vectors.py", "queries": "real",
              "sizes": {"1000": _dense_row(1.0, 0.99), "10000": _dense_row(3.0, 0.96)}}
     ray = ray_shards_result(single_p50=1.0, ray_p50=3.5)
-    for name, value in (("bm25.json", bm25), ("dense.json", dense), ("scale.json", SCALE), ("ray.json", ray)):
+    pisa = {"command": "bm25_pisa.py", "machine": {}, "sizes": {"10000": {
+        "settings": {"pisa": {"p50_ms": 1.0, "p99_ms": 2.0}, "bm25s": {"p50_ms": 3.1}},
+        "paired": {"ratio_pisa_over_bm25s": 0.33, "ratio_ci95": [0.3, 0.36]}, "same_top10_share": 1.0,
+        "derive": {"derive_s": 5.0, "peak_rss_gib": 0.4, "disk_gib": 0.2}}}}
+    for name, value in (("bm25.json", bm25), ("dense.json", dense), ("scale.json", SCALE), ("ray.json", ray),
+                        ("pisa.json", pisa)):
         (folder / name).write_text(json.dumps(value))
     command = [sys.executable, str(ROOT / "benchmarks/scale/assemble.py"), "--scale", str(folder / "scale.json"),
                "--ray-shards", str(folder / "ray.json"), "--dense-shards", str(folder / "none.json"),
                "--bm25-shards", str(folder / "bm25.json"), "--compressed", str(folder / "dense.json"),
+               "--bm25-pisa", str(folder / "pisa.json"),
                "--sizes", "10000,20000", "--extrapolate-to", "20000000"]
     return subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
 
@@ -63,6 +69,8 @@ def test_a_size_from_the_bounded_builds_lands_under_scale_jsons_keys(tmp_path):
     assert entry["peak_rss_gib"] == 3.0  # the larger of the two builds, each its own process tree
     assert entry["peak_rss_ratio_to"] == {"documents": 1000, "ratio": 2.0}  # against max(1.5, 1.0) at 1000
     assert entry["bm25"]["p50_ms"] == 3.0 and entry["bm25"]["ndcg10"] == 47.5
+    assert entry["bm25"]["searched_by"] == "bm25s"  # its own run; the same kind of index on PISA beside it
+    assert entry["bm25"]["pisa"]["p50_ms"] == 1.0 and entry["bm25"]["pisa"]["same_top10_share"] == 1.0
     assert entry["dense"]["recall_at_10"] == 0.96 and entry["dense"]["search_only"]["p50_ms"] == 2.0
     assert entry["resident_after_queries_share_of_disk"] == 0.1
 
