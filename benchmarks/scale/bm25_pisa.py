@@ -6,7 +6,7 @@ candidates exactly, so its top k is bm25s's: this measures what that costs and s
 index folder, e.g. bm25_shards.py's single index ``runs/bm25_single/N/shards-1/index/shard-0``) and its real queries:
 1. derive: the PISA index made from the bm25s arrays (its folder deleted first), in a child process of its own:
    seconds, peak RSS, disk beside the bm25s index's;
-2. search: the index opened memory-mapped as ``taskret serve`` opens it, on bm25s (``auto``: numba at these sizes) or
+2. search: the index opened memory-mapped as ``taskret serve`` opens it, on bm25s (``numba``, what ``auto`` chose before) or
    on PISA, each query alone on one thread, each in a child of its own, in the order bm25s, pisa, pisa, bm25s after
    one uncounted run of each (the pages into the page cache); per query the two runs averaged, then paired as
    bm25_score_array.py pairs (geometric mean ratio pisa / bm25s with 95% t interval, median difference with bootstrap
@@ -38,7 +38,7 @@ from scale import K, disk_gib, in_child, percentiles, resident_kib  # noqa: E402
 
 #: the settings (a BM25 index's backend), each run in this order after one uncounted run of each: ABBA
 ORDER = ("bm25s", "pisa", "pisa", "bm25s")
-BACKEND = {"bm25s": "auto", "pisa": "pisa"}
+BACKEND = {"bm25s": "numba", "pisa": "pisa"}  # not auto: auto searches an index with a PISA index on it
 
 
 def derive(index: Path) -> dict:
@@ -68,7 +68,8 @@ def search(index: Path, queries: Path, setting: str, out: Path) -> dict:
         tops.append({"ids": found.ids[0], "scores": [float(s) for s in found.scores[0]]})
     out.write_text(json.dumps({"ms": [round(t * 1000, 4) for t in times], "tops": tops}))
     resident = resident_kib()["rss"] / 2 ** 20
-    return {**percentiles(times), "queries": len(texts), "resident_after_queries_gib": round(resident, 3)}
+    return {**percentiles(times), "queries": len(texts), "resident_after_queries_gib": round(resident, 3),
+            "searched_on_pisa": retriever.uses_pisa()}
 
 
 def measure(index: Path, queries: Path, seed: int) -> dict:
@@ -86,6 +87,8 @@ def measure(index: Path, queries: Path, seed: int) -> dict:
         for counted, setting in [(False, "bm25s"), (False, "pisa")] + [(True, s) for s in ORDER]:
             answer, peak = in_child(["--child", "search", str(index), str(queries), setting, str(out)], __file__)
             run = json.loads(out.read_text())
+            if answer["searched_on_pisa"] != (setting == "pisa"):
+                raise SystemExit(f"{index}: the {setting} run searched on {'PISA' if answer['searched_on_pisa'] else 'bm25s'}")
             tops[setting] = run["tops"]
             if counted:
                 times[setting].append(run["ms"])

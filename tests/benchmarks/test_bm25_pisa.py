@@ -38,3 +38,5 @@ def test_both_backends_are_timed_paired_and_rank_alike(tmp_path):
     assert paired["queries"] == 30 and paired["ratio_ci95"][0] <= paired["ratio_pisa_over_bm25s"] <= \
         paired["ratio_ci95"][1]
     assert (tmp_path / "index" / "pisa" / "pisa.json").is_file()
+    assert all(run["searched_on_pisa"] == (setting == "pisa") for setting in ("bm25s", "pisa")
+               for run in row["settings"][setting]["runs"])
