@@ -131,11 +131,12 @@ def build(job: dict) -> dict:
 
     folder = Path(job["folder"])
     folder.mkdir(parents=True, exist_ok=True)
-    base = np.load(job["base"], mmap_mode="r")
+    # both read through a descriptor, as taskret's own build reads its vectors (a mapping keeps what it touched)
+    base = open_vectors(job["base"], random_reads=True)
     started = time.perf_counter()
     synthesize(base, job["n"], job["sigma"], folder / "vectors.npy", seed=job["seed"])
     synthesized = time.perf_counter() - started
-    vectors = open_vectors(folder / "vectors.npy")
+    vectors = open_vectors(folder / "vectors.npy", random_reads=True)
     settings = settings_for(job["n"], vectors.shape[1])
     started = time.perf_counter()
     index = build_ivfpq(vectors, settings)

@@ -484,7 +484,7 @@ class DenseRetriever(Retriever):
         return {"ann": ann, "recall": time.perf_counter() - start}
 
     def _build_ivfpq(self, vectors: np.ndarray):
-        """The IVF-PQ index over ``vectors`` (the memory-mapped file just written), its settings chosen by size
+        """The IVF-PQ index over ``vectors`` (the file just written, its rows read when asked for), its settings chosen by size
         unless asked for; the file is kept for the exact re-ranking."""
         from .ivfpq import build_ivfpq, settings_for
 
