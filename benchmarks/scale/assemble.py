@@ -92,6 +92,8 @@ def size_entry(n: str, bm25_shards: dict, compressed: dict, bm25_pisa: dict | No
                       "search_only": {"p50_ms": dense["p50_ms"], "p99_ms": dense["p99_ms"]},
                       "build_s": dense["build_s"], "build_peak_rss_gib": dense["build_peak_rss_gib"],
                       "disk_gib": dense["disk_gib"], "settings": dense["settings"],
+                      # the search settings chosen on half the queries, measured on the other half (--nprobe/--rerank)
+                      "swept_held_out": (dense.get("sweep") or {}).get("held_out"),
                       "real_vectors": dense["real_vectors"], "queries": compressed["queries"]},
             "resident_after_queries_share_of_disk": dense["resident_share_of_disk"],
             "commands": {"bm25": bm25_shards["command"], "dense": compressed["command"]}}

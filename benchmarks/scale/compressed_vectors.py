@@ -252,6 +252,7 @@ def main() -> None:
     options.add_argument("--target-recall", type=float, default=0.95, help="what a swept pair must reach on the "
                          "tuning half (default: %(default)s)")
     args = options.parse_args()
+    started = machine()  # the load the run starts at
     grid = {"nprobe": [int(v) for v in args.nprobe.split(",") if v], "rerank": [int(v) for v in args.rerank.split(",") if v]}
     if bool(grid["nprobe"]) != bool(grid["rerank"]):
         raise SystemExit("--nprobe and --rerank sweep together: give both")
@@ -287,7 +288,8 @@ def main() -> None:
               f"{searched['resident_after_queries_gib']} of {searched['disk_gib']} GiB on disk, build peak "
               f"{built['build_peak_rss_gib']} GiB", flush=True)
     write_result(args.out, {"benchmark": "compressed_vectors", "command": command_line(args, options),
-                            "machine": machine(), "base_vectors": len(base), "base_nn_cosine_median": round(cosine, 4),
+                            "machine": started, "finished_load_average": list(os.getloadavg()),
+                            "base_vectors": len(base), "base_nn_cosine_median": round(cosine, 4),
                             "noise_sigma": round(sigma, 6), "queries": "real" if args.queries else "noisy base rows",
                             "sizes": rows})
 

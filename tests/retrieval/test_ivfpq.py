@@ -47,9 +47,9 @@ def on_disk(tmp_path_factory):
 
 def test_settings_follow_the_pool_size():
     million = settings_for(1_000_000, 384)
-    assert million.nlist == 4096 and million.m == 48 and million.nprobe == 64 and million.rerank == 100
-    ten_million = settings_for(10_000_000, 384)
-    assert ten_million.nlist == 16384 and ten_million.nprobe == 256
+    assert million.nlist == 4096 and million.m == 48 and million.nprobe == 256 and million.rerank == 100
+    ten_million = settings_for(10_000_000, 384)  # what the sweep chose at each size (LARGE_FROM)
+    assert ten_million.nlist == 16384 and ten_million.nprobe == 128 and ten_million.rerank == 400
     small = settings_for(MIN_VECTORS, 384)
     assert small.nlist * 39 <= MIN_VECTORS and small.nprobe == 16  # every list has vectors enough to train
     assert settings_for(50_000, 768).m == 96 and settings_for(50_000, 100).m == 10  # m divides the dimension

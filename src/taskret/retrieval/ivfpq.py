@@ -13,8 +13,8 @@ coarse quantizer and the codebooks are trained on an evenly spaced sample of the
 at most :data:`MAX_TRAIN`), and the index is filled :data:`ADD_CHUNK` rows at a time.
 
 The settings follow FAISS's guidelines, set by the pool's size (:func:`settings_for`): ``nlist`` a power of two near
-4 sqrt(N), one byte per 8 dimensions, ``nprobe`` a 64th of the lists (16 to 256), ``rerank`` 100 candidates for a
-top 10. ``benchmarks/scale/scale.py`` measures their recall@10 against exact search and their latency.
+4 sqrt(N), one byte per 8 dimensions; ``nprobe`` and ``rerank`` as swept on real queries (:data:`LARGE_FROM`): a 16th
+of the lists and 100 candidates for a top 10 up to 3M vectors, a 128th and 400 from there. ``benchmarks/scale/scale.py`` measures their recall@10 against exact search and their latency.
 """
 
 from __future__ import annotations
@@ -63,13 +63,22 @@ def _codes_per_vector(dim: int) -> int:
     return next(m for m in range(target, 0, -1) if dim % m == 0)
 
 
+#: ``nprobe`` and ``rerank`` by size, each the fastest pair reaching recall@10 0.95 on half of 1,000 real queries
+#: (benchmarks/scale/compressed_vectors.py's sweep of nprobe 64-256 x rerank 100-400; the other half: 0.966 at 1M in
+#: 2.5 ms, 0.968 at 10M in 5.6 ms, one thread, 2-core Xeon): below this many vectors a 16th of the lists (256 of
+#: 4,096 at 1M) and 100 re-ranked; from it a 128th (128 of 16,384 at 10M) and 400 (sizes between not measured).
+LARGE_FROM = 3_000_000
+
+
 def settings_for(n: int, dim: int, nprobe: int | None = None, rerank: int | None = None) -> IVFPQSettings:
     """The IVF-PQ settings for ``n`` vectors of ``dim`` dimensions (module docstring); ``nprobe`` / ``rerank``
     override the defaults by size."""
     lists = 2 ** round(math.log2(max(16.0, 4 * math.sqrt(n))))
     lists = max(16, min(lists, 65_536, 2 ** int(math.log2(max(16, n // 39)))))  # enough vectors to train each list
-    return IVFPQSettings(nlist=lists, m=_codes_per_vector(dim),
-                         nprobe=nprobe or max(16, min(256, lists // 64)), rerank=rerank or 100)
+    large = n >= LARGE_FROM
+    by_size = max(16, min(256, lists // (128 if large else 16)))
+    return IVFPQSettings(nlist=lists, m=_codes_per_vector(dim), nprobe=nprobe or by_size,
+                         rerank=rerank or (400 if large else 100))
 
 
 class VectorFile:
