@@ -149,3 +149,21 @@ def test_auto_saves_a_large_index_with_pisa_and_searches_it_there(corpus, tmp_pa
     _same(large.retrieve(queries, k=10), expected)
     assert large._pisa is not None
     _same(small.retrieve(queries, k=10), expected)
+
+
+def test_a_retriever_on_pisa_travels_to_another_process_by_pickle(corpus, tmp_path):
+    import pickle
+
+    ids, texts = corpus
+    queries = _queries(texts)[:50]
+    in_memory = BM25Retriever(backend="pisa").index_texts(ids, texts)
+    expected = in_memory.retrieve(queries, k=10)  # its PISA index made in a temporary folder, and opened
+    copy = pickle.loads(pickle.dumps(in_memory))
+    assert copy._pisa is None and copy._pisa_folder is None
+    _same(copy.retrieve(queries, k=10), expected)
+    in_memory.save(tmp_path / "index")
+    saved = Retriever.load(tmp_path / "index", mmap=True)
+    saved.retrieve(queries[:1], k=10)
+    moved = pickle.loads(pickle.dumps(saved))
+    assert moved._pisa_folder == tmp_path / "index" / bm25_pisa.FOLDER  # the saved one, opened again
+    _same(moved.retrieve(queries, k=10), expected)

@@ -276,6 +276,15 @@ class BM25Retriever(Retriever):
             self._pisa = bm25_pisa.PisaCandidates(self._pisa_folder)
         return self._pisa
 
+    def __getstate__(self) -> dict:
+        # PISA's open index is a C handle, and a temporary PISA folder belongs to this process: another process
+        # (a Ray task, a pickled copy) opens the saved one itself, or makes its own at its first search
+        state = dict(self.__dict__)
+        if state.get("_pisa_tmp") is not None:
+            state["_pisa_folder"] = None
+        state["_pisa"] = state["_pisa_tmp"] = None
+        return state
+
     def _build_pisa(self, folder: Path) -> None:
         scores = self._bm25.scores
         bm25_pisa.build(scores["data"], scores["indices"], scores["indptr"], int(scores["num_docs"]), folder)
