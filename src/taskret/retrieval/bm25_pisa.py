@@ -33,6 +33,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .bm25_segments import term_ranges
+
 #: the folder, inside a BM25 index's folder, that holds its PISA index
 FOLDER = "pisa"
 META = "pisa.json"
@@ -44,8 +46,6 @@ BLOCK_SIZE = 64
 ALGORITHM = "maxscore"
 #: postings read from the bm25s arrays and written at a time (~16M: ~128 MB of buffers)
 CHUNK_POSTINGS = 1 << 24
-#: a PISA index's file for the quantized scorer's block upper bounds, and its compressed postings
-_WAND = f"quantized.q0.bmw.{BLOCK_SIZE}"
 
 
 def pisa_available() -> bool:
@@ -79,8 +79,6 @@ def _output_to(log: Path):
         try:
             yield
         except Exception as error:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
             tail = Path(log).read_text(errors="replace")[-2000:] if Path(log).is_file() else ""
             raise RuntimeError(f"PISA failed ({error}); its log ends:\n{tail}") from error
         finally:
@@ -112,10 +110,8 @@ def build(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: i
     with open(tmp / "inv.docs", "wb") as docs, open(tmp / "inv.freqs", "wb") as freqs, \
             open(tmp / "fwd.terms", "w") as terms:
         docs.write(np.array([1, num_docs], dtype=np.uint32).tobytes())
-        first = 0
-        while first < n_terms:  # whole terms, about CHUNK_POSTINGS postings at a time
-            last = int(np.searchsorted(indptr, indptr[first] + CHUNK_POSTINGS, side="right")) - 1
-            last = min(max(last, first + 1), n_terms)
+        bounds = term_ranges(indptr, CHUNK_POSTINGS)  # whole terms, about CHUNK_POSTINGS postings at a time
+        for first, last in zip(bounds, bounds[1:]):
             start, stop = int(indptr[first]), int(indptr[last])
             lengths = np.diff(np.asarray(indptr[first:last + 1], dtype=np.int64))
             rows = np.asarray(indices[start:stop], dtype=np.int64)
@@ -137,7 +133,6 @@ def build(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: i
             out[keep] = impacts
             freqs.write(out.tobytes())
             terms.write("".join(name(t) + "\n" for t in np.flatnonzero(present) + first))
-            first = last
     with open(tmp / "inv.sizes", "wb") as sizes:  # document lengths: the quantized scorer reads none
         sizes.write(np.array([num_docs], dtype=np.uint32).tobytes())
         for s in range(0, num_docs, CHUNK_POSTINGS):
@@ -171,7 +166,7 @@ class PisaCandidates:
         self.pisathon = _pisathon()
         self.folder = Path(folder)
         meta = json.loads((self.folder / META).read_text())
-        self.unit, self.num_docs = float(meta["unit"]), int(meta["num_docs"])
+        self.unit = float(meta["unit"])
         self.name = _term_name(int(meta["term_width"]))
         self.context = self.pisathon.RetrievalContext()
         self.pisathon.prepare_index(self.context, str(self.folder), meta["encoding"], "quantized", "",

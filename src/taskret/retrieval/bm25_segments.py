@@ -32,7 +32,7 @@ import numpy as np
 
 from ..allocator import release_freed_memory
 
-__all__ = ["SEGMENT_DOCS", "MERGE_PAIRS", "TOKEN_PATTERN", "CorpusStatistics", "NoTerms", "corpus_statistics",
+__all__ = ["SEGMENT_DOCS", "MERGE_PAIRS", "TOKEN_PATTERN", "CorpusStatistics", "NoTerms", "corpus_statistics", "term_ranges",
            "build_segmented"]
 
 #: bm25s.tokenize's split (scikit-learn's CountVectorizer pattern), what :class:`~taskret.retrieval.bm25._TokenStream`
@@ -122,6 +122,17 @@ class _NpyFile:
         for low in range(0, self.size, chunk):
             found += np.searchsorted(self.read(low, min(self.size, low + chunk)), bounds)
         return found
+
+
+def term_ranges(indptr: np.ndarray, pairs: int) -> list[int]:
+    """Bounds of consecutive term ranges of a CSC index (``indptr``: each term's first posting) whose postings fit in
+    ``pairs`` each (at least one term a range, however many postings it has): ``[0, ..., n_terms]``."""
+    n_terms = len(indptr) - 1
+    ranges = [0]
+    while ranges[-1] < n_terms:
+        stop_term = int(np.searchsorted(indptr, indptr[ranges[-1]] + pairs, side="right")) - 1
+        ranges.append(min(max(stop_term, ranges[-1] + 1), n_terms))
+    return ranges
 
 
 class NoTerms(ValueError):
@@ -285,11 +296,7 @@ def build_segmented(texts: Iterable[str], out: Path, work: Path, k1: float = 1.5
         indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
         np.cumsum(per_term, out=indptr[1:])
         total = int(indptr[-1])
-        # The ranges: the terms whose pairs fit in one (at least one term, however many pairs it has).
-        ranges = [0]
-        while ranges[-1] < len(vocab):
-            stop_term = int(np.searchsorted(indptr, indptr[ranges[-1]] + merge_pairs, side="right")) - 1
-            ranges.append(min(max(stop_term, ranges[-1] + 1), len(vocab)))
+        ranges = term_ranges(indptr, merge_pairs)
         bounds = np.asarray(ranges)
         segments = [(_NpyFile(work / f"terms-{n}.npy"), _NpyFile(work / f"docs-{n}.npy"),
                      _NpyFile(work / f"scores-{n}.npy")) for n in range(len(counts))]
