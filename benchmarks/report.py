@@ -54,7 +54,7 @@ SECTIONS = (
     ("scale", (scale.scale_table, scale.compressed_vectors_table, scale.bounded_builds_table,
                lambda: scale.bm25_shards_table("bm25_single.json", "BM25 as one index, built in segments within the "
                                                 "memory budget, at 1M and 10M documents, searched"),
-               scale.bm25_score_array_lines, scale.bm25_pisa_table)),
+               scale.bm25_score_array_lines, scale.bm25_pisa_table, scale.bm25_pisa_depth_table)),
     ("engines", (scale.engines_table, scale.bm25_ties_lines)),
     ("build-memory", (scale.build_memory_table,)),
     ("ray-shards", (scale.ray_shards_table, scale.bm25_shards_table, scale.dense_shards_table)),

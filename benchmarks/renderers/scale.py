@@ -457,6 +457,39 @@ def bm25_pisa_table() -> list[str]:
     return out
 
 
+def bm25_pisa_depth_table() -> list[str]:
+    """`benchmarks/scale/bm25_pisa_depth.py`: the first depth of a search on PISA, chosen on half the queries."""
+    d = load("bm25_pisa_depth.json")
+    if not d:
+        return []
+    current, chosen, k = d["current_margin"], d["chosen_margin"], d["k"]
+    out = [f"How deep a BM25 search on PISA looks first (k + margin; deeper searches x4 start again), one index of "
+           f"{d['documents']:,} documents (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread, each "
+           f"query alone; each margin twice, in order and reversed); chosen on {d['queries'] // 2:,} queries (each "
+           f"margin paired with {current}, Holm-corrected), held out on the other {d['queries'] - d['queries'] // 2:,}:",
+           "", *header("margin (first depth)", "queries searched again (of all)", "held-out p50 / p99 ms",
+                       "held-out mean ms", f"tuning: per query / margin {current} (95% interval)", "Holm p",
+                       "same top 10 as the current")]
+    for m, r in sorted(d["settings"].items(), key=lambda item: int(item[0])):
+        row = d["tuning"].get(m)
+        paired = "(the current)" if row is None else \
+            f"{row[f'ratio_margin{m}_over_margin{current}']:.3f}x ({row['ratio_ci95'][0]:.3f}-{row['ratio_ci95'][1]:.3f})"
+        name = f"**{m}**" if int(m) == chosen else m
+        out.append("| " + " | ".join((f"{name} ({int(m) + k})", f"{r['queries_searched_again']:,}",
+                                       f"{r['held_out']['p50_ms']:.2f} / {r['held_out']['p99_ms']:.1f}",
+                                       f"{r['mean_ms_held_out']:.2f}", paired,
+                                       "" if row is None else f"{row['wilcoxon_p_holm']:.0e}",
+                                       f"{r['same_top10_as_current']:.1%}")) + " |")
+    held = d["held_out"]
+    if held:
+        low, high = held["ratio_ci95"]
+        out += ["", f"Held out, margin {chosen} against {current}: "
+                    f"{held[f'ratio_margin{chosen}_over_margin{current}']:.3f}x a query ({low:.3f}-{high:.3f}), median "
+                    f"difference {held['median_difference_ms']:+.2f} ms, Wilcoxon p {held['wilcoxon_p']:.0e}, "
+                    f"{held['queries']:,} queries."]
+    return out
+
+
 def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -> list[str]:
     """`benchmarks/scale/bm25_shards.py`: one corpus as 1, 2 and 4 BM25 shards served as one index, in one process
     (``name``: its result file; ``what``: the sentence's subject, for a file of other shard counts)."""

@@ -99,6 +99,19 @@ def test_re_ranked_scores_are_exact_inner_products(on_disk):
     np.testing.assert_array_equal(exact, np.argsort(-(queries @ mapped[:].T), axis=1, kind="stable")[:, :10])
 
 
+def test_exact_top_settles_ties_by_row_across_chunks():
+    # copies of a few vectors scattered through the rows: the tie at rank k spans chunks, and a partition alone would
+    # keep whichever copies it met; the lower rows must win, as in one stable sort
+    rng = np.random.default_rng(3)
+    originals = rng.integers(-3, 4, (6, 8)).astype(np.float32)  # small integers: exact sums in any order
+    vectors = originals[rng.integers(0, 6, 700)]
+    queries = rng.integers(-3, 4, (9, 8)).astype(np.float32)
+    for k in (1, 7, 40):
+        expected = np.argsort(-(queries @ vectors.T), axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(exact_top(vectors, queries, k, chunk=64), expected)
+        np.testing.assert_array_equal(exact_top(vectors, queries, k, chunk=5), expected)
+
+
 def test_rows_read_from_the_file_are_the_mapped_rows_and_the_process_keeps_none_mapped(tmp_path):
     import pickle
 

@@ -41,6 +41,11 @@ from .hybrid import strip_instructions
 BACKENDS = ("auto", "numpy", "numba", "pisa")
 #: How much deeper than k a search looks for documents tied with its k-th score (:meth:`BM25Retriever._ranked`).
 TIE_MARGIN = 10
+#: How much deeper than k a search on PISA first looks (:meth:`BM25Retriever._ranked_on_pisa`; a deeper search, x4,
+#: starts again). At 10M documents tie groups of copied documents outran 10 (386 of 1,000 real queries searched again);
+#: 30 sent 14 again, 100 none. Chosen on 500 queries, held out on 500 (benchmarks/results/bm25_pisa_depth.json, 2-core
+#: Xeon): 30 against 10 0.86x a query (0.83-0.89), p50 6.7 against 7.9 ms, p99 73 against 125; 100 and 300 no faster.
+PISA_MARGIN = 30
 #: ``auto`` retrieves on numba from this many indexed documents on. On 2 AMD EPYC cores numpy takes ~29 ns per
 #: document and query (3.0 ms a query over 100K documents) and numba's compile ~5 s: from 100K documents on it pays
 #: back within ~1,700 queries (a service's first seconds, or one batch search), and saves most of a served query.
@@ -291,7 +296,7 @@ class BM25Retriever(Retriever):
 
     def _ranked_on_pisa(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_ranked`'s rows and scores, the candidates found by PISA (module bm25_pisa): each query's top
-        ``k + TIE_MARGIN`` by quantized score, re-scored exactly and ordered by (score, row), searched deeper until
+        ``k + PISA_MARGIN`` by quantized score, re-scored exactly and ordered by (score, row), searched deeper until
         no document left out can reach the k-th score. A query with fewer than ``k`` matching documents goes to
         :meth:`_ranked` (bm25s fills it with unmatched ones in its own order)."""
         pisa, scores = self._pisa_candidates(), self._bm25.scores
@@ -302,7 +307,7 @@ class BM25Retriever(Retriever):
         to_bm25s = []
         for q, query in enumerate(tokens):
             term_ids = self._bm25.get_tokens_ids(query)
-            depth = min(n, k + TIE_MARGIN)
+            depth = min(n, k + PISA_MARGIN)
             while k > 0:
                 rows, sums = pisa.search(term_ids, depth) if term_ids else (np.zeros(0, np.int64), None)
                 if len(rows) < k:
