@@ -92,7 +92,9 @@ def search(folder: Path, queries: Path, times_file: Path | None = None) -> dict:
     (folder / "tops.json").write_text(json.dumps([{"ids": ids, "scores": [float(s) for s in scores]}
                                                   for ids, scores in zip(found.ids, found.scores)]))
     resident = resident_kib()["rss"] / 2 ** 20
-    return {**percentiles(times), "queries": len(texts), "resident_after_queries_gib": round(resident, 3)}
+    on_pisa = [shard.retriever.uses_pisa() for shard in index.retriever._indexes.values()]
+    return {**percentiles(times), "queries": len(texts), "resident_after_queries_gib": round(resident, 3),
+            "searched_on_pisa": all(on_pisa) if len(set(on_pisa)) == 1 else on_pisa}
 
 
 def agreement(tops: list[dict], single: list[dict]) -> dict:
