@@ -51,7 +51,7 @@ SECTIONS = (
     ("speed", (speed.bm25_table, speed.index_speed_table, speed.throughput_table, speed.scoring_speed_table,
                speed.scoring_precision_table, speed.ray_table)),
     ("serving", (serve.serve_table, serve.request_path_table, serve.dense_latency_table)),
-    ("scale", (scale.scale_table, scale.compressed_vectors_table, scale.bounded_builds_table,
+    ("scale", (scale.scale_table, scale.compressed_vectors_table, scale.ivf_quantizer_table, scale.bounded_builds_table,
                lambda: scale.bm25_shards_table("bm25_single.json", "BM25 as one index, built in segments within the "
                                                 "memory budget, at 1M and 10M documents, searched"),
                scale.bm25_score_array_lines, scale.bm25_pisa_table, scale.bm25_pisa_depth_table)),

@@ -91,18 +91,24 @@ def bounded_builds_table() -> list[str]:
         commands = next(iter(bounded.values()))["commands"]
         out += ["Built within the memory budget, each build a child process of its own (its peak RSS from rusage; the "
                 f"size's peak is the larger build's): BM25 as one index (`{commands['bm25']}`), dense as IVF-PQ with "
-                f"exact re-ranking over vectors synthesised from the real 1M (`{commands['dense']}`); one query at a "
-                "time on one thread:",
-                "", *header("documents", "peak RSS GiB (x the smaller size's)", "disk GiB", "BM25 p50 / p99 ms",
-                            "BM25 on PISA p50 / p99 ms (bm25_pisa.py)", "BM25 NDCG@10", "dense recall@10", "dense p50 / p99 ms", "resident / disk after the "
-                            "queries")]
+                f"exact re-ranking over vectors synthesised from the real 1M (`{commands['dense']}`), searched at the "
+                f"settings and with the quantizer a build of its size now gets"
+                + "".join(sorted({f" (`{r['dense']['searched_by']}`)" for r in bounded.values()
+                                  if r["dense"].get("searched_by", commands["dense"]) != commands["dense"]}))
+                + "; one query at a time on one thread:",
+                "", *header("documents", "peak RSS GiB (x the smaller size's)", "disk GiB",
+                            "BM25 p50 / p99 ms (searched by)", "BM25 on PISA p50 / p99 ms (bm25_pisa.py)",
+                            "BM25 NDCG@10", "dense recall@10 (quantizer)", "dense p50 / p99 ms",
+                            "resident / disk after the queries")]
         for n, r in sorted(bounded.items(), key=lambda item: int(item[0])):
             ratio = r.get("peak_rss_ratio_to") or {}
             out.append(f"| {int(n):,} | {r['peak_rss_gib']:.2f}"
                        + (f" ({ratio['ratio']:.2f}x {ratio['documents']:,})" if ratio else "")
-                       + f" | {r['disk_gib']:.1f} | {r['bm25']['p50_ms']:.2f} / {r['bm25']['p99_ms']:.2f} | "
+                       + f" | {r['disk_gib']:.1f} | {r['bm25']['p50_ms']:.2f} / {r['bm25']['p99_ms']:.2f} "
+                       f"({r['bm25'].get('searched_by', 'bm25s')}) | "
                        + (f"{pisa['p50_ms']:.2f} / {pisa['p99_ms']:.2f}" if (pisa := r["bm25"].get("pisa")) else "-")
-                       + f" | {_fmt(r['bm25'].get('ndcg10'), 2)} | {r['dense']['recall_at_10']:.3f} | "
+                       + f" | {_fmt(r['bm25'].get('ndcg10'), 2)} | {r['dense']['recall_at_10']:.3f} "
+                       f"({r['dense'].get('quantizer', 'flat')}) | "
                        f"{r['dense']['search_only']['p50_ms']:.2f} / {r['dense']['search_only']['p99_ms']:.2f} | "
                        f"{r['resident_after_queries_share_of_disk']:.1%} |")
     ex = d.get("extrapolation_shards")
@@ -454,6 +460,33 @@ def bm25_pisa_table() -> list[str]:
                        f"{r['derive']['peak_rss_gib']:.2f}", f"{r['derive']['disk_gib']:.2f} ({r['bm25s_disk_gib']:.2f})",
                        f"{bm25s['runs'][0]['resident_after_queries_gib']:.2f} / "
                        f"{pisa['runs'][0]['resident_after_queries_gib']:.2f}")) + " |")
+    return out
+
+
+def ivf_quantizer_table() -> list[str]:
+    """`benchmarks/scale/ivf_quantizer.py`: the IVF-PQ index's lists found by a scan of the centroids or an HNSW graph."""
+    d = load("ivf_quantizer.json")
+    if not d:
+        return []
+    out = [f"The lists a compressed dense query visits found by a scan of every centroid (flat) or an HNSW graph over "
+           f"them, on compressed_vectors.py's indexes at their default settings (`{d['command']}`; "
+           f"{describe_machine(d['machine'])}; {_load_text(d)}; one thread, each query alone; each quantizer twice in "
+           f"{', '.join(d['order'])} order, a child process each run):", "",
+           *header("vectors", "lists / nprobe / re-ranked", "flat p50 / p99 ms", "hnsw p50 / p99 ms",
+                   "hnsw / flat per query (95% interval)", "Wilcoxon p", "recall@10 flat / hnsw",
+                   "recall difference (95% interval)", "graph made in s", "resident after the queries GiB, flat / hnsw")]
+    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
+        flat, hnsw, paired, recall = r["quantizers"]["flat"], r["quantizers"]["hnsw"], r["paired"], r["recall_difference"]
+        settings = r["settings"]
+        out.append("| " + " | ".join((
+            f"{int(n):,}", f"{settings['nlist']:,} / {settings['nprobe']} / {settings['rerank']}",
+            f"{flat['p50_ms']:.2f} / {flat['p99_ms']:.1f}", f"**{hnsw['p50_ms']:.2f}** / {hnsw['p99_ms']:.1f}",
+            f"{paired['ratio_hnsw_over_flat']:.3f}x ({paired['ratio_ci95'][0]:.3f}-{paired['ratio_ci95'][1]:.3f})",
+            f"{paired['wilcoxon_p']:.0e}", f"{flat['recall_at_10']:.4f} / **{hnsw['recall_at_10']:.4f}**",
+            f"{recall['mean']:+.4f} ({recall['ci95'][0]:+.4f} to {recall['ci95'][1]:+.4f})",
+            f"{hnsw['runs'][0]['graph_s']:.1f}",
+            f"{flat['runs'][0]['resident_after_queries_gib']:.2f} / {hnsw['runs'][0]['resident_after_queries_gib']:.2f}"))
+            + " |")
     return out
 
 

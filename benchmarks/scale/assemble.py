@@ -67,14 +67,38 @@ def pisa_entry(n: str, bm25_pisa: dict | None) -> dict | None:
             "command": bm25_pisa["command"], "machine": bm25_pisa["machine"]}
 
 
-def size_entry(n: str, bm25_shards: dict, compressed: dict, bm25_pisa: dict | None = None) -> dict | None:
+def default_search(n: str, quantizers: dict | None) -> dict | None:
+    """ivf_quantizer.py's search at size ``n`` with the quantizer a build of that size now gets (the HNSW graph from
+    ``ivfpq.LARGE_FROM`` vectors on, the scan below), at the size's default settings; None where it did not run."""
+    from taskret.retrieval.ivfpq import LARGE_FROM
+
+    row = (quantizers or {}).get("sizes", {}).get(n)
+    if row is None:
+        return None
+    quantizer = "hnsw" if int(n) >= LARGE_FROM else "flat"
+    measured = row["quantizers"][quantizer]
+    return {"quantizer": quantizer, "settings": row["settings"], "recall_at_10": measured["recall_at_10"],
+            "p50_ms": measured["p50_ms"], "p99_ms": measured["p99_ms"],
+            "resident_after_queries_gib": measured["runs"][0]["resident_after_queries_gib"],
+            "command": quantizers["command"], "machine": quantizers["machine"]}
+
+
+def size_entry(n: str, bm25_shards: dict, compressed: dict, bm25_pisa: dict | None = None,
+               quantizers: dict | None = None) -> dict | None:
     """Size ``n`` as ``scale.json``'s other sizes hold it, from its two builds (each a child process of its own, so
     the peak over the whole build is the larger of theirs): BM25 from bm25_shards.py's one-shard (single) index,
     dense from compressed_vectors.py's IVF-PQ index with exact re-ranking; with each build's peak beside the same
-    build's at the smallest size both ran (flat memory: their ratio). None unless both measured ``n``."""
+    build's at the smallest size both ran (flat memory: their ratio). The dense search is ivf_quantizer.py's of the
+    same index with the quantizer and settings a build of that size now gets, where it ran (``quantizers``), else
+    compressed_vectors.py's own. None unless both builds measured ``n``."""
     bm25, dense = bm25_shards["sizes"].get(n, {}).get("1"), compressed["sizes"].get(n)
     if bm25 is None or dense is None:
         return None
+    searched = default_search(n, quantizers)
+    own = {"quantizer": "flat", "settings": dense["settings"], "recall_at_10": dense["recall_at_10"],
+           "p50_ms": dense["p50_ms"], "p99_ms": dense["p99_ms"],
+           "resident_after_queries_gib": dense["resident_after_queries_gib"]}
+    searched = searched or own
     common = sorted(set(bm25_shards["sizes"]) & set(compressed["sizes"]), key=int)
     base = common[0] if common and common[0] != n else None
     peak = max(bm25["build_peak_rss_gib"], dense["build_peak_rss_gib"])
@@ -83,19 +107,24 @@ def size_entry(n: str, bm25_shards: dict, compressed: dict, bm25_pisa: dict | No
     return {"documents": int(n), "peak_rss_gib": peak,
             "peak_rss_ratio_to": {"documents": int(base), "ratio": round(peak / base_peak, 3)} if base else None,
             "disk_gib": round(bm25["disk_gib"] + dense["disk_gib"], 3),
-            # searched by bm25s in the run that built it; "pisa": the same index searched by PISA (bm25_pisa.py)
+            # searched in the run that built it (on PISA where that run's index had one: auto from bm25.PISA_FROM);
+            # "pisa": the same kind of index searched by bm25s and by PISA, paired (bm25_pisa.py)
             "bm25": {"p50_ms": bm25["p50_ms"], "p99_ms": bm25["p99_ms"], "ndcg10": bm25.get("ndcg10"),
                      "build_s": bm25["build_s"], "build_peak_rss_gib": bm25["build_peak_rss_gib"],
                      "disk_gib": bm25["disk_gib"], "resident_after_queries_gib": bm25["resident_after_queries_gib"],
-                     "searched_by": "bm25s", "pisa": pisa_entry(n, bm25_pisa)},
-            "dense": {"index_type": "ivfpq", "recall_at_10": dense["recall_at_10"],
-                      "search_only": {"p50_ms": dense["p50_ms"], "p99_ms": dense["p99_ms"]},
+                     "searched_by": "pisa" if bm25.get("searched_on_pisa") is True else "bm25s",
+                     "pisa": pisa_entry(n, bm25_pisa)},
+            "dense": {"index_type": "ivfpq", "recall_at_10": searched["recall_at_10"],
+                      "search_only": {"p50_ms": searched["p50_ms"], "p99_ms": searched["p99_ms"]},
+                      "quantizer": searched["quantizer"], "searched_by": searched.get("command", compressed["command"]),
                       "build_s": dense["build_s"], "build_peak_rss_gib": dense["build_peak_rss_gib"],
-                      "disk_gib": dense["disk_gib"], "settings": dense["settings"],
+                      "disk_gib": dense["disk_gib"], "settings": searched["settings"],
+                      # compressed_vectors.py's own search of the index, at the settings of its time
+                      "build_run_search": {key: own[key] for key in ("settings", "recall_at_10", "p50_ms", "p99_ms")},
                       # the search settings chosen on half the queries, measured on the other half (--nprobe/--rerank)
                       "swept_held_out": (dense.get("sweep") or {}).get("held_out"),
                       "real_vectors": dense["real_vectors"], "queries": compressed["queries"]},
-            "resident_after_queries_share_of_disk": dense["resident_share_of_disk"],
+            "resident_after_queries_share_of_disk": round(searched["resident_after_queries_gib"] / dense["disk_gib"], 4),
             "commands": {"bm25": bm25_shards["command"], "dense": compressed["command"]}}
 
 
@@ -161,14 +190,17 @@ def main() -> None:
     options.add_argument("--compressed", default="benchmarks/results/compressed_vectors.json")
     options.add_argument("--bm25-pisa", default="benchmarks/results/bm25_pisa.json",
                          help="bm25_pisa.py's result: the BM25 index searched by PISA too (default: %(default)s)")
+    options.add_argument("--ivf-quantizer", default="benchmarks/results/ivf_quantizer.json",
+                         help="ivf_quantizer.py's result: the dense index searched with the quantizer a build now gets")
     options.add_argument("--sizes", default="10000000", help="sizes taken from those two (default: %(default)s)")
     options.add_argument("--extrapolate-to", type=int, default=100_000_000,
                          help="documents of the per-shard table (default: %(default)s)")
     args = options.parse_args()
     scale = json.loads(Path(args.scale).read_text())
-    ray_shards, dense_shards, bm25_shards, compressed, bm25_pisa = (
+    ray_shards, dense_shards, bm25_shards, compressed, bm25_pisa, quantizers = (
         json.loads(Path(path).read_text()) if Path(path).is_file() else None
-        for path in (args.ray_shards, args.dense_shards, args.bm25_shards, args.compressed, args.bm25_pisa))
+        for path in (args.ray_shards, args.dense_shards, args.bm25_shards, args.compressed, args.bm25_pisa,
+                     args.ivf_quantizer))
     if ray_shards:
         scale["shards"] = shards_entry(ray_shards, dense_shards)
         print(f"shards: from {args.ray_shards}"
@@ -176,7 +208,7 @@ def main() -> None:
     else:
         print(f"shards: left out ({args.ray_shards} is not there)")
     for n in [s for s in args.sizes.split(",") if s]:
-        entry = size_entry(n, bm25_shards, compressed, bm25_pisa) if bm25_shards and compressed else None
+        entry = size_entry(n, bm25_shards, compressed, bm25_pisa, quantizers) if bm25_shards and compressed else None
         if entry is None:
             print(f"sizes[{n}]: left out (not measured at {n} in both {args.bm25_shards} and {args.compressed})")
             continue

@@ -65,7 +65,8 @@ def search(index: Path, queries: Path, margin: int, out: Path, count: bool) -> d
         tops.append({"ids": found.ids[0], "scores": [float(s) for s in found.scores[0]]})
     out.write_text(json.dumps({"ms": [round(t * 1000, 4) for t in times], "tops": tops,
                                "searches": per_query if count else None}))
-    return {**percentiles(times), "resident_after_queries_gib": round(resident_kib()["rss"] / 2 ** 20, 3)}
+    return {**percentiles(times), "resident_after_queries_gib": round(resident_kib()["rss"] / 2 ** 20, 3),
+            "documents": len(retriever.ids)}
 
 
 def holm(pvalues: dict[int, float]) -> dict[int, float]:
@@ -131,7 +132,7 @@ def main() -> None:
                    names=(f"margin{chosen}", f"margin{current}")) if chosen != current else None
     write_result(args.out, {"benchmark": "bm25_pisa_depth", "command": command_line(args, options), "machine": started,
                             "finished_load_average": list(os.getloadavg()), "threads": 1, "k": K, "index": str(index),
-                            "documents": json.loads((index / "index_info.json").read_text())["n"],
+                            "documents": runs[current][0]["documents"],
                             "queries": len(order), "current_margin": current, "settings": settings,
                             "tuning": {str(m): {**paired[m], "wilcoxon_p_holm": adjusted[m]} for m in paired},
                             "chosen_margin": chosen, "held_out": held})

@@ -54,7 +54,7 @@ def _assemble(folder) -> str:
     command = [sys.executable, str(ROOT / "benchmarks/scale/assemble.py"), "--scale", str(folder / "scale.json"),
                "--ray-shards", str(folder / "ray.json"), "--dense-shards", str(folder / "none.json"),
                "--bm25-shards", str(folder / "bm25.json"), "--compressed", str(folder / "dense.json"),
-               "--bm25-pisa", str(folder / "pisa.json"),
+               "--bm25-pisa", str(folder / "pisa.json"), "--ivf-quantizer", str(folder / "none.json"),
                "--sizes", "10000,20000", "--extrapolate-to", "20000000"]
     return subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
 
@@ -72,6 +72,7 @@ def test_a_size_from_the_bounded_builds_lands_under_scale_jsons_keys(tmp_path):
     assert entry["bm25"]["searched_by"] == "bm25s"  # its own run; the same kind of index on PISA beside it
     assert entry["bm25"]["pisa"]["p50_ms"] == 1.0 and entry["bm25"]["pisa"]["same_top10_share"] == 1.0
     assert entry["dense"]["recall_at_10"] == 0.96 and entry["dense"]["search_only"]["p50_ms"] == 2.0
+    assert entry["dense"]["quantizer"] == "flat"  # no ivf_quantizer.py result: compressed_vectors.py's own search
     assert entry["resident_after_queries_share_of_disk"] == 0.1
 
     # 20M in shards of 10M, 5M, 2M and 1M documents, each cost on the line through 1,000 and 10,000 documents

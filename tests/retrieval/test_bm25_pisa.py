@@ -5,6 +5,7 @@ its index is saved beside bm25s's, made for an index saved without it, and carri
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
@@ -167,3 +168,28 @@ def test_a_retriever_on_pisa_travels_to_another_process_by_pickle(corpus, tmp_pa
     moved = pickle.loads(pickle.dumps(saved))
     assert moved._pisa_folder == tmp_path / "index" / bm25_pisa.FOLDER  # the saved one, opened again
     _same(moved.retrieve(queries, k=10), expected)
+
+
+def _resident_file_kib() -> int:
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return int(fields["RssFile"].split()[0])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc/self/status")
+def test_a_pass_over_mapped_arrays_leaves_their_pages_to_the_page_cache(tmp_path):
+    values = np.arange(8 << 20, dtype=np.float32)  # 32 MiB
+    np.save(tmp_path / "values.npy", values)
+    mapped = np.load(tmp_path / "values.npy", mmap_mode="r")
+    before = _resident_file_kib()
+    assert float(mapped.sum()) == float(values.sum())  # every page read, so mapped in
+    read = _resident_file_kib()
+    assert read - before > 24 << 10
+    half = len(mapped) // 2 + 12_345  # not on a page boundary: the pages it touches go, the data stays right
+    bm25_pisa._release(mapped, 0, half)
+    assert read - _resident_file_kib() > 12 << 10
+    bm25_pisa._release(mapped, half, len(mapped))
+    assert _resident_file_kib() - before < 4 << 10
+    np.testing.assert_array_equal(mapped, values)  # read again from the page cache
+    in_memory = values.copy()
+    bm25_pisa._release(in_memory, 0, len(in_memory))  # not mapped: untouched
+    np.testing.assert_array_equal(in_memory, values)

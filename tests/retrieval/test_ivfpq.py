@@ -22,7 +22,9 @@ from taskret.retrieval.ivfpq import (
     ivfpq_recall_at_10,
     open_vectors,
     search_reranked,
+    set_nprobe,
     settings_for,
+    use_hnsw_quantizer,
 )
 from taskret.retrieval.shards import ShardPlan
 
@@ -97,6 +99,32 @@ def test_re_ranked_scores_are_exact_inner_products(on_disk):
         assert got == sorted(got, reverse=True) and len(set(found)) == 10
     exact = exact_top(mapped, queries, 10, chunk=1_000)  # chunked exact search equals a whole one
     np.testing.assert_array_equal(exact, np.argsort(-(queries @ mapped[:].T), axis=1, kind="stable")[:, :10])
+
+
+def test_an_hnsw_quantizer_keeps_the_lists_and_their_recall_and_saves_with_the_index(tmp_path):
+    vectors = _clustered(8_000, seed=4)
+    settings = settings_for(len(vectors), vectors.shape[1])
+    index = build_ivfpq(vectors, settings)
+    queries = _clustered(40, seed=5)
+    flat_rows, _ = search_reranked(index, vectors, queries, 10, settings.rerank)
+    sizes = [index.invlists.list_size(i) for i in range(settings.nlist)]
+    use_hnsw_quantizer(index)
+    use_hnsw_quantizer(index)  # once is enough: a graph quantizer stays
+    graph = faiss.downcast_index(index.quantizer)
+    assert isinstance(graph, faiss.IndexHNSWFlat) and graph.ntotal == settings.nlist
+    assert graph.hnsw.efSearch == 2 * settings.nprobe and index.nprobe == settings.nprobe
+    assert [index.invlists.list_size(i) for i in range(settings.nlist)] == sizes  # every vector where it was
+    hnsw_rows, _ = search_reranked(index, vectors, queries, 10, settings.rerank)
+    exact = exact_top(vectors, queries, 10)
+    recall = [np.mean([len(set(r) & set(e.tolist())) / 10 for r, e in zip(rows, exact)])
+              for rows in (flat_rows, hnsw_rows)]
+    assert recall[1] >= recall[0] - 0.02
+    faiss.write_index(index, str(tmp_path / "index.faiss"))
+    loaded = faiss.read_index(str(tmp_path / "index.faiss"), faiss.IO_FLAG_MMAP)
+    set_nprobe(loaded, 5)  # a graph quantizer searches wider as nprobe grows
+    assert loaded.nprobe == 5 and faiss.downcast_index(loaded.quantizer).hnsw.efSearch == 16
+    set_nprobe(loaded, settings.nprobe)
+    assert search_reranked(loaded, vectors, queries, 10, settings.rerank)[0] == hnsw_rows
 
 
 def test_exact_top_settles_ties_by_row_across_chunks():

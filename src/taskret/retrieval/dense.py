@@ -572,7 +572,7 @@ class DenseRetriever(Retriever):
         if self.index_type == "auto":  # meta.json records a non-flat type; an index without one is flat
             self.index_type = "hnsw" if hasattr(faiss.downcast_index(self._index), "hnsw") else "flat"
         if self.index_type == "ivfpq":
-            from .ivfpq import VECTORS_FILE, open_vectors
+            from .ivfpq import VECTORS_FILE, open_vectors, set_nprobe
 
             if not (directory / VECTORS_FILE).exists():
                 raise FileNotFoundError(f"{directory}: the IVF-PQ index's full vectors, {VECTORS_FILE}, are missing")
@@ -584,7 +584,7 @@ class DenseRetriever(Retriever):
             index = faiss.downcast_index(self._index)
             if not hasattr(index, "nprobe"):
                 raise ValueError(f"{directory}: meta.json says index_type 'ivfpq' but index.faiss is not an IVF index")
-            index.nprobe = self.nprobe
+            set_nprobe(index, self.nprobe)  # and an HNSW quantizer's search width
         if self.index_type == "hnsw":
             if not hasattr(self._index, "hnsw"):
                 raise ValueError(f"{directory}: meta.json says index_type 'hnsw' but index.faiss is not an HNSW index")
