@@ -140,10 +140,11 @@ def straight_line(points: dict[int, float]):
 
 
 def per_shard_extrapolation(total: int, bm25_shards: dict, compressed: dict, encode_docs_per_s: float,
-                            merge_ms: float) -> dict | None:
+                            merge_ms: float, quantizers: dict | None = None) -> dict | None:
     """``total`` documents in shards of each of :data:`SHARD_DOCUMENTS`, one a machine like the one measured: each
     cost of one shard read off a straight line through the sizes both bounded builds measured (BM25: bm25_shards.py's
-    single index; dense: compressed_vectors.py's IVF-PQ), the encoding at ``encode_docs_per_s`` (scale.py's, one
+    single index; dense: compressed_vectors.py's IVF-PQ, searched as :func:`default_search` where ``quantizers``
+    measured it), the encoding at ``encode_docs_per_s`` (scale.py's, one
     machine), and a query's p50 the slower shard's plus ``merge_ms`` (what the Ray front added at 3 shards:
     ray_shards.py). An extrapolation, not a measurement; None below two measured sizes."""
     sizes = sorted((n for n in set(bm25_shards["sizes"]) & set(compressed["sizes"]) if "1" in bm25_shards["sizes"][n]),
@@ -155,7 +156,8 @@ def per_shard_extrapolation(total: int, bm25_shards: dict, compressed: dict, enc
         return straight_line({int(n): source[n][key] for n in sizes})
 
     bm25 = {n: bm25_shards["sizes"][n]["1"] for n in sizes}
-    dense = {n: compressed["sizes"][n] for n in sizes}
+    dense = {n: {**compressed["sizes"][n], **{key: searched[key] for key in ("p50_ms", "resident_after_queries_gib")}}
+             if (searched := default_search(n, quantizers)) else compressed["sizes"][n] for n in sizes}
     costs = {"bm25_build_s": fit(bm25, "build_s"), "bm25_peak_gib": fit(bm25, "build_peak_rss_gib"),
              "bm25_disk_gib": fit(bm25, "disk_gib"), "bm25_p50_ms": fit(bm25, "p50_ms"),
              "dense_build_s": fit(dense, "build_s"), "dense_peak_gib": fit(dense, "build_peak_rss_gib"),
@@ -218,7 +220,7 @@ def main() -> None:
     encoded = [scale["sizes"][n] for n in sorted(scale["sizes"], key=int) if "encode_docs_per_s" in scale["sizes"][n]]
     if bm25_shards and compressed and ray_shards and encoded:
         table = per_shard_extrapolation(args.extrapolate_to, bm25_shards, compressed, encoded[-1]["encode_docs_per_s"],
-                                        ray_shards["ray"]["p50_ms"] - ray_shards["single"]["p50_ms"])
+                                        ray_shards["ray"]["p50_ms"] - ray_shards["single"]["p50_ms"], quantizers)
         if table is not None:
             scale["extrapolation_shards"] = table
         print("extrapolation_shards: " + ("written" if table else "left out (fewer than two sizes in both builds)"))

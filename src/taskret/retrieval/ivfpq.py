@@ -235,7 +235,9 @@ def build_ivfpq(vectors: np.ndarray, settings: IVFPQSettings, threads: int | Non
 
 
 #: The coarse quantizer's graph (:func:`use_hnsw_quantizer`): neighbours a centroid, the build's search width, and how
-#: much wider than ``nprobe`` a query searches it (the lists visited are then ~98.5% of the exact scan's nearest).
+#: much wider than ``nprobe`` a query searches it. At 10M vectors (16,384 lists, nprobe 128), 1,000 real queries paired
+#: (benchmarks/results/ivf_quantizer.json, one thread, 2-core Xeon): 4.64 ms p50 against the scan's 5.32 (0.88x),
+#: recall@10 0.958 against 0.962; at 1M (4,096 lists) the graph was slower (1.10x): builds from LARGE_FROM use it.
 HNSW_QUANTIZER_M = 32
 HNSW_QUANTIZER_EF_CONSTRUCTION = 200
 HNSW_QUANTIZER_WIDTH = 2
