@@ -179,7 +179,9 @@ def per_shard_extrapolation(total: int, bm25_shards: dict, compressed: dict, enc
             "merge_ms": round(merge_ms, 2), "rows": rows,
             "note": "each shard's costs on straight lines through the bounded builds' measured sizes, one shard a "
                     "machine like the one measured, the encoding at its rate, the merge as the Ray front added at 3 "
-                    "shards on one machine (more shards add fan-out, not measured): an extrapolation"}
+                    "shards on one machine (more shards add fan-out, not measured); where the measured sizes were "
+                    "searched by different BM25 backends (bm25s below bm25.PISA_FROM, PISA from it), the line between "
+                    "them is neither's: an extrapolation"}
 
 
 def main() -> None:
