@@ -53,3 +53,19 @@ def test_iter_corpus_stops_at_the_first_bad_line_after_yielding_the_good_ones(tm
     (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
     with pytest.raises(DataError, match="no documents in file"):
         list(iter_corpus(tmp_path / "empty.jsonl"))
+
+
+def test_a_pass_names_the_id_read_again_soonest_when_it_ends(tmp_path):
+    ids = [f"d{i}" for i in range(2_000)]
+    ids[1_500] = "d7"  # read again on line 1,501
+    ids[1_200] = "d900"  # read again sooner, on line 1,201
+    path = write_jsonl_rows(tmp_path / "corpus.jsonl", [{"_id": i, "text": f"text {n}"} for n, i in enumerate(ids)])
+    read = []
+    with pytest.raises(DataError) as info:
+        for doc in iter_corpus(path):
+            read.append(doc.id)
+    assert len(read) == 2_000  # the check is at the end of the pass: every line was read
+    assert info.value.line == 1_201 and info.value.field == "_id"
+    assert "duplicate id 'd900' (first seen on line 901)" in str(info.value)
+    assert [doc.id for doc in iter_corpus(write_jsonl_rows(tmp_path / "fine.jsonl", [
+        {"_id": "a", "text": "x"}, {"_id": "b", "text": "y"}]))] == ["a", "b"]
