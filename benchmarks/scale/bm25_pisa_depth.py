@@ -33,6 +33,8 @@ from _common import command_line, machine, parser, write_result  # noqa: E402
 from bm25_score_array import compare  # noqa: E402
 from scale import K, in_child, percentiles, resident_kib  # noqa: E402
 
+from taskret.icl.compare import holm_adjusted  # noqa: E402
+
 
 def search(index: Path, queries: Path, margin: int, out: Path, count: bool) -> dict:
     """Child: the index on PISA with a first depth of k + ``margin``, each query alone; per-query ms and top 10s go to
@@ -67,16 +69,6 @@ def search(index: Path, queries: Path, margin: int, out: Path, count: bool) -> d
                                "searches": per_query if count else None}))
     return {**percentiles(times), "resident_after_queries_gib": round(resident_kib()["rss"] / 2 ** 20, 3),
             "documents": len(retriever.ids)}
-
-
-def holm(pvalues: dict[int, float]) -> dict[int, float]:
-    """Holm's step-down adjusted p-values."""
-    ordered = sorted(pvalues, key=pvalues.get)
-    adjusted, running = {}, 0.0
-    for rank, key in enumerate(ordered):
-        running = max(running, min(1.0, (len(ordered) - rank) * pvalues[key]))
-        adjusted[key] = running
-    return adjusted
 
 
 def main() -> None:
@@ -117,8 +109,8 @@ def main() -> None:
     tuning, held_out = order[: len(order) // 2], order[len(order) // 2:]
     paired = {m: compare(mean[m][tuning], mean[current][tuning], args.seed, names=(f"margin{m}", f"margin{current}"))
               for m in margins[1:]}
-    adjusted = holm({m: row["wilcoxon_p"] for m, row in paired.items()})
-    ratio = {m: next(v for key, v in paired[m].items() if key.startswith("ratio_margin")) for m in paired}
+    adjusted = holm_adjusted({m: row["wilcoxon_p"] for m, row in paired.items()})
+    ratio = {m: paired[m][f"ratio_margin{m}_over_margin{current}"] for m in paired}
     faster = [m for m in paired if adjusted[m] < 0.05 and ratio[m] < 1]
     chosen = min(faster, key=ratio.get) if faster else current
     settings = {str(m): {"runs": runs[m], "tuning": percentiles(list(mean[m][tuning] / 1000)),
