@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-import numpy as np
-
-from .ids import IdList, IdListBuilder
+from .ids import IdList, IdListBuilder, IdLookup
 from .io import DataError, iter_records, read_json
 
 logger = logging.getLogger(__name__)
@@ -76,43 +74,29 @@ def _optional_text(path: Path, line: int, record: dict, name: str) -> str:
 
 
 class _SeenIds:
-    """The ids one pass over a corpus file has read, to find an id read twice, at ~36 bytes an id (its hash, its line
-    and its UTF-8 bytes) where a dict of the id strings and their lines cost ~140: a 10M-document build held 1.4 GB
-    of it through each pass. Checked when the pass ends (:meth:`duplicate`), so a pass reads on past a duplicate and
-    the error comes at its end, naming the same lines (a build's first pass, its scan, reads nothing else)."""
+    """The ids one pass over a corpus file has read, to find an id read twice, at ~28 bytes an id (its line and its
+    UTF-8 bytes) where a dict of the id strings and their lines cost ~140: a 10M-document build held 1.4 GB of it
+    through each pass. Checked when the pass ends (:meth:`duplicate`), so a pass reads on past a duplicate and the
+    error comes at its end, naming the same lines (a build's first pass, its scan, reads nothing else)."""
 
     def __init__(self) -> None:
-        self._hashes, self._lines, self._ids = array("q"), array("q"), IdListBuilder()
+        self._lines, self._ids = array("q"), IdListBuilder()
 
     def __len__(self) -> int:
         return len(self._lines)
 
     def add(self, doc_id: str, line: int) -> None:
-        self._hashes.append(hash(doc_id))
         self._lines.append(line)
         self._ids.append(doc_id)
 
     def duplicate(self) -> tuple[str, int, int] | None:
         """The id read again soonest: ``(id, its line then, the line it was first read on)``; None if none was."""
-        hashes = np.frombuffer(self._hashes, dtype=np.int64)
-        order = np.argsort(hashes, kind="stable")  # equal hashes in reading order
-        ordered = hashes[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        stops = np.r_[starts[1:], len(ordered)]
-        runs = stops - starts > 1
-        if not runs.any():
+        lookup = IdLookup(self._ids.build())
+        soonest = min(lookup.repeats(), key=lambda rows: rows[1], default=None)
+        if soonest is None:
             return None
-        ids, lines, found = self._ids.build(), self._lines, None
-        for start, stop in zip(starts[runs], stops[runs]):  # one hash: the same id, or ids whose hashes collide
-            first: dict[str, int] = {}
-            for row in order[start:stop].tolist():
-                value = ids[row]
-                if value in first:
-                    if found is None or lines[row] < found[1]:
-                        found = (value, lines[row], lines[first[value]])
-                    break
-                first[value] = row
-        return found
+        first, again = soonest
+        return lookup.ids[again], self._lines[again], self._lines[first]
 
 
 def iter_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_field: str = "text",

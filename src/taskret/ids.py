@@ -164,19 +164,26 @@ class IdLookup:
         return None
 
     def first_duplicate(self) -> str | None:
-        """An id that occurs twice, or None: each run of equal hashes checked on the ids themselves (the same id, or
-        ids whose hashes collide)."""
+        """An id that occurs twice, or None (:meth:`repeats`' first)."""
+        for _, again in self.repeats():
+            return self.ids[again]
+        return None
+
+    def repeats(self) -> Iterator[tuple[int, int]]:
+        """For each id that occurs more than once, where it first occurs and where it occurs again first (positions
+        among the ids): each run of equal hashes checked on the ids themselves (the same id, or ids whose hashes
+        collide)."""
         starts = np.flatnonzero(np.r_[True, self._sorted[1:] != self._sorted[:-1]])
         stops = np.r_[starts[1:], len(self._sorted)]
         runs = stops - starts > 1
         for start, stop in zip(starts[runs], stops[runs]):
-            seen: set[str] = set()
-            for row in self._order[start:stop]:
-                value = self.ids[int(row)]
-                if value in seen:
-                    return value
-                seen.add(value)
-        return None
+            first: dict[str, int] = {}
+            for row in sorted(self._order[start:stop].tolist()):
+                value = self.ids[row]
+                if value in first:
+                    yield first[value], row
+                    continue
+                first[value] = row
 
 
 def first_duplicate(ids: Sequence[str]) -> str | None:
