@@ -23,7 +23,7 @@ import argparse
 import re
 from pathlib import Path
 
-from renderers import epr, epr_beyond, epr_tasks, robustness, scale, scifact, serve, setups, speed, tart
+from renderers import epr, epr_beyond, epr_tasks, robustness, scale, scale_search, scifact, serve, setups, speed, tart
 from renderers.common import MACHINE, README
 from renderers.paths import current_paths
 from renderers.readme import readme_table
@@ -51,10 +51,12 @@ SECTIONS = (
     ("speed", (speed.bm25_table, speed.index_speed_table, speed.throughput_table, speed.scoring_speed_table,
                speed.scoring_precision_table, speed.ray_table)),
     ("serving", (serve.serve_table, serve.request_path_table, serve.dense_latency_table)),
-    ("scale", (scale.scale_table, scale.compressed_vectors_table, scale.ivf_quantizer_table, scale.bounded_builds_table,
+    ("scale", (scale.scale_table, scale.compressed_vectors_table, scale_search.ivf_quantizer_table,
+               scale.bounded_builds_table,
                lambda: scale.bm25_shards_table("bm25_single.json", "BM25 as one index, built in segments within the "
                                                 "memory budget, at 1M and 10M documents, searched"),
-               scale.bm25_score_array_lines, scale.bm25_pisa_table, scale.bm25_pisa_depth_table)),
+               scale_search.bm25_score_array_lines, scale_search.bm25_pisa_table, scale_search.bm25_pisa_depth_table,
+               scale_search.bm25_pisa_parts_table)),
     ("engines", (scale.engines_table, scale.bm25_ties_lines)),
     ("build-memory", (scale.build_memory_table,)),
     ("ray-shards", (scale.ray_shards_table, scale.bm25_shards_table, scale.dense_shards_table)),

@@ -62,6 +62,12 @@ def instruction_pair(cols: dict) -> str:
     return " / ".join(f"{cols[c]:.1f}" if c in cols else "not run" for c in ("no_instruction", "instruction"))
 
 
+def load_text(run: dict | None) -> str:
+    """A result's load average at its start, as the scale tables print it."""
+    load_average = (run or {}).get("machine", {}).get("load_average")
+    return f"load average {load_average[0]} at the start" if load_average else "load not recorded"
+
+
 def header(*columns: str) -> list[str]:
     """A Markdown table's first two lines: the column names, then the alignment row."""
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

@@ -8,7 +8,7 @@ import re
 
 from _common import describe_machine
 
-from .common import header, load
+from .common import header, load, load_text
 from .serve import worker_memory
 
 
@@ -130,7 +130,7 @@ def compressed_vectors_table() -> list[str]:
     d = load("compressed_vectors.json")
     if not d:
         return []
-    out = [f"Compressed dense search (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}): IVF-PQ "
+    out = [f"Compressed dense search (`{d['command']}`; {describe_machine(d['machine'])}; {load_text(d)}): IVF-PQ "
            f"over MiniLM vectors, its candidates re-ranked exactly from the full vectors on disk, one query "
            f"at a time on one thread, opened from disk as `taskret serve` opens it; {d['base_vectors']:,} real "
            f"vectors, past them noisy copies at the real nearest-neighbour cosine ({d['base_nn_cosine_median']}); "
@@ -236,11 +236,6 @@ ADOPT_SPEED, ADOPT_NDCG = 2.0, 0.5
 WITHIN_FASTEST = 1.25
 
 
-def _load_text(run: dict | None) -> str:
-    load_average = (run or {}).get("machine", {}).get("load_average")
-    return f"load average {load_average[0]} at the start" if load_average else "load not recorded"
-
-
 def engines_verdict(size: dict, default: str, target: bool = True) -> str | None:
     """Whether another BM25 engine wins by the issue's rule, and how close taskret's default stays to the fastest."""
     rows = {name: r for name, r in size.get("bm25", {}).items() if "error" not in r}
@@ -292,7 +287,7 @@ def engines_table() -> list[str]:
             run = size.get("bm25_run", d)
             out += ["" if out else None,
                     f"BM25 engines at {int(n):,} documents (`{run['command']}`; {describe_machine(run['machine'])}, "
-                    f"{_load_text(run)}; {d['queries']:,} real queries, {d['queries_with_qrels']:,} of them with "
+                    f"{load_text(run)}; {d['queries']:,} real queries, {d['queries_with_qrels']:,} of them with "
                     "qrels). Each index built in a child process and searched in another; p50 / p99: one query at a "
                     f"time on one thread; batched: all queries at once on {d['settings']['threads']} threads; "
                     "NDCG@10 (%) on the queries with qrels; overlap: the share of bm25s-numpy's top 10 (k1 1.5, b "
@@ -318,7 +313,7 @@ def engines_table() -> list[str]:
         if "dense" in size and "error" not in size["dense"]:
             run = size.get("dense_run", d)
             out += ["", f"HNSW libraries at {int(n):,} vectors (`{run['command']}`; {describe_machine(run['machine'])}"
-                    f", {_load_text(run)}): the same vectors, the same graph (M {d['settings']['hnsw_m']}, "
+                    f", {load_text(run)}): the same vectors, the same graph (M {d['settings']['hnsw_m']}, "
                     f"ef_construction {d['settings']['ef_construction']}; vectors: "
                     f"{size['dense']['vectors']['source']}); recall@10 against exact search, counted by score as "
                     "ann-benchmarks does (a result scoring at least the exact 10th's counts: the corpus holds "
@@ -341,7 +336,7 @@ def engines_table() -> list[str]:
         run = d.get("serve_run", {})
         out += served_rows(d["serve"], run.get("machine", {}).get("http_stack"))
         if run:
-            out += ["", f"(`{run['command']}`; {describe_machine(run['machine'])}, {_load_text(run)}.)"]
+            out += ["", f"(`{run['command']}`; {describe_machine(run['machine'])}, {load_text(run)}.)"]
     return [line for line in out if line is not None]
 
 
@@ -352,7 +347,7 @@ def ray_shards_table() -> list[str]:
         return []
     single, ray, same, killed = d["single"], d["ray"], d["vs_single_index"], d["killed_shard"]
     out = [f"{d['documents']:,} documents in {d['shards']} BM25 shards on a {d['nodes']}-node local Ray cluster, one "
-           f"actor a shard (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; every node on the "
+           f"actor a shard (`{d['command']}`; {describe_machine(d['machine'])}; {load_text(d)}; every node on the "
            "same 2 cores), against the single index of the same corpus:", "",
            *header("", "build s", "build peak RSS GiB", "disk GiB", "one query p50 / p99 ms")]
     out.append(f"| single index (one process, one thread) | {single['build_s']} | {single['build_peak_rss_gib']} | "
@@ -421,108 +416,6 @@ def bm25_ties_lines() -> list[str]:
             "taskret's BM25 now ranks equal scores in corpus order."]
 
 
-def bm25_score_array_lines() -> list[str]:
-    """`benchmarks/scale/bm25_score_array.py`: a query's score array kept in glibc's heap against mapped anew."""
-    d = load("bm25_score_array.json")
-    if not d:
-        return []
-    kept, default, paired = d["settings"]["kept"], d["settings"]["default"], d["paired"]
-    low, high = paired["ratio_ci95"]
-    return [f"A query's score array kept from query to query at {d['documents']:,} documents (`{d['command']}`; "
-            f"{describe_machine(d['machine'])}; {_load_text(d)}; bm25_shards.py's search, each setting twice in "
-            f"{', '.join(d['order'])} order): kept in glibc's heap (taskret's default) **{kept['p50_ms']:.1f} ms** p50 "
-            f"/ {kept['p99_ms']:.1f} p99 against **{default['p50_ms']:.1f}** / {default['p99_ms']:.1f} mapped anew "
-            f"for each query (`TASKRET_GLIBC_MALLOC=1`); per query kept / default {paired['ratio_kept_over_default']:.3f}x "
-            f"(95% interval {low:.3f}-{high:.3f}), median difference {paired['median_difference_ms']:.1f} ms over "
-            f"{paired['queries']:,} queries (Wilcoxon p {paired['wilcoxon_p']:.0e}); resident after the queries "
-            f"{kept['runs'][0]['resident_after_queries_gib']:.2f} against "
-            f"{default['runs'][0]['resident_after_queries_gib']:.2f} GiB."]
-
-
-def bm25_pisa_table() -> list[str]:
-    """`benchmarks/scale/bm25_pisa.py`: one BM25 index searched by bm25s and by PISA over bm25s's scores, paired."""
-    d = load("bm25_pisa.json")
-    if not d:
-        return []
-    out = [f"BM25's top 10 found by bm25s (numba from 100K documents) or by PISA's MaxScore over bm25s's scores (`bm25?backend=pisa`), "
-           f"one index each size (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread, "
-           f"each query alone; each setting twice in {', '.join(d['order'])} order, a child process each run):", "",
-           *header("documents", "bm25s p50 / p99 ms", "pisa p50 / p99 ms", "pisa / bm25s per query (95% interval)",
-                   "Wilcoxon p", "same top 10 (ids and scores)", "PISA index made in s", "its peak RSS GiB",
-                   "its disk GiB (bm25s's)", "resident after the queries GiB, bm25s / pisa")]
-    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
-        bm25s, pisa, paired = r["settings"]["bm25s"], r["settings"]["pisa"], r["paired"]
-        low, high = paired["ratio_ci95"]
-        out.append("| " + " | ".join((f"{int(n):,}", f"{bm25s['p50_ms']:.2f} / {bm25s['p99_ms']:.1f}",
-                       f"**{pisa['p50_ms']:.2f}** / {pisa['p99_ms']:.1f}",
-                       f"{paired['ratio_pisa_over_bm25s']:.3f}x ({low:.3f}-{high:.3f})", f"{paired['wilcoxon_p']:.0e}",
-                       f"{r['same_top10_share']:.1%} of {r['queries']:,}", f"{r['derive']['derive_s']:.1f}",
-                       f"{r['derive']['peak_rss_gib']:.2f}", f"{r['derive']['disk_gib']:.2f} ({r['bm25s_disk_gib']:.2f})",
-                       f"{bm25s['runs'][0]['resident_after_queries_gib']:.2f} / "
-                       f"{pisa['runs'][0]['resident_after_queries_gib']:.2f}")) + " |")
-    return out
-
-
-def ivf_quantizer_table() -> list[str]:
-    """`benchmarks/scale/ivf_quantizer.py`: the IVF-PQ index's lists found by a scan of the centroids or an HNSW graph."""
-    d = load("ivf_quantizer.json")
-    if not d:
-        return []
-    out = [f"The lists a compressed dense query visits found by a scan of every centroid (flat) or an HNSW graph over "
-           f"them, on compressed_vectors.py's indexes at their default settings (`{d['command']}`; "
-           f"{describe_machine(d['machine'])}; {_load_text(d)}; one thread, each query alone; each quantizer twice in "
-           f"{', '.join(d['order'])} order, a child process each run):", "",
-           *header("vectors", "lists / nprobe / re-ranked", "flat p50 / p99 ms", "hnsw p50 / p99 ms",
-                   "hnsw / flat per query (95% interval)", "Wilcoxon p", "recall@10 flat / hnsw",
-                   "recall difference (95% interval)", "graph made in s", "resident after the queries GiB, flat / hnsw")]
-    for n, r in sorted(d["sizes"].items(), key=lambda item: int(item[0])):
-        flat, hnsw, paired, recall = r["quantizers"]["flat"], r["quantizers"]["hnsw"], r["paired"], r["recall_difference"]
-        settings = r["settings"]
-        out.append("| " + " | ".join((
-            f"{int(n):,}", f"{settings['nlist']:,} / {settings['nprobe']} / {settings['rerank']}",
-            f"{flat['p50_ms']:.2f} / {flat['p99_ms']:.1f}", f"**{hnsw['p50_ms']:.2f}** / {hnsw['p99_ms']:.1f}",
-            f"{paired['ratio_hnsw_over_flat']:.3f}x ({paired['ratio_ci95'][0]:.3f}-{paired['ratio_ci95'][1]:.3f})",
-            f"{paired['wilcoxon_p']:.0e}", f"{flat['recall_at_10']:.4f} / **{hnsw['recall_at_10']:.4f}**",
-            f"{recall['mean']:+.4f} ({recall['ci95'][0]:+.4f} to {recall['ci95'][1]:+.4f})",
-            f"{hnsw['runs'][0]['graph_s']:.1f}",
-            f"{flat['runs'][0]['resident_after_queries_gib']:.2f} / {hnsw['runs'][0]['resident_after_queries_gib']:.2f}"))
-            + " |")
-    return out
-
-
-def bm25_pisa_depth_table() -> list[str]:
-    """`benchmarks/scale/bm25_pisa_depth.py`: the first depth of a search on PISA, chosen on half the queries."""
-    d = load("bm25_pisa_depth.json")
-    if not d:
-        return []
-    current, chosen, k = d["current_margin"], d["chosen_margin"], d["k"]
-    out = [f"How deep a BM25 search on PISA looks first (k + margin; deeper searches x4 start again), one index of "
-           f"{d['documents']:,} documents (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread, each "
-           f"query alone; each margin twice, in order and reversed); chosen on {d['queries'] // 2:,} queries (each "
-           f"margin paired with {current}, Holm-corrected), held out on the other {d['queries'] - d['queries'] // 2:,}:",
-           "", *header("margin (first depth)", "queries searched again (of all)", "held-out p50 / p99 ms",
-                       "held-out mean ms", f"tuning: per query / margin {current} (95% interval)", "Holm p",
-                       "same top 10 as the current")]
-    for m, r in sorted(d["settings"].items(), key=lambda item: int(item[0])):
-        row = d["tuning"].get(m)
-        paired = "(the current)" if row is None else \
-            f"{row[f'ratio_margin{m}_over_margin{current}']:.3f}x ({row['ratio_ci95'][0]:.3f}-{row['ratio_ci95'][1]:.3f})"
-        name = f"**{m}**" if int(m) == chosen else m
-        out.append("| " + " | ".join((f"{name} ({int(m) + k})", f"{r['queries_searched_again']:,}",
-                                       f"{r['held_out']['p50_ms']:.2f} / {r['held_out']['p99_ms']:.1f}",
-                                       f"{r['mean_ms_held_out']:.2f}", paired,
-                                       "" if row is None else f"{row['wilcoxon_p_holm']:.0e}",
-                                       f"{r['same_top10_as_current']:.1%}")) + " |")
-    held = d["held_out"]
-    if held:
-        low, high = held["ratio_ci95"]
-        out += ["", f"Held out, margin {chosen} against {current}: "
-                    f"{held[f'ratio_margin{chosen}_over_margin{current}']:.3f}x a query ({low:.3f}-{high:.3f}), median "
-                    f"difference {held['median_difference_ms']:+.2f} ms, Wilcoxon p {held['wilcoxon_p']:.0e}, "
-                    f"{held['queries']:,} queries."]
-    return out
-
-
 def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -> list[str]:
     """`benchmarks/scale/bm25_shards.py`: one corpus as 1, 2 and 4 BM25 shards served as one index, in one process
     (``name``: its result file; ``what``: the sentence's subject, for a file of other shard counts)."""
@@ -534,7 +427,7 @@ def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -
     judged = next((r["judged_queries"] for _, _, r in rows if r.get("judged_queries")), None)
     what = what or "The same corpus as 1, 2 and 4 BM25 shards with the whole corpus's statistics, served as one index"
     out = [f"{what} in one "
-           f"process (`{d['command']}`; {describe_machine(d['machine'])}; {_load_text(d)}; one thread a search; each "
+           f"process (`{d['command']}`; {describe_machine(d['machine'])}; {load_text(d)}; one thread a search; each "
            "build and search a child process of its own, peak RSS from rusage):", "",
            *header("documents", "shards", "build s", "build peak RSS GiB", "disk GiB", "p50 / p99 ms",
                    "resident after the queries GiB", "same document as the single index, untied ranks",
@@ -550,7 +443,7 @@ def bm25_shards_table(name: str = "bm25_shards.json", what: str | None = None) -
         by_run.setdefault(json.dumps(run, sort_keys=True), (run, []))[1].append(f"{int(n):,}")
     for run, sizes in by_run.values():
         out += ["", f"The {' and '.join(sizes)}-document rows come from an earlier run (`{run['command']}`; "
-                f"{describe_machine(run['machine'])}; {_load_text(run)})."]
+                f"{describe_machine(run['machine'])}; {load_text(run)})."]
     return out
 
 
@@ -564,7 +457,7 @@ def dense_shards_table() -> list[str]:
             + (f", M {index['hnsw_m']}, efSearch {index['ef_search']}" if index["index_type"] == "hnsw" else "")
             + f") in {d['shards']} shards on a {d['nodes']}-node local Ray cluster, each shard its rows of the single "
             f"index's vectors indexed as it was, by a Ray task (`{d['command']}`; {describe_machine(d['machine'])}; "
-            f"{_load_text(d)}), recall@10 against exact search over every vector, {d['queries']:,} real queries:", "",
+            f"{load_text(d)}), recall@10 against exact search over every vector, {d['queries']:,} real queries:", "",
             *header("", "recall@10", "one query p50 / p99 ms", "index build s"),
             f"| single index (one thread) | {single['recall_at_10']} | {single['p50_ms']} / {single['p99_ms']} | "
             "(scale.py's build) |",

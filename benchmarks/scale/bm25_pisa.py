@@ -23,21 +23,19 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # scale.py, bm25_score_array.py
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from bm25_score_array import compare  # noqa: E402
+from paired import abba, paired_runs  # noqa: E402
 from scale import K, disk_gib, in_child, percentiles, resident_kib  # noqa: E402
 
-#: the settings (a BM25 index's backend), each run in this order after one uncounted run of each: ABBA
-ORDER = ("bm25s", "pisa", "pisa", "bm25s")
+#: the settings (a BM25 index's backend), run ABBA after one uncounted run of each (paired.py)
+SETTINGS = ("bm25s", "pisa")
 BACKEND = {"bm25s": "numba", "pisa": "pisa"}  # not auto: auto searches an index with a PISA index on it
 
 
@@ -79,27 +77,20 @@ def measure(index: Path, queries: Path, seed: int) -> dict:
     derived, peak = in_child(["--child", "derive", str(index)], __file__)
     derived["peak_rss_gib"] = round(peak, 3)
     print(f"{index}: PISA index made in {derived['derive_s']} s at {peak:.2f} GiB peak", flush=True)
-    times: dict[str, list] = {"bm25s": [], "pisa": []}
-    answers: dict[str, list] = {"bm25s": [], "pisa": []}
-    tops: dict[str, list] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "run.json"
-        for counted, setting in [(False, "bm25s"), (False, "pisa")] + [(True, s) for s in ORDER]:
-            answer, peak = in_child(["--child", "search", str(index), str(queries), setting, str(out)], __file__)
-            run = json.loads(out.read_text())
+    runs = paired_runs(SETTINGS, lambda setting, out, counted: ["--child", "search", str(index), str(queries),
+                                                                setting, str(out)], __file__)
+    for setting, got in runs.items():
+        for answer in [got.first_answer, *got.runs]:
             if answer["searched_on_pisa"] != (setting == "pisa"):
-                raise SystemExit(f"{index}: the {setting} run searched on {'PISA' if answer['searched_on_pisa'] else 'bm25s'}")
-            tops[setting] = run["tops"]
-            if counted:
-                times[setting].append(run["ms"])
-                answers[setting].append({**answer, "search_peak_rss_gib": round(peak, 3)})
-                print(f"  {setting}: p50 {answer['p50_ms']} ms", flush=True)
-    mean = {setting: np.mean(np.asarray(runs), axis=0) for setting, runs in times.items()}
-    same = [a == b for a, b in zip(tops["bm25s"], tops["pisa"])]
+                raise SystemExit(f"{index}: the {setting} run searched on "
+                                 f"{'PISA' if answer['searched_on_pisa'] else 'bm25s'}")
+    answers = {s: [{**{k: v for k, v in r.items() if k != "peak_rss_gib"}, "search_peak_rss_gib": r["peak_rss_gib"]}
+                   for r in got.runs] for s, got in runs.items()}
+    same = [a == b for a, b in zip(runs["bm25s"].first["tops"], runs["pisa"].first["tops"])]
     return {"index": str(index), "documents": derived.pop("documents"), "bm25s_disk_gib": round(disk_gib(index / "bm25s"), 3),
             "derive": derived,
-            "settings": {s: {"runs": answers[s], **percentiles(list(mean[s] / 1000))} for s in times},
-            "paired": compare(mean["pisa"], mean["bm25s"], seed, names=("pisa", "bm25s")),
+            "settings": {s: {"runs": answers[s], **percentiles(list(runs[s].ms / 1000))} for s in SETTINGS},
+            "paired": compare(runs["pisa"].ms, runs["bm25s"].ms, seed, names=("pisa", "bm25s")),
             "same_top10_share": round(sum(same) / len(same), 4), "queries": len(same)}
 
 
@@ -125,7 +116,7 @@ def main() -> None:
         row = measure(index, Path(args.queries), args.seed)
         sizes[str(row["documents"])] = row
     write_result(args.out, {"benchmark": "bm25_pisa", "command": command_line(args, options), "machine": started,
-                            "finished_load_average": list(os.getloadavg()), "threads": 1, "order": list(ORDER),
+                            "finished_load_average": list(os.getloadavg()), "threads": 1, "order": abba(SETTINGS),
                             "sizes": sizes})
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,19 +30,19 @@ sys.path.insert(0, str(HERE))  # scale.py, bm25_score_array.py
 sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from bm25_score_array import compare  # noqa: E402
-from scale import K, in_child, percentiles, resident_kib  # noqa: E402
+from paired import paired_runs  # noqa: E402
+from scale import K, percentiles, resident_kib  # noqa: E402
 
 from taskret.icl.compare import holm_adjusted  # noqa: E402
 
 
-def search(index: Path, queries: Path, margin: int, out: Path, count: bool) -> dict:
-    """Child: the index on PISA with a first depth of k + ``margin``, each query alone; per-query ms and top 10s go to
-    ``out``, with each query's number of PISA searches where ``count`` (an uncounted run: the wrapper is not timed)."""
-    from taskret.retrieval import bm25
+def searched(index: Path, queries: Path, out: Path, count: bool):
+    """Child: the index on PISA (as set up by the caller), each query alone; per-query ms and top 10s go to ``out``,
+    with each query's number of PISA searches where ``count`` (an uncounted run: the wrapper is not timed). Returns
+    the timings' answer and the retriever."""
     from taskret.retrieval.base import Retriever
     from taskret.retrieval.bm25_pisa import PisaCandidates
 
-    bm25.PISA_MARGIN = margin
     searches = [0]
     if count:
         plain = PisaCandidates.search
@@ -67,8 +66,16 @@ def search(index: Path, queries: Path, margin: int, out: Path, count: bool) -> d
         tops.append({"ids": found.ids[0], "scores": [float(s) for s in found.scores[0]]})
     out.write_text(json.dumps({"ms": [round(t * 1000, 4) for t in times], "tops": tops,
                                "searches": per_query if count else None}))
-    return {**percentiles(times), "resident_after_queries_gib": round(resident_kib()["rss"] / 2 ** 20, 3),
-            "documents": len(retriever.ids)}
+    return {**percentiles(times), "resident_after_queries_gib": round(resident_kib()["rss"] / 2 ** 20, 3)}, retriever
+
+
+def search(index: Path, queries: Path, margin: int, out: Path, count: bool) -> dict:
+    """Child: :func:`searched` with a first depth of k + ``margin``."""
+    from taskret.retrieval import bm25
+
+    bm25.PISA_MARGIN = margin
+    answer, retriever = searched(index, queries, out, count)
+    return {**answer, "documents": len(retriever.ids)}
 
 
 def main() -> None:
@@ -89,22 +96,12 @@ def main() -> None:
     current = margins[0]
     os.environ.update({"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     started = machine(threads=1)
-    times: dict[int, list] = {m: [] for m in margins}
-    runs: dict[int, list] = {m: [] for m in margins}
-    searches, tops = {}, {}
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "run.json"
-        for counted, margin in [(False, m) for m in margins] + [(True, m) for m in margins + margins[::-1]]:
-            answer, peak = in_child(["--child", str(index), str(queries), str(margin), str(out),
-                                     "0" if counted else "1"], __file__)
-            run = json.loads(out.read_text())
-            if counted:
-                times[margin].append(run["ms"])
-                runs[margin].append({**answer, "peak_rss_gib": round(peak, 3)})
-                print(f"  margin {margin}: p50 {answer['p50_ms']} ms, p99 {answer['p99_ms']} ms", flush=True)
-            else:
-                searches[margin], tops[margin] = run["searches"], run["tops"]
-    mean = {m: np.mean(np.asarray(t), axis=0) for m, t in times.items()}
+    runs = paired_runs([str(m) for m in margins],
+                       lambda margin, out, counted: ["--child", str(index), str(queries), margin, str(out),
+                                                     "0" if counted else "1"], __file__, label="margin ")
+    mean = {m: runs[str(m)].ms for m in margins}
+    searches = {m: runs[str(m)].first["searches"] for m in margins}
+    tops = {m: runs[str(m)].first["tops"] for m in margins}
     order = np.random.default_rng(args.seed).permutation(len(mean[current]))
     tuning, held_out = order[: len(order) // 2], order[len(order) // 2:]
     paired = {m: compare(mean[m][tuning], mean[current][tuning], args.seed, names=(f"margin{m}", f"margin{current}"))
@@ -113,7 +110,7 @@ def main() -> None:
     ratio = {m: paired[m][f"ratio_margin{m}_over_margin{current}"] for m in paired}
     faster = [m for m in paired if adjusted[m] < 0.05 and ratio[m] < 1]
     chosen = min(faster, key=ratio.get) if faster else current
-    settings = {str(m): {"runs": runs[m], "tuning": percentiles(list(mean[m][tuning] / 1000)),
+    settings = {str(m): {"runs": runs[str(m)].runs, "tuning": percentiles(list(mean[m][tuning] / 1000)),
                          "held_out": percentiles(list(mean[m][held_out] / 1000)),
                          "mean_ms_held_out": round(float(mean[m][held_out].mean()), 3),
                          "queries_searched_again": int(sum(s > 1 for s in searches[m])),
@@ -124,7 +121,7 @@ def main() -> None:
                    names=(f"margin{chosen}", f"margin{current}")) if chosen != current else None
     write_result(args.out, {"benchmark": "bm25_pisa_depth", "command": command_line(args, options), "machine": started,
                             "finished_load_average": list(os.getloadavg()), "threads": 1, "k": K, "index": str(index),
-                            "documents": runs[current][0]["documents"],
+                            "documents": runs[str(current)].runs[0]["documents"],
                             "queries": len(order), "current_margin": current, "settings": settings,
                             "tuning": {str(m): {**paired[m], "wilcoxon_p_holm": adjusted[m]} for m in paired},
                             "chosen_margin": chosen, "held_out": held})

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,9 +31,11 @@ sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common
 from _common import command_line, machine, parser, write_result  # noqa: E402
 from bm25_score_array import RESAMPLES, compare  # noqa: E402
 from compressed_vectors import EXACT_FILE, K, recall_at_10  # noqa: E402
-from scale import in_child, percentiles, resident_kib  # noqa: E402
+from paired import abba, paired_runs  # noqa: E402
+from scale import percentiles, resident_kib  # noqa: E402
 
-ORDER = ("flat", "hnsw", "hnsw", "flat")
+#: run ABBA after one uncounted run of each (paired.py)
+QUANTIZERS = ("flat", "hnsw")
 
 
 def search(folder: Path, queries: Path, quantizer: str, out: Path) -> dict:
@@ -78,24 +79,13 @@ def recall_difference(found: dict[str, list], exact: np.ndarray, seed: int) -> d
 
 def measure(folder: Path, queries: Path, seed: int) -> dict:
     exact = np.load(folder / EXACT_FILE)
-    times: dict[str, list] = {"flat": [], "hnsw": []}
-    runs: dict[str, list] = {"flat": [], "hnsw": []}
-    found = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "run.json"
-        for counted, quantizer in [(False, "flat"), (False, "hnsw")] + [(True, q) for q in ORDER]:
-            answer, peak = in_child(["--child", str(folder), str(queries), quantizer, str(out)], __file__)
-            run = json.loads(out.read_text())
-            found[quantizer] = run["found"]
-            if counted:
-                times[quantizer].append(run["ms"])
-                runs[quantizer].append({**answer, "peak_rss_gib": round(peak, 3)})
-                print(f"  {folder.name} {quantizer}: p50 {answer['p50_ms']} ms", flush=True)
-    mean = {q: np.mean(np.asarray(t), axis=0) for q, t in times.items()}
-    return {"folder": str(folder), "settings": runs["flat"][0]["settings"],
-            "quantizers": {q: {"runs": runs[q], **percentiles(list(mean[q] / 1000)),
-                               "recall_at_10": round(recall_at_10(found[q], exact), 4)} for q in times},
-            "paired": compare(mean["hnsw"], mean["flat"], seed, names=("hnsw", "flat")),
+    runs = paired_runs(QUANTIZERS, lambda quantizer, out, counted: ["--child", str(folder), str(queries), quantizer,
+                                                                    str(out)], __file__, label=f"{folder.name} ")
+    found = {q: got.first["found"] for q, got in runs.items()}
+    return {"folder": str(folder), "settings": runs["flat"].runs[0]["settings"],
+            "quantizers": {q: {"runs": runs[q].runs, **percentiles(list(runs[q].ms / 1000)),
+                               "recall_at_10": round(recall_at_10(found[q], exact), 4)} for q in QUANTIZERS},
+            "paired": compare(runs["hnsw"].ms, runs["flat"].ms, seed, names=("hnsw", "flat")),
             "recall_difference": recall_difference(found, exact, seed), "queries": len(exact)}
 
 
@@ -117,7 +107,7 @@ def main() -> None:
     started = machine(threads=1)
     sizes = {folder.name: measure(folder, Path(args.queries), args.seed) for folder in folders}
     write_result(args.out, {"benchmark": "ivf_quantizer", "command": command_line(args, options), "machine": started,
-                            "finished_load_average": list(os.getloadavg()), "threads": 1, "order": list(ORDER),
+                            "finished_load_average": list(os.getloadavg()), "threads": 1, "order": abba(QUANTIZERS),
                             "sizes": sizes})
 
 

@@ -62,6 +62,36 @@ def test_pisa_ranks_exactly_as_bm25s(corpus):
     assert on_pisa._pisa is not None  # PISA answered (not bm25s for every query)
 
 
+def test_an_index_in_parts_ranks_as_one(corpus, monkeypatch, tmp_path):
+    """Parts of a few hundred postings (every part's PISA index its own, searched and merged) give bm25s's ranking,
+    also at 3 bits, where the merged candidates' lowest sum must bound every part's left-out documents."""
+    ids, texts = corpus
+    queries = _queries(texts)
+    expected = BM25Retriever(backend="numpy").index_texts(ids, texts)
+    monkeypatch.setattr(bm25_pisa, "PART_POSTINGS", 4000)
+    in_parts = BM25Retriever(backend="pisa").index_texts(ids, texts)
+    in_parts.save(tmp_path / "index")
+    meta = json.loads((tmp_path / "index" / bm25_pisa.FOLDER / bm25_pisa.META).read_text())
+    assert len(meta["parts"]) > 5
+    assert [p["first_row"] for p in meta["parts"]] == sorted(p["first_row"] for p in meta["parts"])
+    assert sum(p["rows"] for p in meta["parts"]) == len(ids)
+    assert sum(p["postings"] for p in meta["parts"]) == len(expected._bm25.scores["data"])
+    loaded = Retriever.load(tmp_path / "index", mmap=True)
+    assert len(loaded._pisa_candidates().contexts) == len(meta["parts"])
+    for k in (1, 10, 40):
+        _same(loaded.retrieve(queries, k=k), expected.retrieve(queries, k=k))
+    monkeypatch.setattr(bm25_pisa, "IMPACT_BITS", 3)
+    coarse = BM25Retriever(backend="pisa").index_texts(ids, texts)
+    _same(coarse.retrieve(queries, k=10), expected.retrieve(queries, k=10))
+
+
+def test_part_bounds_split_rows_by_postings():
+    assert bm25_pisa.part_bounds(10, 100, 1000) == [0, 10]
+    assert bm25_pisa.part_bounds(10, 100, 30) == [0, 2, 5, 8, 10]  # 4 parts of about 25 postings
+    assert bm25_pisa.part_bounds(3, 100, 1) == [0, 1, 2, 3]  # no more parts than documents
+    assert bm25_pisa.part_bounds(0, 0, 10) == [0, 0]
+
+
 def test_coarse_impacts_leave_near_ties_that_a_deeper_search_settles(corpus, monkeypatch):
     """At 3 bits a score is one of 7 levels: PISA's top 20 misses documents of the exact top 10, and the search must
     go deeper (x4) until no document left out can reach the k-th score."""
@@ -125,12 +155,24 @@ def test_the_pisa_index_skips_empty_terms_and_refuses_unsorted_rows(tmp_path):
     indptr = np.array([0, 2, 2, 4])  # term 1 has no posting (PISA itself would abort on it)
     bm25_pisa.build(data, np.array([0, 2, 1, 2], dtype=np.int32), indptr, 3, tmp_path / "pisa")
     candidates = bm25_pisa.PisaCandidates(tmp_path / "pisa")
-    assert candidates.search([0], 5)[0].tolist() == [2, 0]
-    assert candidates.search([1], 5)[0].tolist() == []
-    assert candidates.search([2, 0], 5)[0].tolist() == [2, 0, 1]
+    assert candidates.search([0], 5).rows.tolist() == [2, 0]
+    assert candidates.search([1], 5).rows.tolist() == []
+    assert candidates.search([2, 0], 5).rows.tolist() == [2, 0, 1]
+    found = candidates.search([2, 0], 2)
+    assert found.rows.tolist() == [2, 0] and found.left_out_at_most == pytest.approx(found.sums[1])
     with pytest.raises(ValueError, match="not strictly increasing"):
         bm25_pisa.build(data, np.array([2, 0, 1, 2], dtype=np.int32), indptr, 3, tmp_path / "bad")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.tmp").exists()
+    # three parts of a row each: the middle one has no postings (left out), term 0 none in the last
+    bm25_pisa.build(data, np.array([0, 2, 0, 2], dtype=np.int32), indptr, 3, tmp_path / "parts", part_postings=1)
+    meta = json.loads((tmp_path / "parts" / bm25_pisa.META).read_text())
+    assert [(p["first_row"], p["postings"]) for p in meta["parts"]] == [(0, 2), (2, 2)]
+    candidates = bm25_pisa.PisaCandidates(tmp_path / "parts")
+    assert candidates.parts == 2
+    found = candidates.search([2], 5)
+    assert found.rows.tolist() == [0, 2] and found.left_out_at_most is None  # each part's, in part order: all in
+    found = candidates.search([0, 2], 1)  # a row a part, each part full: a row left out in the last part could
+    assert found.rows.tolist() == [0, 2] and found.left_out_at_most == pytest.approx(found.sums[1])  # reach row 2's
 
 
 def test_auto_saves_a_large_index_with_pisa_and_searches_it_there(corpus, tmp_path, monkeypatch):

@@ -46,6 +46,10 @@ TIE_MARGIN = 10
 #: 30 sent 14 again, 100 none. Chosen on 500 queries, held out on 500 (benchmarks/results/bm25_pisa_depth.json, 2-core
 #: Xeon): 30 against 10 0.86x a query (0.83-0.89), p50 6.7 against 7.9 ms, p99 73 against 125; 100 and 300 no faster.
 PISA_MARGIN = 30
+#: The same for each part of an index in parts (module bm25_pisa), every part searched that deep: a part's own top k
+#: holds every document of the top k that it has, and ties spread over the parts. k + 30 a part was 1.25x k + 0's time
+#: a query (1.23-1.28) at 10M in 7 parts (benchmarks/results/bm25_pisa_parts.json, 500 queries, 2-core Xeon).
+PISA_PART_MARGIN = 0
 #: ``auto`` retrieves on numba from this many indexed documents on. On 2 AMD EPYC cores numpy takes ~29 ns per
 #: document and query (3.0 ms a query over 100K documents) and numba's compile ~5 s: from 100K documents on it pays
 #: back within ~1,700 queries (a service's first seconds, or one batch search), and saves most of a served query.
@@ -296,8 +300,9 @@ class BM25Retriever(Retriever):
 
     def _ranked_on_pisa(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_ranked`'s rows and scores, the candidates found by PISA (module bm25_pisa): each query's top
-        ``k + PISA_MARGIN`` by quantized score, re-scored exactly and ordered by (score, row), searched deeper until
-        no document left out can reach the k-th score. A query with fewer than ``k`` matching documents goes to
+        ``k + PISA_MARGIN`` by quantized score (``k + PISA_PART_MARGIN`` of each part of an index in parts),
+        re-scored exactly and ordered by (score, row), searched deeper until no document left out can reach the k-th
+        score. A query with fewer than ``k`` matching documents goes to
         :meth:`_ranked` (bm25s fills it with unmatched ones in its own order)."""
         pisa, scores = self._pisa_candidates(), self._bm25.scores
         data, indices, indptr = scores["data"], scores["indices"], scores["indptr"]
@@ -307,17 +312,17 @@ class BM25Retriever(Retriever):
         to_bm25s = []
         for q, query in enumerate(tokens):
             term_ids = self._bm25.get_tokens_ids(query)
-            depth = min(n, k + PISA_MARGIN)
+            depth = min(n, k + (PISA_MARGIN if pisa.parts == 1 else PISA_PART_MARGIN))
             while k > 0:
-                rows, sums = pisa.search(term_ids, depth) if term_ids else (np.zeros(0, np.int64), None)
-                if len(rows) < k:
+                found = pisa.search(term_ids, depth) if term_ids else None
+                if found is None or len(found.rows) < k:  # every matching document is in (each part holds >= k)
                     to_bm25s.append(q)
                     break
-                exact = bm25_pisa.exact_scores(data, indices, indptr, term_ids, rows)
-                order = np.lexsort((rows, -exact))[:k]
-                if len(rows) < depth or depth >= n or bm25_pisa.certain(exact[order[-1]], sums.min(), len(term_ids),
-                                                                         pisa.unit):
-                    out_rows[q], out_scores[q] = rows[order], exact[order]
+                exact = bm25_pisa.exact_scores(data, indices, indptr, term_ids, found.rows)
+                order = np.lexsort((found.rows, -exact))[:k]
+                if found.left_out_at_most is None or depth >= n or bm25_pisa.certain(
+                        exact[order[-1]], found.left_out_at_most, len(term_ids), pisa.unit):
+                    out_rows[q], out_scores[q] = found.rows[order], exact[order]
                     break
                 depth = min(n, depth * 4)
         if to_bm25s:
