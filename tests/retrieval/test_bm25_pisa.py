@@ -85,13 +85,6 @@ def test_an_index_in_parts_ranks_as_one(corpus, monkeypatch, tmp_path):
     _same(coarse.retrieve(queries, k=10), expected.retrieve(queries, k=10))
 
 
-def test_only_candidates_within_reach_of_the_kth_sum_are_rescored():
-    sums = np.array([100.0, 95.0, 96.0, 90.0, 10.0], dtype=np.float32)
-    # k = 2: the 2nd highest is 96; 2 terms move a score by 2 units each way: 96 - 4 - 1 = 91 and up
-    assert bm25_pisa.within_reach(sums, 2, 2).tolist() == [True, True, True, False, False]
-    assert bm25_pisa.within_reach(sums, 5, 2).all() and bm25_pisa.within_reach(sums[:1], 2, 1).all()
-
-
 def test_part_bounds_split_rows_by_postings():
     assert bm25_pisa.part_bounds(10, 100, 1000) == [0, 10]
     assert bm25_pisa.part_bounds(10, 100, 30) == [0, 2, 5, 8, 10]  # 4 parts of about 25 postings

@@ -301,8 +301,8 @@ class BM25Retriever(Retriever):
     def _ranked_on_pisa(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_ranked`'s rows and scores, the candidates found by PISA (module bm25_pisa): each query's top
         ``k + PISA_MARGIN`` by quantized score (``k + PISA_PART_MARGIN`` of each part of an index in parts),
-        re-scored exactly (those within reach of the top k: :func:`~taskret.retrieval.bm25_pisa.within_reach`) and
-        ordered by (score, row), searched deeper until no document left out can reach the k-th score. A query with fewer than ``k`` matching documents goes to
+        re-scored exactly and ordered by (score, row), searched deeper until no document left out can reach the k-th
+        score. A query with fewer than ``k`` matching documents goes to
         :meth:`_ranked` (bm25s fills it with unmatched ones in its own order)."""
         pisa, scores = self._pisa_candidates(), self._bm25.scores
         data, indices, indptr = scores["data"], scores["indices"], scores["indptr"]
@@ -318,12 +318,11 @@ class BM25Retriever(Retriever):
                 if found is None or len(found.rows) < k:  # every matching document is in (each part holds >= k)
                     to_bm25s.append(q)
                     break
-                rows = found.rows[bm25_pisa.within_reach(found.sums, k, len(term_ids))]
-                exact = bm25_pisa.exact_scores(data, indices, indptr, term_ids, rows)
-                order = np.lexsort((rows, -exact))[:k]
+                exact = bm25_pisa.exact_scores(data, indices, indptr, term_ids, found.rows)
+                order = np.lexsort((found.rows, -exact))[:k]
                 if found.left_out_at_most is None or depth >= n or bm25_pisa.certain(
                         exact[order[-1]], found.left_out_at_most, len(term_ids), pisa.unit):
-                    out_rows[q], out_scores[q] = rows[order], exact[order]
+                    out_rows[q], out_scores[q] = found.rows[order], exact[order]
                     break
                 depth = min(n, depth * 4)
         if to_bm25s:

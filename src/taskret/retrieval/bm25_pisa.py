@@ -324,18 +324,6 @@ def exact_scores(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, term
     return scores
 
 
-def within_reach(sums: np.ndarray, k: int, n_terms: int) -> np.ndarray:
-    """Which candidates of impact sums ``sums`` could be among the top ``k`` by exact score: a score is within
-    ``n_terms`` units of its impact sum (:func:`certain`), so a candidate whose sum is more than ``2 * n_terms`` units
-    below the k-th highest sum scores below k others (one unit more for float rounding). The rest need no exact
-    score: at 10M documents in 7 parts a query has ~70 candidates, each exact score a search of every query term's
-    postings."""
-    if len(sums) <= k:
-        return np.ones(len(sums), dtype=bool)
-    kth = np.partition(sums, len(sums) - k)[len(sums) - k]
-    return sums >= kth - 2 * n_terms - 1
-
-
 def certain(kth_score: float, left_out_at_most: float, n_terms: int, unit: float) -> bool:
     """Whether no document outside a candidate list can reach ``kth_score`` (the list's k-th exact score): one left
     out has an impact sum of at most ``left_out_at_most`` (:class:`Candidates`), so an exact score of at most
