@@ -56,7 +56,7 @@ SECTIONS = (
                lambda: scale.bm25_shards_table("bm25_single.json", "BM25 as one index, built in segments within the "
                                                 "memory budget, at 1M and 10M documents, searched"),
                scale_search.bm25_score_array_lines, scale_search.bm25_pisa_table, scale_search.bm25_pisa_depth_table,
-               scale_search.bm25_pisa_parts_table)),
+               scale_search.bm25_pisa_parts_table, scale_search.bm25_pisa_rescore_line)),
     ("engines", (scale.engines_table, scale.bm25_ties_lines)),
     ("build-memory", (scale.build_memory_table,)),
     ("ray-shards", (scale.ray_shards_table, scale.bm25_shards_table, scale.dense_shards_table)),

@@ -151,3 +151,19 @@ def bm25_pisa_parts_table() -> list[str]:
         out += ["", _held_out_line(d["held_out"], f"{_setting_text(d['chosen'], d)} against one part",
                                    "ratio_chosen_over_one_part")]
     return out
+
+
+def bm25_pisa_rescore_line() -> list[str]:
+    """`benchmarks/scale/bm25_pisa_rescore.py`: every PISA candidate re-scored against those within reach."""
+    d = load("bm25_pisa_rescore.json")
+    if not d:
+        return []
+    paired, every, reach = d["paired"], d["settings"]["all"], d["settings"]["within_reach"]
+    low, high = paired["ratio_ci95"]
+    return [f"Re-scoring only the candidates within reach of the top k, against all of them, {d['documents']:,} "
+            f"documents in {d['parts']} part(s) (`{d['command']}`; {describe_machine(d['machine'])}; {load_text(d)}; "
+            f"one thread, each query alone, ABBA): p50 {reach['p50_ms']:.2f} against {every['p50_ms']:.2f} ms, p99 "
+            f"{reach['p99_ms']:.1f} against {every['p99_ms']:.1f}; {paired['ratio_within_reach_over_all']:.3f}x a "
+            f"query ({low:.3f}-{high:.3f}), median difference {paired['median_difference_ms']:+.2f} ms, Wilcoxon p "
+            f"{paired['wilcoxon_p']:.0e}, {paired['queries']:,} queries; the same top 10 for "
+            f"{d['same_top10_share']:.1%} of them."]
