@@ -69,3 +69,12 @@ def test_a_pass_names_the_id_read_again_soonest_when_it_ends(tmp_path):
     assert "duplicate id 'd900' (first seen on line 901)" in str(info.value)
     assert [doc.id for doc in iter_corpus(write_jsonl_rows(tmp_path / "fine.jsonl", [
         {"_id": "a", "text": "x"}, {"_id": "b", "text": "y"}]))] == ["a", "b"]
+
+
+def test_ids_whose_hashes_collide_are_told_apart_by_reading_the_file_again(tmp_path, monkeypatch):
+    path = write_jsonl_rows(tmp_path / "corpus.jsonl", [{"_id": f"d{n}", "text": "x"} for n in range(5)])
+    monkeypatch.setattr("builtins.hash", lambda value: 7)  # every id hashes alike
+    assert [doc.id for doc in iter_corpus(path)] == [f"d{n}" for n in range(5)]
+    write_jsonl_rows(path, [{"_id": i, "text": "x"} for i in ["a", "b", "c", "b", "a"]])
+    with pytest.raises(DataError, match=r"line 4, field '_id': duplicate id 'b' \(first seen on line 2\)"):
+        list(iter_corpus(path))

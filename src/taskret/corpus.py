@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from .ids import IdList, IdListBuilder, IdLookup
+import numpy as np
+
+from .ids import IdList, IdListBuilder, repeated_hashes
 from .io import DataError, iter_records, read_json
 
 logger = logging.getLogger(__name__)
@@ -74,29 +76,37 @@ def _optional_text(path: Path, line: int, record: dict, name: str) -> str:
 
 
 class _SeenIds:
-    """The ids one pass over a corpus file has read, to find an id read twice, at ~28 bytes an id (its line and its
-    UTF-8 bytes) where a dict of the id strings and their lines cost ~140: a 10M-document build held 1.4 GB of it
-    through each pass. Checked when the pass ends (:meth:`duplicate`), so a pass reads on past a duplicate and the
-    error comes at its end, naming the same lines (a build's first pass, its scan, reads nothing else)."""
+    """The ids one pass over a corpus file has read, to find an id read twice: each id's hash, 8 bytes an id, checked
+    for repeats when the pass ends (:func:`~taskret.ids.repeated_hashes`), so a pass reads on past a duplicate and the
+    error comes at its end. Only when a hash repeats is the file read again, for the ids behind it and their lines.
+    (A dict of the id strings and their lines cost ~140 bytes an id, 1.4 GB through each pass of a 10M-document
+    build; the ids' bytes and lines with a lookup built over them at the end, ~70 bytes an id at that moment.)"""
 
     def __init__(self) -> None:
-        self._lines, self._ids = array("q"), IdListBuilder()
+        self._hashes = array("q")
 
     def __len__(self) -> int:
-        return len(self._lines)
+        return len(self._hashes)
 
-    def add(self, doc_id: str, line: int) -> None:
-        self._lines.append(line)
-        self._ids.append(doc_id)
+    def add(self, doc_id: str) -> None:
+        self._hashes.append(hash(doc_id))
 
-    def duplicate(self) -> tuple[str, int, int] | None:
-        """The id read again soonest: ``(id, its line then, the line it was first read on)``; None if none was."""
-        lookup = IdLookup(self._ids.build())
-        soonest = min(lookup.repeats(), key=lambda rows: rows[1], default=None)
-        if soonest is None:
+    def duplicate(self, path: Path, id_of: Callable[[int, dict], str]) -> tuple[str, int, int] | None:
+        """The id read again soonest: ``(id, its line then, the line it was first read on)``; None if none was.
+        ``path`` is read again (``id_of(line, record)``: a record's id, as the pass read it) only when a hash
+        repeats."""
+        repeated = repeated_hashes(np.frombuffer(self._hashes, dtype=np.int64))
+        self._hashes = array("q")
+        if not repeated:
             return None
-        first, again = soonest
-        return lookup.ids[again], self._lines[again], self._lines[first]
+        first: dict[str, int] = {}
+        for line, record in iter_records(path):
+            doc_id = id_of(line, record)
+            if hash(doc_id) in repeated:
+                if doc_id in first:
+                    return doc_id, line, first[doc_id]
+                first[doc_id] = line
+        return None
 
 
 def iter_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_field: str = "text",
@@ -123,11 +133,11 @@ def iter_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_f
         title = _optional_text(path, line, record, title_field) if title_field else ""
         if not (text.strip() or title.strip()):
             raise DataError(path, line, text_field, "empty document (no text and no title)")
-        seen.add(doc_id, line)
+        seen.add(doc_id)
         yield Document(doc_id, title, text)
     if not len(seen):
         raise DataError(path, None, None, "no documents in file")
-    twice = seen.duplicate()
+    twice = seen.duplicate(path, lambda line, record: _field(path, line, record, ids_from) if ids_from else str(line))
     if twice is not None:
         doc_id, line, first = twice
         raise DataError(path, line, ids_from, f"duplicate id '{doc_id}' (first seen on line {first})")
