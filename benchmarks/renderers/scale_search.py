@@ -160,8 +160,11 @@ def bm25_pisa_rescore_line() -> list[str]:
         return []
     paired, every, reach = d["paired"], d["settings"]["all"], d["settings"]["within_reach"]
     low, high = paired["ratio_ci95"]
-    return [f"Re-scoring only the candidates within reach of the top k, against all of them, {d['documents']:,} "
-            f"documents in {d['parts']} part(s) (`{d['command']}`; {describe_machine(d['machine'])}; {load_text(d)}; "
+    # the lever was dropped and its script removed: the command is named as it ran, from the commit that had it
+    command = d["command"].replace("benchmarks/scale/", "")
+    return [f"Re-scoring only the candidates within reach of the top k, against all of them (dropped), "
+            f"{d['documents']:,} documents in {d['parts']} part(s) (`{command}`, its script as of commit 83d3788; "
+            f"{describe_machine(d['machine'])}; {load_text(d)}; "
             f"one thread, each query alone, ABBA): p50 {reach['p50_ms']:.2f} against {every['p50_ms']:.2f} ms, p99 "
             f"{reach['p99_ms']:.1f} against {every['p99_ms']:.1f}; {paired['ratio_within_reach_over_all']:.3f}x a "
             f"query ({low:.3f}-{high:.3f}), median difference {paired['median_difference_ms']:+.2f} ms, Wilcoxon p "
