@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .ids import IdList, IdListBuilder, repeated_hashes
+from .ids import IdList, IdListBuilder, repeated_hashes, soonest_repeat
 from .io import DataError, iter_records, read_json
 
 logger = logging.getLogger(__name__)
@@ -99,14 +99,7 @@ class _SeenIds:
         self._hashes = array("q")
         if not repeated:
             return None
-        first: dict[str, int] = {}
-        for line, record in iter_records(path):
-            doc_id = id_of(line, record)
-            if hash(doc_id) in repeated:
-                if doc_id in first:
-                    return doc_id, line, first[doc_id]
-                first[doc_id] = line
-        return None
+        return soonest_repeat(((id_of(line, record), line) for line, record in iter_records(path)), repeated)
 
 
 def iter_corpus(path: str | os.PathLike, *, id_field: str | None = "_id", text_field: str = "text",

@@ -197,14 +197,22 @@ def repeated_hashes(hashes: np.ndarray) -> set[int]:
     return set(hashes[1:][equal].tolist()) if equal.any() else set()
 
 
+def soonest_repeat(ids_at: Iterable[tuple[str, int]], repeated: set[int]) -> tuple[str, int, int] | None:
+    """Of ``ids_at`` (each id with where it is, in order), the id whose second occurrence comes first, as ``(id, where
+    it occurs again, where it first occurred)``, or None; only ids whose hash is in ``repeated``
+    (:func:`repeated_hashes`) are kept to compare."""
+    first: dict[str, int] = {}
+    for value, at in ids_at:
+        if hash(value) in repeated:
+            if value in first:
+                return value, at, first[value]
+            first[value] = at
+    return None
+
+
 def first_duplicate(ids: Sequence[str]) -> str | None:
     """The id of ``ids`` whose second occurrence comes first, or None: the ids' hashes checked for repeats
     (:func:`repeated_hashes`), then only ids of a repeated hash compared, in a second pass."""
     repeated = repeated_hashes(np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids)))
-    seen: set[str] = set()
-    for value in ids if repeated else ():
-        if hash(value) in repeated:
-            if value in seen:
-                return value
-            seen.add(value)
-    return None
+    twice = soonest_repeat(zip(ids, range(len(ids))), repeated) if repeated else None
+    return twice[0] if twice else None
